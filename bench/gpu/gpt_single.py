@@ -1,0 +1,95 @@
+"""Train a GPT-style language model on one GPU (benchmark fixture: the input to ddpify).
+
+12 layers, width 1024, 16 heads, sequence 1024, vocabulary 32000 (about 185 M parameters),
+on an in-memory token stream read through a DataLoader. AdamW with warm-up + cosine
+schedule and gradient clipping, as in common GPT training scripts. The only benchmark
+parts are StepTimer (stop after BENCH_WARMUP + BENCH_STEPS steps, print the BENCH line)
+and --smoke.
+"""
+
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from benchmodels import GPT, StepTimer, SyntheticTokens
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description="GPT training")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-iters", type=int, default=100)
+    parser.add_argument("--max-iters", type=int, default=10_000)
+    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--dataset-size", type=int, default=50_000)
+    parser.add_argument("--log-interval", type=int, default=25)
+    parser.add_argument("--smoke", action="store_true", help="tiny model, for a CPU check")
+    return parser.parse_args()
+
+
+def lr_lambda(it, warmup, total):
+    if it < warmup:
+        return (it + 1) / warmup
+    progress = min(1.0, (it - warmup) / max(1, total - warmup))
+    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
+
+
+def main():
+    args = parse_args()
+    torch.manual_seed(1337)
+    torch.set_float32_matmul_precision("high")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    if args.smoke:
+        vocab, seq_len = 256, 32
+        model = GPT(vocab=vocab, seq_len=seq_len, layers=2, width=64, heads=4)
+    else:
+        vocab, seq_len = 32000, args.seq_len
+        model = GPT(vocab=vocab, seq_len=seq_len)
+    train_set = SyntheticTokens(args.dataset_size, seq_len=seq_len, vocab=vocab)
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    model.to(device)
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda it: lr_lambda(it, args.warmup_iters, args.max_iters)
+    )
+
+    timer = StepTimer(args.batch_size, tag="gpt")
+    it = 0
+    for epoch in range(args.epochs):
+        model.train()
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            it += 1
+            if it % args.log_interval == 0:
+                print(f"epoch {epoch} iter {it} loss {loss.item():.4f} lr {scheduler.get_last_lr()[0]:.2e}")
+            timer.step()
+            if timer.done:
+                break
+        if timer.done:
+            break
+    print(timer.report())
+
+
+if __name__ == "__main__":
+    main()

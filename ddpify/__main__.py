@@ -1,0 +1,3 @@
+from ddpify.cli import main
+
+main()

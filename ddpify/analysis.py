@@ -1,0 +1,668 @@
+"""Shared analysis of a training script, computed once with LibCST metadata.
+
+It answers the questions every concern asks: which names are the models, optimizers,
+schedulers and loaders; where the training step (forward, loss, backward, step) is; which
+loop is the epoch loop; which functions run the model or a collective; where the entry
+point is. Concerns read it and plan edits; none of them walks the tree for these facts again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+SKIP_RE = re.compile(r"#\s*ddpify:\s*skip\b")
+OFF_RE = re.compile(r"#\s*ddpify:\s*off\b")
+ON_RE = re.compile(r"#\s*ddpify:\s*on\b")
+
+DISTRIBUTED_APIS = (
+    "torch.distributed.init_process_group",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.multiprocessing.spawn",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "accelerate.Accelerator",
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "pytorch_lightning.Trainer",
+    "deepspeed.initialize",
+    "horovod.torch.init",
+)
+LEGACY_APIS = ("apex.amp", "apex.parallel", "apex.optimizers")
+LOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+OPTIM_PREFIXES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.", "transformers.")
+SCHED_RE = re.compile(r"(lr_scheduler|Scheduler|_schedule_with_warmup|LR$|Annealing|OneCycle|StepLR)")
+OPTIM_RE = re.compile(r"(Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|LBFGS|Lion|Lamb|LAMB|Adafactor|NAdam|RAdam|Optimizer|Muon)")
+EVAL_RE = re.compile(r"(val|valid|test|eval|dev|holdout)", re.I)
+TRAIN_RE = re.compile(r"train", re.I)
+
+
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """`self.model` -> "self.model"; None for anything but Name/Attribute chains."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def call_args(call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.Arg]]:
+    pos = [a for a in call.args if a.keyword is None and not a.star]
+    kw = {a.keyword.value: a for a in call.args if a.keyword is not None}
+    return pos, kw
+
+
+@dataclass
+class Loader:
+    call: cst.Call
+    stmt: cst.BaseStatement
+    target: str | None  # dotted name it is bound to, if any
+    role: str  # "train" | "eval"
+    dataset: cst.BaseExpression | None
+    problem: str | None = None  # why it cannot be sharded automatically
+
+
+@dataclass
+class Step:
+    """One backward pass and what surrounds it in its block."""
+
+    backward: cst.Call
+    stmt: cst.BaseStatement  # statement holding the backward
+    block: cst.CSTNode  # IndentedBlock/Module holding stmt
+    loss_expr: cst.BaseExpression
+    forward_first: cst.BaseStatement | None = None  # first statement running the model
+    loss_stmt: cst.BaseStatement | None = None  # statement computing the loss
+    step_calls: list[cst.Call] = field(default_factory=list)  # optimizer.step() calls in the block
+    step_stmts: list[cst.BaseStatement] = field(default_factory=list)  # top-level stmts holding them
+    accumulation_test: cst.BaseExpression | None = None  # `if C: optimizer.step()` -> C
+    models: list[str] = field(default_factory=list)  # model names forwarded in the step
+
+
+class Analysis:
+    def __init__(self, module: cst.Module) -> None:
+        self.wrapper = MetadataWrapper(module)
+        self.module = self.wrapper.module
+        self.pos = self.wrapper.resolve(PositionProvider)
+        self.parent = self.wrapper.resolve(ParentNodeProvider)
+        self.qnames = self.wrapper.resolve(QualifiedNameProvider)
+        self.scopes = self.wrapper.resolve(ScopeProvider)
+        self.lines = self.module.code.splitlines()
+        self._skipped_lines = self._find_skipped_lines()
+
+        self.calls: list[cst.Call] = []
+        self.functions: dict[str, list[cst.FunctionDef]] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.fors: list[cst.For] = []
+        self.whiles: list[cst.While] = []
+        self.assigns: list[cst.CSTNode] = []
+        self.attributes: list[cst.Attribute] = []
+        self.withs: list[cst.With] = []
+        self.ifs: list[cst.If] = []
+        self._collect()
+
+        self.distributed_api = self._find_api(DISTRIBUTED_APIS)
+        self.legacy_api = self._find_api(LEGACY_APIS) or self._local_rank_flag()
+        self.optimizers: dict[str, cst.Call] = {}
+        self.schedulers: set[str] = set()
+        self.models: list[str] = []
+        self._find_optimizers_and_models()
+        self.dataparallel_calls = [c for c in self.calls if self.is_call(c, "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")]
+        self.functional_dp_calls = [c for c in self.calls if self.is_call(c, "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")]
+        for c in self.dataparallel_calls:
+            pos, _ = call_args(c)
+            name = dotted(pos[0].value) if pos else None
+            if name and name not in self.models:
+                self.models.append(name)
+        self.model_bindings = self._propagate(self.models)
+        self.forward_functions = self._functions_matching(self._is_forward_call)
+        self.collective_functions = self._functions_matching(self._is_collective_call)
+        self.steps = self._find_steps()
+        self.loaders = self._find_loaders()
+        self.main_guard = self._find_main_guard()
+        self.existing_amp = any(
+            self.is_call(c, "torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",
+                         "torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler")
+            for c in self.calls
+        )
+
+    # -- generic helpers --------------------------------------------------------------
+    def _collect(self) -> None:
+        a = self
+
+        class V(cst.CSTVisitor):
+            def visit_Call(self, node):
+                a.calls.append(node)
+
+            def visit_FunctionDef(self, node):
+                a.functions.setdefault(node.name.value, []).append(node)
+
+            def visit_ClassDef(self, node):
+                a.classes[node.name.value] = node
+
+            def visit_For(self, node):
+                a.fors.append(node)
+
+            def visit_While(self, node):
+                a.whiles.append(node)
+
+            def visit_Assign(self, node):
+                a.assigns.append(node)
+
+            def visit_AnnAssign(self, node):
+                a.assigns.append(node)
+
+            def visit_Attribute(self, node):
+                a.attributes.append(node)
+
+            def visit_With(self, node):
+                a.withs.append(node)
+
+            def visit_If(self, node):
+                a.ifs.append(node)
+
+        self.module.visit(V())
+
+    def _find_skipped_lines(self) -> set[int]:
+        skipped: set[int] = set()
+        off = False
+        for i, line in enumerate(self.lines, start=1):
+            if OFF_RE.search(line):
+                off = True
+            if off or SKIP_RE.search(line):
+                skipped.add(i)
+            if ON_RE.search(line):
+                off = False
+        return skipped
+
+    def skipped(self, node: cst.CSTNode) -> bool:
+        if not self._skipped_lines:
+            return False
+        p = self.pos[node]
+        return any(ln in self._skipped_lines for ln in range(p.start.line, p.end.line + 1))
+
+    def line_col(self, node: cst.CSTNode) -> tuple[int, int]:
+        p = self.pos[node].start
+        return p.line, p.column + 1
+
+    def qualified(self, node: cst.CSTNode) -> set[str]:
+        try:
+            value = self.qnames[node]
+        except KeyError:
+            return set()
+        if not isinstance(value, (set, frozenset)):  # LibCST computes some metadata lazily
+            value = value()
+        return {q.name for q in value}
+
+    def is_call(self, call: cst.CSTNode, *names: str) -> bool:
+        if not isinstance(call, cst.Call):
+            return False
+        qs = self.qualified(call.func)
+        return any(q in names for q in qs)
+
+    def call_qualname(self, call: cst.Call) -> str:
+        qs = sorted(self.qualified(call.func))
+        return qs[0] if qs else (dotted(call.func) or "")
+
+    def ancestor(self, node: cst.CSTNode, *types: type) -> cst.CSTNode | None:
+        cur = self.parent.get(node)
+        while cur is not None and not isinstance(cur, types):
+            cur = self.parent.get(cur)
+        return cur
+
+    def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement (a member of a block's body) that holds node."""
+        cur = node
+        while True:
+            par = self.parent.get(cur)
+            if par is None or isinstance(par, (cst.IndentedBlock, cst.Module)):
+                return cur  # type: ignore[return-value]
+            if isinstance(par, cst.SimpleStatementSuite):
+                # one-line compound statement: the compound statement is the unit
+                return self.statement(self.parent[par])
+            cur = par
+
+    def block(self, stmt: cst.CSTNode) -> cst.CSTNode:
+        return self.parent[stmt]
+
+    def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        return self.ancestor(node, cst.FunctionDef)  # type: ignore[return-value]
+
+    def class_of(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        return self.ancestor(node, cst.ClassDef)  # type: ignore[return-value]
+
+    def scope_key(self, node: cst.CSTNode) -> cst.CSTNode:
+        return self.function_of(node) or self.module
+
+    def _find_api(self, names: tuple[str, ...]) -> cst.CSTNode | None:
+        for c in self.calls:
+            for q in self.qualified(c.func):
+                if any(q == n or q.startswith(n + ".") for n in names):
+                    return c
+        for node in self.attributes:
+            for q in self.qualified(node):
+                if any(q == n or q.startswith(n + ".") for n in names):
+                    return node
+        return None
+
+    def _local_rank_flag(self) -> cst.CSTNode | None:
+        for c in self.calls:
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add_argument":
+                flags = [a.value.evaluated_value for a in c.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+                if "--local_rank" in flags or "--local-rank" in flags:
+                    return c
+        return None
+
+    # -- models and optimizers --------------------------------------------------------
+    def _is_optimizer_call(self, call: cst.Call) -> bool:
+        qn = self.call_qualname(call)
+        last = qn.rsplit(".", 1)[-1]
+        if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+            return False
+        if any(qn.startswith(p) for p in OPTIM_PREFIXES) and OPTIM_RE.search(last):
+            return True
+        if OPTIM_RE.search(last) and self._param_sources(call):
+            return True
+        return False
+
+    def _param_sources(self, call: cst.Call) -> list[str]:
+        found: list[str] = []
+        for c in m.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+            base = dotted(c.func.value)  # type: ignore[attr-defined]
+            if base:
+                found.append(base)
+        return found
+
+    def _assigned_names(self) -> set[str]:
+        names: set[str] = set()
+        for a in self.assigns:
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+            for t in targets:
+                for el in _flatten_targets(t):
+                    d = dotted(el)
+                    if d:
+                        names.add(d)
+        for fns in self.functions.values():
+            for fn in fns:
+                for p in fn.params.params:
+                    names.add(p.name.value)
+        return names
+
+    def _find_optimizers_and_models(self) -> None:
+        assigned = self._assigned_names()
+        for call in self.calls:
+            qn = self.call_qualname(call)
+            target = self._assign_target(call)
+            if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+                if target:
+                    self.schedulers.add(target)
+                continue
+            if not self._is_optimizer_call(call):
+                continue
+            if target:
+                self.optimizers[target] = call
+            for src in self._param_sources(call):
+                parts = src.split(".")
+                # model.fc.parameters() -> "model" when "model" is a variable of its own
+                chosen = src
+                for k in range(1, len(parts)):
+                    prefix = ".".join(parts[:k])
+                    if prefix in assigned and prefix != "self":
+                        chosen = prefix
+                        break
+                if chosen not in self.models and not chosen.endswith(("_params", "params")):
+                    self.models.append(chosen)
+        # optimizers built in helper functions: opt = make_optimizer(model)
+        for call in self.calls:
+            target = self._assign_target(call)
+            if not target or target in self.optimizers:
+                continue
+            name = dotted(call.func)
+            for fn in self.functions.get(name.rsplit(".", 1)[-1] if name else "", []):
+                for ret in m.findall(fn, m.Return()):
+                    if isinstance(ret.value, cst.Call) and self._is_optimizer_call(ret.value):
+                        self.optimizers[target] = ret.value
+
+    def _assign_target(self, node: cst.CSTNode) -> str | None:
+        par = self.parent.get(node)
+        if isinstance(par, (cst.Assign,)) and len(par.targets) == 1:
+            return dotted(par.targets[0].target)
+        if isinstance(par, cst.AnnAssign):
+            return dotted(par.target)
+        return None
+
+    def _propagate(self, names: list[str]) -> dict[cst.CSTNode, set[str]]:
+        """Scope -> names bound to one of `names`, following arguments into functions."""
+        bound: dict[cst.CSTNode, set[str]] = {}
+        work = [(None, n) for n in names]
+        seen: set[tuple[int, str]] = set()
+        while work:
+            scope, name = work.pop()
+            key = (id(scope), name)
+            if key in seen:
+                continue
+            seen.add(key)
+            if scope is not None:
+                bound.setdefault(scope, set()).add(name)
+            for call in self.calls:
+                fname = dotted(call.func)
+                if not fname:
+                    continue
+                defs = self.functions.get(fname.rsplit(".", 1)[-1], [])
+                if not defs:
+                    continue
+                pos, kw = call_args(call)
+                for fn in defs:
+                    params = [p.name.value for p in fn.params.params]
+                    offset = 1 if params and params[0] in ("self", "cls") and "." in fname else 0
+                    for i, arg in enumerate(pos):
+                        if dotted(arg.value) == name and i + offset < len(params):
+                            work.append((fn, params[i + offset]))
+                    for k, arg in kw.items():
+                        if dotted(arg.value) == name and k in params:
+                            work.append((fn, k))
+        bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
+        return bound
+
+    def is_model_ref(self, node: cst.CSTNode) -> bool:
+        name = dotted(node)
+        if name is None:
+            return False
+        fn = self.function_of(node)
+        if fn is not None and name in self.model_bindings.get(fn, set()):
+            return True
+        if name in self.model_bindings.get(None, set()):  # type: ignore[arg-type]
+            # a local of the same name in another function is not the model
+            if fn is not None and "." not in name and self._is_local(fn, name) and not self._binds_model_here(fn, name):
+                return False
+            return True
+        return False
+
+    def _is_local(self, fn: cst.FunctionDef, name: str) -> bool:
+        scope = self.scopes.get(fn.body)
+        if scope is None:
+            return False
+        return any(a.scope is scope for a in scope.assignments[name]) if name in scope else False
+
+    def _binds_model_here(self, fn: cst.FunctionDef, name: str) -> bool:
+        # the function itself creates the model (model = Net(); opt = Adam(model.parameters()))
+        return any(self.function_of(c) is fn and name in self._param_sources(c) for c in self.optimizers.values()) or any(
+            self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
+            for c in self.dataparallel_calls
+            if call_args(c)[0]
+        )
+
+    # -- what runs the model / a collective -------------------------------------------
+    def _is_forward_call(self, call: cst.Call) -> bool:
+        return self.is_model_ref(call.func)
+
+    def _is_collective_call(self, call: cst.Call) -> bool:
+        if self._is_forward_call(call):
+            return True
+        if any(q.startswith("torch.distributed.") for q in self.qualified(call.func)):
+            return True
+        # torch.load gets a barrier; model passed to a function may be run there
+        if self.is_call(call, "torch.load"):
+            return True
+        return False
+
+    def _functions_matching(self, pred) -> set[str]:
+        names: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, defs in self.functions.items():
+                if name in names:
+                    continue
+                for fn in defs:
+                    for c in m.findall(fn, m.Call()):
+                        if pred(c) or self._calls_function_in(c, names):
+                            names.add(name)
+                            changed = True
+                            break
+                    if name in names:
+                        break
+        return names
+
+    def _calls_function_in(self, call: cst.Call, names: set[str]) -> bool:
+        fname = dotted(call.func)
+        return bool(fname) and fname.rsplit(".", 1)[-1] in names and fname.rsplit(".", 1)[-1] in self.functions
+
+    def runs_model(self, node: cst.CSTNode) -> bool:
+        return any(
+            self._is_forward_call(c) or self._calls_function_in(c, self.forward_functions)
+            or any(self.is_model_ref(a.value) for a in c.args if self._calls_function_in(c, set(self.functions)))
+            for c in m.findall(node, m.Call())
+        )
+
+    def runs_collective(self, node: cst.CSTNode) -> bool:
+        return any(
+            self._is_collective_call(c) or self._calls_function_in(c, self.collective_functions)
+            for c in m.findall(node, m.Call())
+        )
+
+    # -- training steps ---------------------------------------------------------------
+    def is_optimizer_ref(self, node: cst.CSTNode) -> bool:
+        name = dotted(node)
+        if not name:
+            return False
+        if name in self.optimizers:
+            return True
+        last = name.rsplit(".", 1)[-1]
+        if last in {o.rsplit(".", 1)[-1] for o in self.optimizers}:
+            return True
+        return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers
+
+    def _find_steps(self) -> list[Step]:
+        steps: list[Step] = []
+        for call in self.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
+                continue
+            if self.is_call(call, "torch.autograd.backward"):
+                continue
+            stmt = self.statement(call)
+            block = self.block(stmt)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                continue
+            step = Step(backward=call, stmt=stmt, block=block, loss_expr=call.func.value)
+            body = list(block.body)
+            idx = body.index(stmt)
+            loss_name = dotted(call.func.value)
+            for s in reversed(body[:idx]):
+                if loss_name and self._assigns(s, loss_name):
+                    step.loss_stmt = s
+                    break
+            for s in body[:idx]:
+                if self.runs_model(s):
+                    step.forward_first = s
+                    break
+            if step.forward_first is None and self.runs_model(stmt):
+                step.forward_first = stmt
+            for s in body[idx:]:
+                for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
+                    if self.is_optimizer_ref(c.func.value):  # type: ignore[attr-defined]
+                        step.step_calls.append(c)
+                        if s not in step.step_stmts:
+                            step.step_stmts.append(s)
+                        if isinstance(s, cst.If) and step.accumulation_test is None and self.statement(c) is s:
+                            step.accumulation_test = s.test
+            region = body[body.index(step.forward_first) : idx + 1] if step.forward_first in body else [stmt]
+            for s in region:
+                for c in m.findall(s, m.Call()):
+                    if self._is_forward_call(c):
+                        n = dotted(c.func)
+                        if n and n not in step.models:
+                            step.models.append(n)
+            steps.append(step)
+        return steps
+
+    def _assigns(self, stmt: cst.BaseStatement, name: str) -> bool:
+        for node in m.findall(stmt, m.Assign() | m.AugAssign() | m.AnnAssign()):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for t in targets:
+                if any(dotted(el) == name for el in _flatten_targets(t)):
+                    return True
+        return False
+
+    # -- data -------------------------------------------------------------------------
+    def _find_loaders(self) -> list[Loader]:
+        loaders: list[Loader] = []
+        for call in self.calls:
+            if not self.is_call(call, *LOADER_NAMES):
+                continue
+            stmt = self.statement(call)
+            target = self._loader_target(call)
+            pos, kw = call_args(call)
+            dataset = pos[0].value if pos else (kw["dataset"].value if "dataset" in kw else None)
+            loaders.append(Loader(call=call, stmt=stmt, target=target, role="eval", dataset=dataset))
+        for ld in loaders:
+            ld.role = self._loader_role(ld, loaders)
+        return loaders
+
+    def _loader_target(self, call: cst.Call) -> str | None:
+        t = self._assign_target(call)
+        if t:
+            return t
+        par = self.parent.get(call)
+        # `return DataLoader(...)` or `train, val = DataLoader(...), DataLoader(...)`
+        if isinstance(par, cst.Element):
+            tup = self.parent.get(par)
+            asg = self.parent.get(tup)
+            if isinstance(asg, cst.Assign) and isinstance(asg.targets[0].target, (cst.Tuple, cst.List)):
+                idx = [e.value for e in tup.elements].index(call)
+                els = asg.targets[0].target.elements
+                if idx < len(els):
+                    return dotted(els[idx].value)
+        return None
+
+    def _loader_role(self, ld: Loader, all_loaders: list[Loader]) -> str:
+        names = [ld.target or "", dotted(ld.dataset) or "" if ld.dataset is not None else ""]
+        if isinstance(ld.dataset, cst.Call):
+            names.append(dotted(ld.dataset.func) or "")
+            _, dkw = call_args(ld.dataset)
+            if "train" in dkw and m.matches(dkw["train"].value, m.Name("False")):
+                return "eval"
+            if "train" in dkw and m.matches(dkw["train"].value, m.Name("True")):
+                return "train"
+            for a in ld.dataset.args:
+                if isinstance(a.value, cst.SimpleString) and EVAL_RE.search(a.value.value):
+                    return "eval"
+        for n in names:
+            if TRAIN_RE.search(n):
+                return "train"
+        for n in names:
+            if EVAL_RE.search(n):
+                return "eval"
+        # function returning loaders: position in `train, val = get_loaders()`
+        if ld.target is None:
+            fn = self.function_of(ld.call)
+            if fn is not None and TRAIN_RE.search(fn.name.value) and not EVAL_RE.search(fn.name.value):
+                return "train"
+        if self._iterated_in_training(ld):
+            return "train"
+        if len(all_loaders) == 1:
+            return "train"
+        _, kw = call_args(ld.call)
+        if "shuffle" in kw and m.matches(kw["shuffle"].value, m.Name("True")):
+            return "train"
+        return "eval"
+
+    def _iterated_in_training(self, ld: Loader) -> bool:
+        if not ld.target:
+            return False
+        for loop in self.fors:
+            if self.loop_iterates(loop, ld.target) and any(
+                self.ancestor(s.stmt, cst.For, cst.While) is loop or _inside(self, s.stmt, loop) for s in self.steps
+            ):
+                return True
+        return False
+
+    def loop_iterates(self, loop: cst.For, name: str) -> bool:
+        return any(dotted(n) == name for n in m.findall(loop.iter, m.Name() | m.Attribute())) or dotted(loop.iter) == name
+
+    def loader_iteration_sites(self, name: str) -> list[tuple[cst.CSTNode, str]]:
+        """(for-loop or iter() call, name used there) for every place `name` (or a
+        parameter bound to it) is iterated."""
+        bound = self._propagate([name])
+        sites: list[tuple[cst.CSTNode, str]] = []
+        for loop in self.fors:
+            fn = self.function_of(loop)
+            names = bound.get(fn, set()) | (bound.get(None, set()) if fn is None or "." in name or not self._is_local(fn, name) else set())  # type: ignore[arg-type]
+            for n in names:
+                if self.loop_iterates(loop, n):
+                    sites.append((loop, n))
+                    break
+        for call in self.calls:
+            if m.matches(call.func, m.Name("iter")) and call.args and dotted(call.args[0].value) is not None:
+                fn = self.function_of(call)
+                names = bound.get(fn, set()) | bound.get(None, set())  # type: ignore[arg-type]
+                if dotted(call.args[0].value) in names:
+                    sites.append((call, dotted(call.args[0].value)))  # type: ignore[arg-type]
+        return sites
+
+    def enclosing_loop(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """Nearest loop around node within its own function."""
+        cur = self.parent.get(node)
+        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(cur, (cst.For, cst.While)) and not _in_orelse(self, node, cur):
+                return cur
+            cur = self.parent.get(cur)
+        return None
+
+    def callers(self, fn: cst.FunctionDef) -> list[cst.Call]:
+        out = []
+        for call in self.calls:
+            name = dotted(call.func)
+            if name and name.rsplit(".", 1)[-1] == fn.name.value:
+                if "." in name and not name.startswith(("self.", "cls.")) and self.class_of(fn) is None:
+                    continue
+                out.append(call)
+        return out
+
+    # -- entry point ------------------------------------------------------------------
+    def _find_main_guard(self) -> cst.If | None:
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.If) and m.matches(
+                stmt.test,
+                m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())])
+            ):
+                return stmt
+        return None
+
+
+def _flatten_targets(t: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(t, (cst.Tuple, cst.List)):
+        out: list[cst.BaseExpression] = []
+        for el in t.elements:
+            out.extend(_flatten_targets(el.value))
+        return out
+    return [t]
+
+
+def _inside(a: Analysis, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    cur = a.parent.get(node)
+    while cur is not None:
+        if cur is container:
+            return True
+        cur = a.parent.get(cur)
+    return False
+
+
+def _in_orelse(a: Analysis, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    orelse = getattr(loop, "orelse", None)
+    return orelse is not None and _inside(a, node, orelse)

@@ -1,0 +1,458 @@
+"""ddpify's command line: `ddpify PATH...` rewrites files in place, like black and ruff.
+
+Exit codes: 0 success or nothing to do; 1 a file would change (--check); 2 a file could not be read,
+parsed or converted (the other files are still processed). `ddpify verify ...` and
+`ddpify launch ...` are dispatched to their own commands.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import os
+import re
+import sys
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from itertools import repeat
+
+import click
+
+from ddpify import __version__, fileio
+from ddpify.config import Config, ConfigError, config_for, find_config, matches_any
+from ddpify.fileio import FileError, SourceFile
+from ddpify.options import AMP_CHOICES, OPT_LEVELS, Options
+
+SUBCOMMANDS = {
+    "verify": ("ddpify.verify.cli", "verify_command"),
+    "launch": ("ddpify.launcher", "launch_command"),
+}
+
+# Directories never entered when recursing (hidden ones, starting with ".", are skipped too).
+SKIP_DIRS = frozenset(
+    {"__pycache__", "__pypackages__", "venv", "env", "site-packages", "node_modules", "build", "dist", "_build", "buck-out"}
+)
+NOTEBOOK_ERROR = "notebooks are not converted: export it to a script first (jupyter nbconvert --to script)"
+PY2_HINTS = ("Missing parentheses in call to", "leading zeros in decimal integer", "multiple exception types must be parenthesized")
+
+
+@dataclass(frozen=True)
+class Settings:
+    check: bool
+    diff: bool
+
+    @property
+    def write(self) -> bool:
+        return not (self.check or self.diff)
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str  # as shown to the user; "-" (or --stdin-filename) for stdin
+    options: Options | None = None
+    error: str | None = None  # found while collecting paths: reported as is
+    stdin: bool = False
+
+
+@dataclass
+class Report:
+    path: str
+    outcome: str = "unchanged"  # changed | unchanged | error
+    status: str = ""  # the converter's status, or empty / generated
+    # (kind, text): kind is error | note | fixed | finding (fixed findings are hidden by --quiet)
+    messages: list[tuple[str, str]] = field(default_factory=list)
+    diff: str = ""
+    stdout: bytes | None = None
+    stdin: bool = False
+
+    def fail(self, text: str) -> None:
+        self.outcome = "error"
+        self.messages.append(("error", text))
+
+
+# --------------------------------------------------------------------------- converting one file
+
+
+def _syntax_error(exc: SyntaxError) -> FileError:
+    msg = exc.msg or "invalid syntax"
+    if any(h in msg for h in PY2_HINTS):
+        msg += " (Python 2 code? ddpify converts Python 3 only)"
+    return FileError(f"SyntaxError: {msg}", exc.lineno or 0, exc.offset or 0)
+
+
+def check_syntax(text: str, path: str) -> ast.Module:
+    """Parse and compile (never run) the code; warnings such as invalid escapes are not ours to print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            compile(tree, path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise _syntax_error(exc) from None
+        except (RecursionError, MemoryError):
+            raise FileError("the code is too deeply nested to parse") from None
+        except ValueError as exc:
+            raise FileError(str(exc)) from None
+    return tree
+
+
+def unified_diff(before: str, after: str, path: str) -> str:
+    # Split after "\n" only: splitlines() would also split on form feeds and other separators.
+    a = re.split(r"(?<=\n)", before)
+    b = re.split(r"(?<=\n)", after)
+    a = a[:-1] if a and a[-1] == "" else a
+    b = b[:-1] if b and b[-1] == "" else b
+    out = []
+    for line in difflib.unified_diff(a, b, fromfile=path, tofile=path):
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        out.append(line)
+    return "".join(out)
+
+
+def color_diff(diff: str) -> str:
+    out = []
+    for line in diff.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        end = line[len(body) :]
+        if line.startswith(("+++", "---")):
+            body = f"\033[1m{body}\033[0m"
+        elif line.startswith("@@"):
+            body = f"\033[36m{body}\033[0m"
+        elif line.startswith("+"):
+            body = f"\033[32m{body}\033[0m"
+        elif line.startswith("-"):
+            body = f"\033[31m{body}\033[0m"
+        out.append(body + end)
+    return "".join(out)
+
+
+def _convert(src: SourceFile, options: Options, path: str, report: Report) -> bytes:
+    """Converted bytes (== src.data when nothing changes); fills the report's status and findings."""
+    tree = check_syntax(src.text, path)
+    if not tree.body:
+        report.status = "empty"  # empty or only comments: nothing to convert, like black and ruff
+        return src.data
+    if fileio.is_generated(src.text):
+        report.status = "generated"
+        report.messages.append(("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged"))
+        return src.data
+    from ddpify.pipeline import ConversionError, convert_source
+
+    try:
+        result = convert_source(src.text, options, path=path)
+    except ConversionError as exc:
+        where = f"{path}:{exc.line}:{exc.col}" if exc.line else path
+        raise _Failed(f"{where}: error: {exc.message}") from None
+    report.status = result.status
+    for finding in sorted(result.findings):
+        report.messages.append(("fixed" if finding.fixed else "finding", finding.format(path)))
+    if result.status == "generated":
+        report.messages.append(("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged"))
+    out = fileio.encode_source(src, result.source)
+    if out != src.data:
+        try:
+            check_syntax(result.source, path)
+        except FileError as exc:
+            where = f" (line {exc.line}: {exc.message})" if exc.line else f" ({exc.message})"
+            raise _Failed(
+                f"{path}: error: internal error: the converted code does not compile{where}; "
+                "the file was left unchanged. Please report this bug."
+            ) from None
+    return out
+
+
+class _Failed(Exception):
+    """A fully formatted one-line error."""
+
+
+def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Report:
+    """Convert one file (or stdin); never raises for a bad file: errors go in the report."""
+    report = Report(job.path, stdin=job.stdin)
+    if job.error is not None:
+        report.fail(job.error)
+        return report
+    data = b""
+    try:
+        if job.stdin:
+            data = stdin_data if stdin_data is not None else sys.stdin.buffer.read()
+            signature = None
+        else:
+            signature = fileio.file_signature(job.path) if os.path.exists(job.path) else None
+            data = fileio.read_bytes(job.path)
+        src = fileio.decode_source(data)
+        out = _convert(src, job.options or Options(), job.path, report)
+        changed = out != src.data
+        report.outcome = "changed" if changed else "unchanged"
+        if settings.diff and changed:
+            encoding = src.encoding
+            report.diff = unified_diff(src.data.decode(encoding), out.decode(encoding), job.path)
+        if job.stdin:
+            if settings.write:
+                report.stdout = out
+        elif settings.write and changed:
+            fileio.check_writable(job.path)
+            fileio.write_atomic(job.path, out, expected=signature)
+    except FileError as exc:
+        report.fail(exc.format(job.path))
+    except _Failed as exc:
+        report.fail(str(exc))
+    except OSError as exc:
+        report.fail(f"{job.path}: error: cannot write: {(exc.strerror or str(exc)).lower()}; the file was left unchanged")
+    except (RecursionError, MemoryError):
+        report.fail(f"{job.path}: error: the code is too deeply nested to convert")
+    except Exception as exc:  # a converter bug must not stop the other files
+        report.fail(
+            f"{job.path}: error: internal error ({type(exc).__name__}: {exc}); "
+            "the file was left unchanged. Please report this bug."
+        )
+    if report.outcome == "error" and job.stdin and settings.write:
+        report.stdout = data  # echo the input so `ddpify - < a > b` never loses code
+    return report
+
+
+def _process_star(job: Job, settings: Settings) -> Report:
+    return process(job, settings)
+
+
+# --------------------------------------------------------------------------- collecting files
+
+
+def _dedupe_key(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def _is_venv(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+
+
+def collect(
+    paths: tuple[str, ...], cli_exclude: tuple[str, ...], force_exclude: bool, stdin_filename: str | None, overrides: dict
+) -> tuple[list[Job], list[str]]:
+    """Jobs sorted by path, and warnings. Config errors become error jobs (exit 2)."""
+    jobs: dict[str, Job] = {}
+    warnings_: list[str] = []
+    cwd = os.getcwd()
+
+    def add(path: str, explicit: bool) -> None:
+        key = _dedupe_key(path)
+        if key in jobs:
+            return  # a file given twice (or reached twice) is processed once
+        if explicit and path.endswith(".ipynb"):
+            jobs[key] = Job(path, error=f"{path}: error: {NOTEBOOK_ERROR}")
+            return
+        try:
+            cfg = config_for(path)
+        except ConfigError as exc:
+            jobs[key] = Job(path, error=f"{exc}")
+            return
+        excluded = matches_any(path, cli_exclude, cwd) or cfg.excludes(path)
+        if excluded and (not explicit or force_exclude or cfg.force_exclude):
+            return
+        jobs[key] = Job(path, options=cfg.options(**overrides))
+
+    for raw in paths:
+        if raw == "-":
+            if "-" not in jobs:
+                try:
+                    cfg = config_for(stdin_filename) if stdin_filename else config_for(None)
+                    jobs["-"] = Job(stdin_filename or "-", options=cfg.options(**overrides), stdin=True)
+                except ConfigError as exc:
+                    jobs["-"] = Job(stdin_filename or "-", error=f"{exc}", stdin=True)
+            continue
+        if os.path.isdir(raw):
+            found = _walk(raw, cli_exclude, cwd, add, jobs)
+            if not found:
+                warnings_.append(f"{raw}: warning: no Python files found")
+            continue
+        add(raw, explicit=True)
+    ordered = sorted(jobs.values(), key=lambda j: (not j.stdin, j.path))
+    return ordered, warnings_
+
+
+def _walk(top: str, cli_exclude: tuple[str, ...], cwd: str, add, jobs: dict) -> int:
+    before = len(jobs)
+    for dirpath, dirnames, filenames in os.walk(top):  # does not follow directory symlinks
+        try:
+            cfg: Config = find_config(os.path.abspath(dirpath))
+        except ConfigError as exc:
+            jobs.setdefault(exc.path, Job(exc.path, error=str(exc)))
+            dirnames[:] = []
+            continue
+        keep = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            if d.startswith(".") or d in SKIP_DIRS or _is_venv(full):
+                continue
+            if matches_any(full, cli_exclude, cwd) or cfg.excludes(full):
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            if not name.endswith(".py") or name.startswith("."):
+                continue
+            full = os.path.join(dirpath, name)
+            if not os.path.exists(full):
+                continue  # broken symlink met while recursing: not a file to convert
+            add(full, explicit=False)
+    return len(jobs) - before
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _plural(n: int, word: str = "file") -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary(reports: list[Report], settings: Settings) -> str:
+    changed = sum(r.outcome == "changed" for r in reports)
+    unchanged = sum(r.outcome == "unchanged" for r in reports)
+    failed = sum(r.outcome == "error" for r in reports)
+    parts = []
+    if settings.write:
+        if changed:
+            parts.append(f"{_plural(changed)} converted")
+        if unchanged:
+            parts.append(f"{_plural(unchanged)} left unchanged")
+        if failed:
+            parts.append(f"{_plural(failed)} failed to convert")
+    else:
+        if changed:
+            parts.append(f"{_plural(changed)} would be converted")
+        if unchanged:
+            parts.append(f"{_plural(unchanged)} would be left unchanged")
+        if failed:
+            parts.append(f"{_plural(failed)} would fail to convert")
+    return ", ".join(parts) + "."
+
+
+def run_command(path: str) -> str | None:
+    """The command that runs a converted script on every GPU of this machine (None until the launcher lands)."""
+    try:
+        from ddpify.launcher import single_node_command
+    except ImportError:
+        return None
+    return single_node_command(path, [])
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.command(context_settings=CONTEXT, epilog="Also: `ddpify verify --help`, `ddpify launch --help`.")
+@click.argument("paths", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change.")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the changes; write nothing.")
+@click.option("--color/--no-color", default=None, help="Color the diff [default: when stdout is a terminal].")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Files converted in parallel (0: one per CPU).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors and findings that need a manual fix.")
+@click.option("--amp", type=click.Choice(AMP_CHOICES), default=None, help="Mixed precision to add [default: auto].")
+@click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
+@click.option("--sync-bn/--no-sync-bn", default=None, help="Convert BatchNorm to SyncBatchNorm [default: no].")
+@click.option("--shard-eval/--no-shard-eval", default=None, help="Shard evaluation loaders too [default: no].")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
+@click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
+@click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
+@click.version_option(__version__, prog_name="ddpify", message="%(prog)s %(version)s")
+def convert_command(
+    paths: tuple[str, ...],
+    check: bool,
+    diff: bool,
+    color: bool | None,
+    jobs: int,
+    quiet: bool,
+    amp: str | None,
+    opt_level: str | None,
+    sync_bn: bool | None,
+    shard_eval: bool | None,
+    exclude: tuple[str, ...],
+    force_exclude: bool,
+    stdin_filename: str | None,
+) -> None:
+    """Convert single-GPU PyTorch training scripts to DistributedDataParallel, in place.
+
+    PATHS are files or directories (recursed into for *.py); `-` reads stdin and writes to stdout.
+    Exit status: 0 success, 1 a file would change (--check), 2 a file could not be converted.
+    """
+    if not paths:
+        sys.exit(0)
+    find_config.cache_clear()
+    settings = Settings(check=check, diff=diff)
+    if color is None:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval}
+    job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
+    for w in warns:
+        if not quiet:
+            click.echo(w, err=True)
+    if settings.write:
+        # Temporaries left by a killed earlier run are removed before anything is written.
+        for d in sorted({os.path.dirname(os.path.realpath(j.path)) for j in job_list if not j.stdin and not j.error}):
+            fileio.clean_stale_temps(d)
+
+    reports = _run(job_list, settings, jobs)
+    for report in reports:
+        _print_report(report, settings, quiet, color)
+    if reports and not quiet:
+        click.echo(summary(reports, settings), err=True)
+    if any(r.outcome == "error" for r in reports):
+        sys.exit(2)
+    if check and any(r.outcome == "changed" for r in reports):
+        sys.exit(1)
+    sys.exit(0)
+
+
+def _run(job_list: list[Job], settings: Settings, jobs: int) -> list[Report]:
+    workers = (os.cpu_count() or 1) if jobs == 0 else jobs
+    file_jobs = [j for j in job_list if not j.stdin]
+    if workers <= 1 or len(file_jobs) < 2:
+        return [process(j, settings) for j in job_list]
+    done: dict[int, Report] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(file_jobs))) as pool:
+        pooled = [i for i, j in enumerate(job_list) if not j.stdin]
+        for i, rep in zip(pooled, pool.map(_process_star, [job_list[i] for i in pooled], repeat(settings))):
+            done[i] = rep
+    for i, j in enumerate(job_list):
+        if j.stdin:
+            done[i] = process(j, settings)  # stdin belongs to this process
+    return [done[i] for i in range(len(job_list))]
+
+
+def _print_report(report: Report, settings: Settings, quiet: bool, color: bool) -> None:
+    if report.diff:
+        sys.stdout.write(color_diff(report.diff) if color else report.diff)
+        sys.stdout.flush()
+    if report.stdout is not None:
+        sys.stdout.buffer.write(report.stdout)
+        sys.stdout.buffer.flush()
+    for kind, text in report.messages:
+        if quiet and kind in ("fixed", "note"):
+            continue
+        click.echo(text, err=True)
+    if report.outcome == "changed" and not quiet:
+        click.echo(f"{'converted' if settings.write else 'would convert'} {report.path}", err=True)
+        if settings.write and not report.stdin:
+            cmd = run_command(report.path)
+            if cmd:
+                click.echo(f"  run it with: {cmd}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `ddpify verify ...` and `ddpify launch ...` go to their commands, the rest converts."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        module_name, attr = SUBCOMMANDS[args[0]]
+        try:
+            command = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            click.echo(f"error: `ddpify {args[0]}` is not available: {exc}", err=True)
+            sys.exit(2)
+        command.main(args[1:], prog_name=f"ddpify {args[0]}")
+        return
+    convert_command.main(args, prog_name="ddpify")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Conversion options shared by the CLI, pyproject.toml's [tool.ddpify] and verify."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AMP_CHOICES = ("auto", "bf16", "fp16", "none", "apex")
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+
+
+@dataclass(frozen=True)
+class Options:
+    # auto: bf16 where the GPU has it, else fp16 + GradScaler, off on CPU (decided at run time).
+    amp: str = "auto"
+    sync_bn: bool = False
+    # Evaluation loaders stay unsharded by default so metrics stay exact.
+    shard_eval: bool = False
+    opt_level: str = "O1"  # apex target only
+
+    def __post_init__(self) -> None:
+        if self.amp not in AMP_CHOICES:
+            raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}")
+        if self.opt_level not in OPT_LEVELS:
+            raise ValueError(f"opt_level must be one of {', '.join(OPT_LEVELS)}, not {self.opt_level!r}")

@@ -1,0 +1,71 @@
+"""convert_source: parse once, analyse once, let each concern plan its edits, apply them in one pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpify.analysis import Analysis
+from ddpify.edits import Applier
+from ddpify.findings import Finding
+from ddpify.options import Options
+from ddpify.transforms import PIPELINE
+from ddpify.transforms.base import Context
+
+
+class ConversionError(Exception):
+    """The source could not be parsed or converted; line/col are 1-based where known."""
+
+    def __init__(self, message: str, line: int = 0, col: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.col = col
+
+    def format(self, path: str) -> str:
+        where = f"{path}:{self.line}:{self.col}" if self.line else path
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Result:
+    source: str
+    changed: bool
+    # converted | already-distributed | legacy | not-training | generated
+    status: str
+    findings: list[Finding] = field(default_factory=list)
+
+
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
+        raise ConversionError(f"cannot parse: {msg}", e.raw_line, e.raw_column + 1) from None
+    except RecursionError:
+        raise ConversionError("cannot parse: nesting too deep") from None
+
+
+def convert_source(source: str, options: Options | None = None, path: str = "<stdin>") -> Result:
+    options = options or Options()
+    module = parse(source)
+    analysis = Analysis(module)
+    ctx = Context(analysis, options)
+    if analysis.distributed_api is not None:
+        what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"
+        ctx.finding(analysis.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
+        return Result(source, False, "already-distributed", sorted(ctx.findings))
+    if analysis.legacy_api is not None:
+        from ddpify.legacy import convert_legacy  # the apex / torch.distributed.launch path
+
+        return convert_legacy(source, analysis, ctx)
+    if not analysis.steps:
+        ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)
+        return Result(source, False, "not-training", sorted(ctx.findings))
+    for transform in PIPELINE:
+        transform().plan(ctx)
+    if ctx.edits.is_empty():
+        return Result(source, False, "converted", sorted(ctx.findings))
+    new = analysis.module.visit(Applier(ctx.edits)).code
+    return Result(new, new != source, "converted", sorted(set(ctx.findings)))

@@ -1,0 +1,26 @@
+"""One module per concern. The pipeline runs them in PIPELINE order; launch runs last
+because it emits the imports and set-up code the others asked for."""
+
+from ddpify.transforms.accumulation import AccumulationTransform
+from ddpify.transforms.checkpoints import CheckpointTransform
+from ddpify.transforms.decisions import DecisionTransform
+from ddpify.transforms.device import DeviceTransform
+from ddpify.transforms.launch import LaunchTransform
+from ddpify.transforms.precision import PrecisionTransform
+from ddpify.transforms.rank0 import Rank0Transform
+from ddpify.transforms.sampler import SamplerTransform
+from ddpify.transforms.unwrap import UnwrapTransform
+from ddpify.transforms.wrapping import WrappingTransform
+
+PIPELINE = (
+    DeviceTransform,
+    SamplerTransform,
+    WrappingTransform,
+    UnwrapTransform,
+    PrecisionTransform,
+    AccumulationTransform,
+    CheckpointTransform,
+    Rank0Transform,
+    DecisionTransform,
+    LaunchTransform,
+)

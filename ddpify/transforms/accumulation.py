@@ -1,0 +1,43 @@
+"""Gradient accumulation: micro-steps that do not step the optimizer run under no_sync(),
+so DDP all-reduces once per optimizer step instead of once per micro-step."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import code
+from ddpify.transforms.base import Context, Transform
+
+
+class AccumulationTransform(Transform):
+    name = "accumulation"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        for step in a.steps:
+            test = step.accumulation_test
+            if test is None or step.forward_first is None or not ctx.editable(step.stmt):
+                continue
+            body = list(step.block.body)
+            if step.forward_first not in body:
+                continue
+            first, last = body.index(step.forward_first), body.index(step.stmt)
+            region = body[first : last + 1]
+            # the condition must mean the same before the forward pass as after backward
+            names = {n.value for n in m.findall(test, m.Name())}
+            if any(a._assigns(s, n) for s in region for n in names):
+                continue
+            models = [n for n in step.models if self._wrapped(ctx, n)]
+            if len(models) != 1:
+                continue
+            ctxlib = ctx.name("contextlib")
+            header = ctx.expr(f"{ctxlib}.nullcontext() if {code(test)} else {models[0]}.no_sync()")
+            ctx.edits.wraps.append((step.forward_first, step.stmt, header))
+            ctx.finding(step.stmt, "DDP050", f"micro-steps that do not step the optimizer run under {models[0]}.no_sync(): one all-reduce per optimizer step", True)
+
+    def _wrapped(self, ctx: Context, name: str) -> bool:
+        if name in ctx.wrapped:
+            return True
+        bindings = ctx.a._propagate(sorted(ctx.wrapped))
+        return any(name in names for names in bindings.values())

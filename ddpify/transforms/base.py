@@ -1,0 +1,115 @@
+"""What every concern gets: the shared analysis, the options, the edit plan and findings."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis import Analysis
+from ddpify.edits import Edits
+from ddpify.findings import Finding
+from ddpify.options import Options
+
+# Import each generated name needs, and the alias conventionally used for it.
+IMPORTS = {
+    "os": ("import os", "os"),
+    "torch": ("import torch", "torch"),
+    "dist": ("import torch.distributed as dist", "dist"),
+    "DDP": ("from torch.nn.parallel import DistributedDataParallel as DDP", "DDP"),
+    "DistributedSampler": ("from torch.utils.data.distributed import DistributedSampler", "DistributedSampler"),
+    "contextlib": ("import contextlib", "contextlib"),
+}
+QUALIFIED = {
+    "os": "os",
+    "torch": "torch",
+    "dist": "torch.distributed",
+    "DDP": "torch.nn.parallel.DistributedDataParallel",
+    "DistributedSampler": "torch.utils.data.distributed.DistributedSampler",
+    "contextlib": "contextlib",
+}
+
+
+class Context:
+    def __init__(self, analysis: Analysis, options: Options) -> None:
+        self.a = analysis
+        self.opts = options
+        self.edits = Edits()
+        self.findings: list[Finding] = []
+        self.imports_needed: list[str] = []
+        self.helpers: set[str] = set()  # generated helper blocks: "amp", "rank0_decides"
+        self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
+        self._alias = self._resolve_aliases()
+
+    # -- names ------------------------------------------------------------------------
+    def _resolve_aliases(self) -> dict[str, str]:
+        """Reuse the script's own import of a name; fall back to the full path on a clash."""
+        out: dict[str, str] = {}
+        bound: dict[str, set[str]] = {}
+        for scope_names in (self.a.scopes.get(self.a.module),):
+            if scope_names is None:
+                continue
+            for asg in scope_names.assignments:
+                bound.setdefault(asg.name, set())
+                node = asg.node
+                if isinstance(node, (cst.Import, cst.ImportFrom)):
+                    for alias in node.names if not isinstance(node.names, cst.ImportStar) else ():
+                        local = alias.evaluated_alias or alias.evaluated_name
+                        if local == asg.name:
+                            full = alias.evaluated_name
+                            if isinstance(node, cst.ImportFrom) and node.module is not None:
+                                mod = cst.Module(body=[]).code_for_node(node.module)
+                                full = f"{mod}.{alias.evaluated_name}"
+                            bound[asg.name].add(full)
+                else:
+                    bound[asg.name].add("<value>")
+        self._bound = bound
+        for key, (_stmt, alias) in IMPORTS.items():
+            full = QUALIFIED[key]
+            existing = [n for n, fulls in bound.items() if full in fulls or (key == "DistributedSampler" and "torch.utils.data.DistributedSampler" in fulls)]
+            if existing:
+                out[key] = existing[0]
+            elif alias in bound:
+                out[key] = full if key not in ("os", "torch", "contextlib") else alias
+            else:
+                out[key] = alias
+        return out
+
+    def name(self, key: str) -> str:
+        """The expression that names `key` in this module, importing it if needed."""
+        alias = self._alias[key]
+        if alias in self._bound and alias == IMPORTS[key][1]:
+            return alias
+        if alias == QUALIFIED[key] and alias != IMPORTS[key][1]:
+            self.require("torch")
+            return alias
+        self.require(key)
+        return alias
+
+    def require(self, key: str) -> None:
+        if key not in self.imports_needed:
+            self.imports_needed.append(key)
+
+    # -- building code ----------------------------------------------------------------
+    @staticmethod
+    def stmt(text: str) -> cst.BaseStatement:
+        return cst.parse_statement(text)
+
+    @staticmethod
+    def expr(text: str) -> cst.BaseExpression:
+        return cst.parse_expression(text)
+
+    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False) -> None:
+        line, col = self.a.line_col(node) if node is not None else (1, 1)
+        self.findings.append(Finding(line, col, code, message, fixed))
+
+    def editable(self, node: cst.CSTNode) -> bool:
+        """False where the user asked ddpify to keep out (# ddpify: skip / off)."""
+        return not self.a.skipped(node)
+
+
+class Transform:
+    """One concern. plan() reads ctx.a and records edits and findings in ctx."""
+
+    name = "transform"
+
+    def plan(self, ctx: Context) -> None:  # pragma: no cover - interface
+        raise NotImplementedError

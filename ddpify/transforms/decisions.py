@@ -1,0 +1,69 @@
+"""Decisions that end training (early stopping, a loss threshold) are taken by rank 0 and
+shared, so no rank leaves the loop while the others wait in a collective."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import code
+from ddpify.transforms.base import Context, Transform
+
+DATA_DEPENDENT = re.compile(r"(loss|acc|metric|score|best|patience|stop|bad|improv|converge|val|perplex|ppl|error|err)", re.I)
+
+
+class DecisionTransform(Transform):
+    name = "decisions"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        training_loops = self._training_loops(ctx)
+        for if_ in a.ifs:
+            if not ctx.editable(if_):
+                continue
+            exits = [b for b in m.findall(if_.body, m.Break())]
+            if not exits:
+                continue
+            loop = a.enclosing_loop(if_)
+            if loop is None or id(loop) not in training_loops:
+                continue
+            if any(a.enclosing_loop(b) is not loop for b in exits):
+                continue
+            names = {n.value for n in m.findall(if_.test, m.Name())} | {n.attr.value for n in m.findall(if_.test, m.Attribute())}
+            if not any(DATA_DEPENDENT.search(n) for n in names) and not m.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
+                continue
+            ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
+            ctx.helpers.add("rank0_decides")
+            ctx.finding(if_, "DDP080", "loop-ending decision taken by rank 0 and shared with every rank (rank0_decides)", True)
+
+    def _training_loops(self, ctx: Context) -> set[int]:
+        """Loops that run a training step, directly or through a function they call."""
+        a = ctx.a
+        out: set[int] = set()
+        step_fns = set()
+        for s in a.steps:
+            loop = a.enclosing_loop(s.stmt)
+            while loop is not None:
+                out.add(id(loop))
+                loop = a.enclosing_loop(loop)
+            fn = a.function_of(s.stmt)
+            if fn is not None:
+                step_fns.add(fn)
+        frontier = list(step_fns)
+        seen = set()
+        while frontier:
+            fn = frontier.pop()
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            for call in a.callers(fn):
+                loop = a.enclosing_loop(call)
+                while loop is not None:
+                    out.add(id(loop))
+                    loop = a.enclosing_loop(loop)
+                cfn = a.function_of(call)
+                if cfn is not None:
+                    frontier.append(cfn)
+        return out

@@ -1,0 +1,123 @@
+"""Device placement: every CUDA device the script names becomes the rank's own GPU."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import call_args, dotted
+from ddpify.transforms.base import Context, Transform
+
+PINNED = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
+BARE = re.compile(r"""^(?P<q>['"])cuda(?P=q)$""")
+DEVICE_FLAGS = ("--device",)
+GPU_FLAGS = ("--gpu", "--gpu-id", "--gpu_id", "--gpu-index", "--cuda-device")
+
+
+class DeviceTransform(Transform):
+    name = "device"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        for call in a.calls:
+            if not ctx.editable(call):
+                continue
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and dotted(func.value) != "torch":
+                self._cuda_call(ctx, call)
+            elif a.is_call(call, "torch.device"):
+                self._torch_device(ctx, call)
+            elif a.is_call(call, "torch.cuda.set_device"):
+                stmt = a.statement(call)
+                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                    ctx.edits.removed.add(stmt)
+                    ctx.finding(call, "DDP010", "torch.cuda.set_device removed: ddp_setup() selects LOCAL_RANK's GPU", True)
+            elif isinstance(func, cst.Attribute) and func.attr.value == "to":
+                for arg in call.args[:1]:
+                    if arg.keyword is None and isinstance(arg.value, cst.SimpleString) and BARE.match(arg.value.value):
+                        ctx.edits.replace(arg.value, ctx.expr("LOCAL_DEVICE"))
+                        ctx.finding(arg.value, "DDP010", '"cuda" becomes LOCAL_DEVICE, this rank\'s GPU', True)
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device" and isinstance(arg.value, cst.SimpleString) and BARE.match(arg.value.value):
+                    ctx.edits.replace(arg.value, ctx.expr("LOCAL_DEVICE"))
+                    ctx.finding(arg.value, "DDP010", 'device="cuda" becomes LOCAL_DEVICE, this rank\'s GPU', True)
+        # any literal pinned to one GPU index
+        for node in m.findall(a.module, m.SimpleString()):
+            if PINNED.match(node.value) and ctx.editable(node) and not self._inside_torch_device(ctx, node):
+                ctx.edits.replace(node, ctx.expr('f"cuda:{LOCAL_RANK}"'))
+                ctx.finding(node, "DDP010", f"{node.value} pinned every rank to one GPU; now cuda:LOCAL_RANK", True)
+        self._flags(ctx)
+
+    def _inside_torch_device(self, ctx: Context, node: cst.CSTNode) -> bool:
+        par = ctx.a.parent.get(ctx.a.parent.get(node))
+        return isinstance(par, cst.Call) and ctx.a.is_call(par, "torch.device") and len(par.args) == 1 and par.args[0].value is node
+
+    def _cuda_call(self, ctx: Context, call: cst.Call) -> None:
+        keep = [a for a in call.args if a.keyword is not None and a.keyword.value == "non_blocking"]
+        args = [cst.Arg(ctx.expr("LOCAL_DEVICE"))] + [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keep]
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+
+        def fn(node: cst.CSTNode, args=args) -> cst.CSTNode:
+            return node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=_commas(args))
+
+        ctx.edits.replace(call, fn)
+        ctx.finding(call, "DDP010", ".cuda() becomes .to(LOCAL_DEVICE), this rank's device", True)
+
+    def _torch_device(self, ctx: Context, call: cst.Call) -> None:
+        pos, kw = call_args(call)
+        if not pos:
+            return
+        first = pos[0].value
+        if isinstance(first, cst.SimpleString) and (BARE.match(first.value) or PINNED.match(first.value)):
+            ctx.edits.replace(call, ctx.expr("LOCAL_DEVICE"))
+            ctx.finding(call, "DDP010", f"torch.device({first.value}) becomes LOCAL_DEVICE, this rank's GPU", True)
+        elif isinstance(first, (cst.FormattedString,)) and "cuda" in first.start + "".join(
+            p.value for p in first.parts if isinstance(p, cst.FormattedStringText)
+        ):
+            ctx.edits.replace(call, ctx.expr("LOCAL_DEVICE"))
+            ctx.finding(call, "DDP010", "a device built from a GPU index becomes LOCAL_DEVICE", True)
+
+    def _flags(self, ctx: Context) -> None:
+        """--device / --gpu flags: a value given on the command line reaches every rank, so
+        it is mapped onto the rank's own GPU right after parsing."""
+        a = ctx.a
+        flags: dict[str, str] = {}
+        for call in a.calls:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+                names = [x.value.evaluated_value for x in call.args if x.keyword is None and isinstance(x.value, cst.SimpleString)]
+                _, kw = call_args(call)
+                dest = kw["dest"].value.evaluated_value if "dest" in kw and isinstance(kw["dest"].value, cst.SimpleString) else None
+                for n in names:
+                    if n in DEVICE_FLAGS:
+                        flags["device"] = dest or n.lstrip("-").replace("-", "_")
+                    if n in GPU_FLAGS:
+                        flags["gpu"] = dest or n.lstrip("-").replace("-", "_")
+        if not flags:
+            return
+        for call in a.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parse_args", "parse_known_args")):
+                continue
+            stmt = a.statement(call)
+            target = a._assign_target(call)
+            if target is None or not isinstance(stmt, cst.SimpleStatementLine) or not ctx.editable(stmt):
+                ctx.finding(call, "DDP011", "the --device/--gpu value is not mapped to LOCAL_RANK here: use LOCAL_DEVICE", False)
+                continue
+            if call.func.attr.value == "parse_known_args":
+                continue
+            new = []
+            if "device" in flags:
+                d = f"{target}.{flags['device']}"
+                new.append(ctx.stmt(f'{d} = str(LOCAL_DEVICE) if str({d}).startswith("cuda") else {d}\n'))
+            if "gpu" in flags:
+                new.append(ctx.stmt(f"{target}.{flags['gpu']} = LOCAL_RANK\n"))
+            ctx.edits.after[stmt].extend(new)
+            ctx.finding(call, "DDP010", "--device/--gpu now name this rank's GPU (LOCAL_RANK)", True)
+
+
+def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    out = []
+    for i, a in enumerate(args):
+        out.append(a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT))
+    return out

@@ -1,0 +1,189 @@
+"""Launch: ranks from torchrun's environment, the legacy --local-rank flag, process-group
+set-up at the entry point and tear-down at its end, and the imports everything else needs.
+Runs last: it emits the set-up code the other concerns asked for (ctx.helpers)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import dotted
+from ddpify.transforms.base import IMPORTS, Context, Transform
+
+RANKS = '''\
+# ddpify: torchrun sets these; a plain `python` run is rank 0 of 1.
+LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # picks this process's GPU
+RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
+WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
+LOCAL_DEVICE = {torch}.device("cuda", LOCAL_RANK) if {torch}.cuda.is_available() else {torch}.device("cpu")
+'''
+AMP = {
+    "auto": '''\
+# ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling; full precision on CPU.
+AMP_DTYPE = ({torch}.bfloat16 if {torch}.cuda.is_bf16_supported() else {torch}.float16) if {torch}.cuda.is_available() else None
+''',
+    "bf16": '''\
+# ddpify: bf16 autocast on GPUs (no loss scaling needed); full precision on CPU.
+AMP_DTYPE = {torch}.bfloat16 if {torch}.cuda.is_available() else None
+''',
+    "fp16": '''\
+# ddpify: fp16 autocast with loss scaling on GPUs; full precision on CPU.
+AMP_DTYPE = {torch}.float16 if {torch}.cuda.is_available() else None
+''',
+}
+SCALER = '''\
+SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)  # one scaler for every optimizer
+'''
+SETUP = '''\
+
+
+def ddp_setup():
+    """Join torchrun's process group (NCCL on GPUs, gloo on CPU); alone, form a group of one."""
+    if {torch}.cuda.is_available():
+        {torch}.cuda.set_device(LOCAL_DEVICE)
+    backend = "nccl" if {torch}.cuda.is_available() else "gloo"
+    device_id = LOCAL_DEVICE if {torch}.cuda.is_available() else None
+    if "MASTER_ADDR" in {os}.environ:
+        {dist}.init_process_group(backend, device_id=device_id)
+    else:
+        {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1, device_id=device_id)
+'''
+DECIDES = '''\
+
+
+def rank0_decides(flag):
+    """Every rank follows rank 0's decision, so no rank leaves a loop alone."""
+    decision = {torch}.tensor([int(bool(flag))], device=LOCAL_DEVICE)
+    {dist}.broadcast(decision, src=0)
+    return bool(decision.item())
+'''
+
+
+class LaunchTransform(Transform):
+    name = "launch"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        names = {k: ctx.name(k) for k in ("os", "torch", "dist")}
+        text = RANKS
+        if "amp" in ctx.helpers:
+            text += AMP["auto" if ctx.opts.amp not in AMP else ctx.opts.amp]
+            if "scaler" in ctx.helpers:
+                text += SCALER
+        text += SETUP
+        if "rank0_decides" in ctx.helpers:
+            text += DECIDES
+        block = list(cst.parse_module(text.format(**names)).body)
+        self._local_rank_flag(ctx)
+        imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
+        first = block[0]
+        block[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines])
+        anchor = self._prelude_end(ctx)
+        if anchor is None:
+            target = a.module.body[0]
+            ctx.edits.before[target].extend(imports + block)
+        else:
+            ctx.edits.after[anchor].extend(imports + block)
+        self._entry(ctx, anchor)
+        ctx.finding(anchor or a.module.body[0], "DDP001", "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)", True)
+
+    def _missing(self, ctx: Context, key: str) -> bool:
+        return IMPORTS[key][1] not in ctx._bound
+
+    def _prelude_end(self, ctx: Context) -> cst.BaseStatement | None:
+        body = ctx.a.module.body
+        last = None
+        for s in body:
+            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) or s is ctx.a.main_guard:
+                break
+            if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+                last = s
+        if last is None:
+            for s in body:
+                if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+                    last = s
+        return last
+
+    def _entry(self, ctx: Context, prelude: cst.BaseStatement | None) -> None:
+        a = ctx.a
+        dist = ctx.name("dist")
+        guard = a.main_guard
+        setup = ctx.stmt("ddp_setup()\n")
+        destroy = ctx.stmt(f"{dist}.destroy_process_group()\n")
+        if guard is not None and not self._module_level_work(ctx, guard):
+            ctx.edits.prepend[guard].append(setup)
+            body = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
+            last = body[-1] if body else None
+            if last is not None and self._exits(last):
+                self._exit_after_destroy(ctx, last, destroy)
+            else:
+                ctx.edits.append[guard].append(destroy)
+            ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
+            return
+        if prelude is not None:
+            ctx.edits.after[prelude].append(setup.with_changes(leading_lines=[cst.EmptyLine()]))
+        last = a.module.body[-1]
+        if self._exits(last):
+            self._exit_after_destroy(ctx, last, destroy)
+        else:
+            ctx.edits.after[last].append(destroy.with_changes(leading_lines=[cst.EmptyLine()]) if not isinstance(last, cst.SimpleStatementLine) else destroy)
+        ctx.finding(last, "DDP003", "process group destroyed when training ends", True)
+
+    def _exit_after_destroy(self, ctx: Context, last: cst.SimpleStatementLine, destroy) -> None:
+        # sys.exit(main()): run main() first, then tear down, then exit with its status
+        call = last.body[0].value
+        arg = call.args[0].value if call.args else None
+        if arg is None:
+            ctx.edits.before[last].append(destroy)
+            return
+        ctx.edits.before[last].append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("exit_status"))], arg)]))
+        ctx.edits.before[last].append(destroy)
+        ctx.edits.replace(arg, cst.Name("exit_status"))
+
+    @staticmethod
+    def _exits(stmt: cst.BaseStatement) -> bool:
+        return (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, cst.Call)
+            and dotted(stmt.body[0].value.func) in ("sys.exit", "exit", "quit", "os._exit")
+        )
+
+    def _module_level_work(self, ctx: Context, guard: cst.If) -> bool:
+        """True when code outside the main guard needs the process group at import time."""
+        a = ctx.a
+        anchors = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])]
+        anchors += [a.statement(c) for c in a.calls if a.is_call(c, "torch.load")]
+        anchors += [s.stmt for s in a.steps]
+        for s in anchors:
+            if a.function_of(s) is None and not _inside(a, s, guard):
+                return True
+        return False
+
+    def _local_rank_flag(self, ctx: Context) -> None:
+        a = ctx.a
+        seen: set[str] = set()
+        for call in a.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parse_args", "parse_known_args")):
+                continue
+            parser = dotted(call.func.value)
+            if not parser or parser in seen or not ctx.editable(call):
+                continue
+            stmt = a.statement(call)
+            if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+                continue
+            seen.add(parser)
+            ctx.edits.before[stmt].append(ctx.stmt(
+                f'{parser}.add_argument("--local-rank", "--local_rank", type=int, default=LOCAL_RANK, help="set by torch.distributed.launch; torchrun sets LOCAL_RANK")\n'
+            ))
+            ctx.finding(call, "DDP002", "--local-rank/--local_rank accepted, so the legacy launcher works too", True)
+
+
+def _inside(a, node, container) -> bool:
+    cur = a.parent.get(node)
+    while cur is not None:
+        if cur is container:
+            return True
+        cur = a.parent.get(cur)
+    return False

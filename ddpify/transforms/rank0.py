@@ -1,0 +1,184 @@
+"""Rank-0 work: printing, saving, logging, progress bars, metric files and trackers happen
+once, on global rank 0. A statement that runs the model or a collective is never guarded."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import call_args, code, dotted
+from ddpify.transforms.base import Context, Transform
+
+LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
+WRITE_CALLS = (
+    "torch.save", "numpy.save", "numpy.savez", "numpy.savetxt", "numpy.savez_compressed", "shutil.copy",
+    "shutil.copyfile", "shutil.copy2", "shutil.move", "shutil.rmtree", "json.dump", "pickle.dump",
+    "matplotlib.pyplot.savefig", "yaml.dump", "yaml.safe_dump",
+)
+WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "write_text", "write_bytes", "save_pretrained", "writerow", "writerows"}
+MKDIR = ("os.makedirs", "os.mkdir")
+TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm")
+TRACKER_PREFIXES = ("wandb.", "mlflow.", "neptune.", "comet_ml.")
+SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter")
+WRITE_MODE = re.compile(r"[wax+]")
+
+
+class Rank0Transform(Transform):
+    name = "rank0"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        loggers = self._bound_to(ctx, lambda c: a.is_call(c, "logging.getLogger"))
+        writers = self._bound_to(ctx, lambda c: a.is_call(c, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in a.qualified(c.func)))
+        bars = self._bound_to(ctx, lambda c: a.is_call(c, *TQDM))
+        csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
+        guarded: set[cst.BaseStatement] = set()
+        for call in a.calls:
+            if not ctx.editable(call):
+                continue
+            if a.is_call(call, *TQDM):
+                self._quiet_bar(ctx, call)
+                continue
+            if self._creates_tracker(ctx, call):
+                continue
+            reason = self._rank0_reason(ctx, call, loggers, writers, bars, csv_writers)
+            if reason is None:
+                continue
+            stmt = a.statement(call)
+            if stmt in guarded or not self._guardable(ctx, stmt, call):
+                continue
+            if a.runs_collective(stmt):
+                ctx.finding(call, "DDP061", f"{reason} left on every rank: the statement also runs the model or a collective; compute the value first, then print/save it under `if RANK == 0:`", False)
+                continue
+            guarded.add(stmt)
+            ctx.edits.guarded.add(stmt)
+            ctx.finding(call, "DDP060", f"{reason} on global rank 0 only", True)
+        self._open_for_write(ctx, guarded)
+        ctx.edits.guard_test = ctx.expr("RANK == 0")
+
+    def _bound_to(self, ctx: Context, pred) -> set[str]:
+        names = set()
+        for c in ctx.a.calls:
+            if pred(c):
+                t = ctx.a._assign_target(c)
+                if t:
+                    names.add(t)
+                par = ctx.a.parent.get(c)
+                if isinstance(par, cst.WithItem) and par.asname is not None:
+                    n = dotted(par.asname.name)
+                    if n:
+                        names.add(n)
+        return names
+
+    def _rank0_reason(self, ctx, call, loggers, writers, bars, csv_writers) -> str | None:
+        a = ctx.a
+        func = call.func
+        if m.matches(func, m.Name("print")):
+            return "print"
+        if a.is_call(call, *WRITE_CALLS):
+            return f"{dotted(func) or 'write'}"
+        if a.is_call(call, *MKDIR):
+            _, kw = call_args(call)
+            if "exist_ok" in kw and m.matches(kw["exist_ok"].value, m.Name("True")):
+                return None
+            return f"{dotted(func)}"
+        qs = a.qualified(func)
+        if any(q.startswith(TRACKER_PREFIXES) for q in qs):
+            return f"{dotted(func)}"
+        if isinstance(func, cst.Attribute):
+            base = dotted(func.value)
+            meth = func.attr.value
+            if any(q.startswith("logging.") and q.rsplit(".", 1)[-1] in LOG_METHODS for q in qs):
+                return "logging"
+            if base in loggers and meth in LOG_METHODS:
+                return "logging"
+            if base in writers:
+                return f"{base}.{meth}"
+            if base in csv_writers:
+                return f"{base}.{meth}"
+            if meth == "write" and (base in bars or any(q in ("tqdm.tqdm.write", "tqdm.auto.tqdm.write") for q in qs)):
+                return "progress-bar write"
+            if meth in ("savefig",):
+                return meth
+            if meth == "mkdir" and not any(k.keyword and k.keyword.value == "exist_ok" and m.matches(k.value, m.Name("True")) for k in call.args):
+                return None if base is None else None
+        return None
+
+    def _guardable(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call) -> bool:
+        a = ctx.a
+        if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            return False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Expr):
+                return False
+            return stmt.body[0].value is call or self._within(a, call, stmt.body[0].value)
+        return False
+
+    @staticmethod
+    def _within(a, node, container) -> bool:
+        cur = a.parent.get(node)
+        while cur is not None:
+            if cur is container:
+                return True
+            cur = a.parent.get(cur)
+        return False
+
+    def _creates_tracker(self, ctx: Context, call: cst.Call) -> bool:
+        """writer = SummaryWriter(...) / run = wandb.init(...): None on other ranks."""
+        a = ctx.a
+        qs = a.qualified(call.func)
+        is_writer = a.is_call(call, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in qs)
+        if not is_writer:
+            return False
+        par = a.parent.get(call)
+        if isinstance(par, (cst.Assign, cst.AnnAssign)):
+            ctx.edits.replace(call, lambda n: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=cst.Name("None")))
+            ctx.finding(call, "DDP060", f"{dotted(call.func)} created on global rank 0 only (None elsewhere)", True)
+            return True
+        return False
+
+    def _quiet_bar(self, ctx: Context, call: cst.Call) -> None:
+        _, kw = call_args(call)
+        if "disable" in kw:
+            old = code(kw["disable"].value)
+            ctx.edits.replace(kw["disable"].value, ctx.expr(f"({old}) or RANK != 0"))
+        else:
+            def fn(n):
+                args = list(n.args)
+                if args and not isinstance(args[-1].comma, cst.Comma):
+                    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                args.append(cst.Arg(keyword=cst.Name("disable"), value=ctx.expr("RANK != 0"),
+                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+                return n.with_changes(args=args)
+
+            ctx.edits.replace(call, fn)
+        ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)
+
+    def _open_for_write(self, ctx: Context, guarded: set) -> None:
+        """open(path, "w") on other ranks writes to os.devnull: the code around it runs
+        unchanged on every rank, and only rank 0's file reaches the disk."""
+        a = ctx.a
+        for call in a.calls:
+            if not m.matches(call.func, m.Name("open")) or not ctx.editable(call):
+                continue
+            pos, kw = call_args(call)
+            mode = pos[1].value if len(pos) > 1 else (kw["mode"].value if "mode" in kw else None)
+            if not (isinstance(mode, cst.SimpleString) and WRITE_MODE.search(mode.evaluated_value)):
+                continue
+            if not pos or self._in_guarded(a, call, guarded):
+                continue
+            path = pos[0].value
+            osname = ctx.name("os")
+            ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
+            ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
+
+    @staticmethod
+    def _in_guarded(a, node, guarded) -> bool:
+        cur = node
+        while cur is not None:
+            if cur in guarded:
+                return True
+            cur = a.parent.get(cur)
+        return False

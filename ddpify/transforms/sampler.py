@@ -1,0 +1,225 @@
+"""Data sharding: DistributedSampler on the training DataLoader, set_epoch in the epoch loop."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import Loader, call_args, code, dotted
+from ddpify.transforms.base import Context, Transform
+
+
+class SamplerTransform(Transform):
+    name = "sampler"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        train = [ld for ld in a.loaders if ld.role == "train"]
+        if a.steps and not train:
+            node = a.steps[0].backward
+            ctx.finding(node, "DDP024", "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand", False)
+        ctx.sharded = []  # type: ignore[attr-defined]
+        for ld in a.loaders:
+            if not ctx.editable(ld.call):
+                continue
+            if ld.role == "eval" and not ctx.opts.shard_eval:
+                ctx.finding(ld.call, "DDP025", "evaluation DataLoader left unsharded: every rank evaluates the full set, so metrics stay exact", False)
+                continue
+            if self._shard(ctx, ld):
+                ctx.sharded.append(ld)  # type: ignore[attr-defined]
+                if ld.role == "train":
+                    self._set_epoch(ctx, ld)
+
+    # -- the sampler ------------------------------------------------------------------
+    def _shard(self, ctx: Context, ld: Loader) -> bool:
+        a = ctx.a
+        call = ld.call
+        pos, kw = call_args(call)
+        if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
+            ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
+            return False
+        if ld.dataset is None:
+            return False
+        if self._iterable(ctx, ld.dataset):
+            ctx.finding(call, "DDP023", "IterableDataset: a sampler cannot shard it; yield only items i where i % WORLD_SIZE == RANK (and split workers with get_worker_info())", False)
+            return False
+        star = [x for x in call.args if x.star == "**"]
+        drop_pos_shuffle = None
+        if "shuffle" in kw:
+            shuffle = kw["shuffle"].value
+        elif len(pos) == 3:
+            shuffle = pos[2].value
+            drop_pos_shuffle = pos[2]
+        elif star:
+            shuffle = ctx.expr(f'{code(star[0].value)}.get("shuffle", False)')
+        else:
+            shuffle = cst.Name("False")
+        ds_expr = ld.dataset
+        hoisted = None
+        if dotted(ds_expr) is None:
+            stmt = ld.stmt
+            if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+                ctx.finding(call, "DDP022", "dataset built inline where ddpify cannot name it: assign it to a variable first", False)
+                return False
+            name = _unique(a, "train_dataset" if ld.role == "train" else "eval_dataset")
+            hoisted = ctx.stmt(f"{name} = {code(ds_expr)}\n")
+            ctx.edits.before[stmt].append(hoisted)
+            ctx.edits.replace(ds_expr, cst.Name(name))
+            ds_text = name
+        else:
+            ds_text = code(ds_expr)
+        sampler_cls = ctx.name("DistributedSampler")
+        shuffle_text = code(shuffle)
+        if ld.role == "eval":
+            shuffle_text = "False"
+        sampler = f"{sampler_cls}({ds_text})" if shuffle_text == "True" else f"{sampler_cls}({ds_text}, shuffle={shuffle_text})"
+        sampler_arg = cst.Arg(keyword=cst.Name("sampler"), value=ctx.expr(sampler),
+                              equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        shuffle_node = kw["shuffle"] if "shuffle" in kw else drop_pos_shuffle
+
+        def fn(node: cst.CSTNode, shuffle_node=shuffle_node, star=star) -> cst.CSTNode:
+            args = list(node.args)
+            out = []
+            for orig, new in zip(call.args, args):
+                if orig is shuffle_node:
+                    if orig.keyword is not None:
+                        out.append(new.with_changes(value=cst.Name("False")) if False else None)
+                    else:
+                        out.append(None)
+                    continue
+                if star and orig is star[0]:
+                    new = new.with_changes(value=ctx.expr(f'{{**{code(orig.value)}, "shuffle": False}}'))
+                out.append(new)
+            out = [x for x in out if x is not None]
+            # the sampler goes where `shuffle` was, else after the last keyword
+            idx = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
+            if idx is not None:
+                idx = min(idx, len(out))
+            else:
+                idx = len(out)
+                while idx > 0 and out[idx - 1].star:
+                    idx -= 1
+            last_comma = out[-1].comma if out else cst.MaybeSentinel.DEFAULT
+            out.insert(idx, sampler_arg)
+            fixed = []
+            for i, x in enumerate(out):
+                if i < len(out) - 1:
+                    c = x.comma if isinstance(x.comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                    fixed.append(x.with_changes(comma=c))
+                else:
+                    fixed.append(x.with_changes(comma=last_comma))
+            return node.with_changes(args=fixed)
+
+        ctx.edits.replace(call, fn)
+        what = "training" if ld.role == "train" else "evaluation"
+        ctx.finding(call, "DDP020", f"DistributedSampler added to the {what} DataLoader (shuffle={shuffle_text})", True)
+        if ld.role == "train":
+            ctx.finding(call, "DDP026", "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)", False)
+        else:
+            ctx.finding(call, "DDP025", "evaluation is sharded (--shard-eval): the sampler pads with repeated samples, so all-reduce sums and counts for exact metrics", False)
+        return True
+
+    def _iterable(self, ctx: Context, ds: cst.BaseExpression) -> bool:
+        a = ctx.a
+        cls_name = None
+        if isinstance(ds, cst.Call):
+            cls_name = dotted(ds.func)
+        else:
+            name = dotted(ds)
+            for asg in a.assigns:
+                if isinstance(asg, cst.Assign) and any(dotted(t.target) == name for t in asg.targets) and isinstance(asg.value, cst.Call):
+                    cls_name = dotted(asg.value.func)
+        if not cls_name:
+            return False
+        cls = a.classes.get(cls_name.rsplit(".", 1)[-1])
+        if cls is not None:
+            return any("IterableDataset" in code(b.value) for b in cls.bases)
+        return "IterableDataset" in cls_name
+
+    # -- set_epoch --------------------------------------------------------------------
+    def _set_epoch(self, ctx: Context, ld: Loader) -> None:
+        a = ctx.a
+        done: set[int] = getattr(ctx, "_epoch_loops_done", set())
+        ctx._epoch_loops_done = done  # type: ignore[attr-defined]
+        # a loader rebuilt inside the epoch loop: set the epoch right after building it
+        outer = a.enclosing_loop(ld.stmt)
+        if isinstance(outer, cst.For) and ld.target and isinstance(outer.target, cst.Name):
+            ctx.edits.after[ld.stmt].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
+            ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+            return
+        if not ld.target:
+            return
+        for site, used in a.loader_iteration_sites(ld.target):
+            loops = self._epoch_loops(ctx, site, used)
+            for loop, expr in loops:
+                if loop is None:
+                    continue
+                if id(loop) in done:
+                    continue
+                done.add(id(loop))
+                if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and ctx.editable(loop):
+                    ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
+                    ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+                else:
+                    ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+
+    def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
+        """(epoch loop, loader expression there) around an iteration site."""
+        a = ctx.a
+        if isinstance(site, cst.Call):  # iter(loader)
+            loop = a.enclosing_loop(a.statement(site))
+            if loop is None:
+                return []
+            if isinstance(loop, cst.While):
+                return [(loop, used)]
+            return [(loop, used)]
+        loop = a.enclosing_loop(site)
+        if loop is not None:
+            return [(loop, used)]
+        fn = a.function_of(site)
+        if fn is None:
+            return []
+        params = [p.name.value for p in fn.params.params]
+        out = []
+        for call in a.callers(fn):
+            cloop = a.enclosing_loop(call)
+            if cloop is None:
+                # one level further: the caller's own callers
+                cfn = a.function_of(call)
+                if cfn is None:
+                    continue
+                expr = self._arg_for(call, fn, params, used)
+                if expr is None:
+                    continue
+                for call2 in a.callers(cfn):
+                    l2 = a.enclosing_loop(call2)
+                    if l2 is not None:
+                        e2 = self._arg_for(call2, cfn, [p.name.value for p in cfn.params.params], expr)
+                        if e2:
+                            out.append((l2, e2))
+                continue
+            expr = self._arg_for(call, fn, params, used)
+            if expr:
+                out.append((cloop, expr))
+        return out
+
+    @staticmethod
+    def _arg_for(call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
+        if used not in params:
+            return used  # a global or self attribute: same name at the call site
+        pos, kw = call_args(call)
+        offset = 1 if params and params[0] in ("self", "cls") else 0
+        i = params.index(used) - offset
+        if used in kw:
+            return code(kw[used].value)
+        if 0 <= i < len(pos):
+            return code(pos[i].value)
+        return None
+
+
+def _unique(a, base: str) -> str:
+    names = {n.value for n in m.findall(a.module, m.Name())}
+    name, k = base, 2
+    while name in names:
+        name, k = f"{base}_{k}", k + 1
+    return name

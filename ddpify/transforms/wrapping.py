@@ -1,0 +1,119 @@
+"""Model wrapping: DistributedDataParallel after the model reaches its device; DataParallel
+replaced, not wrapped; SyncBatchNorm where asked."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import call_args, code, dotted
+from ddpify.transforms.base import Context, Transform
+
+PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
+
+
+class WrappingTransform(Transform):
+    name = "wrapping"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        dp_stmts = self._replace_dataparallel(ctx)
+        if not a.models:
+            if a.steps:
+                ctx.finding(a.steps[0].backward, "DDP034", "no model found (no optimizer over model.parameters()): wrap it with DDP(model, device_ids=[LOCAL_RANK]) by hand", False)
+            return
+        for name in a.models:
+            self._wrap(ctx, name, dp_stmts)
+
+    def _replace_dataparallel(self, ctx: Context) -> set[cst.BaseStatement]:
+        a = ctx.a
+        stmts: set[cst.BaseStatement] = set()
+        for call in a.dataparallel_calls:
+            if not ctx.editable(call):
+                continue
+            pos, _ = call_args(call)
+            if not pos:
+                continue
+            inner = pos[0].value
+            stmt = a.statement(call)
+            stmts.add(stmt)
+            par = a.parent.get(call)
+            if isinstance(par, cst.Assign) and len(par.targets) == 1 and dotted(par.targets[0].target) == dotted(inner) and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                ctx.edits.removed.add(stmt)
+            else:
+                ctx.edits.replace(call, lambda node: node.args[0].value)
+            ctx.finding(call, "DDP031", "nn.DataParallel replaced by DistributedDataParallel (one process per GPU)", True)
+        for call in a.functional_dp_calls:
+            if not ctx.editable(call):
+                continue
+            pos, _ = call_args(call)
+            if len(pos) < 2:
+                continue
+
+            def fn(node):
+                return cst.Call(func=node.args[0].value, args=[node.args[1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+
+            ctx.edits.replace(call, fn)
+            ctx.finding(call, "DDP031", "nn.parallel.data_parallel(model, x) becomes model(x); DDP does the parallelism", True)
+        return stmts
+
+    def _binding(self, ctx: Context, name: str) -> cst.BaseStatement | None:
+        a = ctx.a
+        opt_fns = {a.function_of(c) for o, c in a.optimizers.items() if name in a._param_sources(c)}
+        cands = []
+        for asg in a.assigns:
+            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+            from ddpify.analysis import _flatten_targets
+
+            if any(dotted(el) == name for t in targets for el in _flatten_targets(t)):
+                stmt = a.statement(asg)
+                if isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+                    cands.append(stmt)
+        if not cands:
+            return None
+        same = [s for s in cands if a.function_of(s) in opt_fns]
+        return (same or cands)[0]
+
+    def _wrap(self, ctx: Context, name: str, dp_stmts: set[cst.BaseStatement]) -> None:
+        a = ctx.a
+        bind = self._binding(ctx, name)
+        if bind is None:
+            ctx.finding(None, "DDP034", f"could not find where `{name}` is created: wrap it with DDP({name}, device_ids=[LOCAL_RANK]) by hand", False)
+            return
+        block = a.block(bind)
+        body = list(block.body)
+        anchor = bind
+        for s in body[body.index(bind) + 1 :]:
+            if isinstance(s, (cst.For, cst.While)):
+                break
+            if self._uses_model(ctx, s, name):
+                break
+            if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in m.findall(s, m.SimpleStatementLine())):
+                anchor = s
+        if not ctx.editable(anchor):
+            return
+        ctx.wrapped[name] = anchor
+        ddp = ctx.name("DDP")
+        if ctx.opts.sync_bn:
+            ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"))
+            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
+        ctx.edits.after[anchor].append(
+            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n')
+        )
+        ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
+
+    def _places(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
+        for c in m.findall(stmt, m.Call(func=m.Attribute())):
+            if c.func.attr.value in PLACEMENT_METHODS and dotted(c.func.value) == name:  # type: ignore[attr-defined]
+                return True
+        return any(ctx.a._assigns(s, name) for s in m.findall(stmt, m.SimpleStatementLine())) if not isinstance(stmt, cst.SimpleStatementLine) else ctx.a._assigns(stmt, name)
+
+    def _uses_model(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
+        """The model runs or is handed to other code: it must be wrapped by then."""
+        for c in m.findall(stmt, m.Call()):
+            if dotted(c.func) == name:
+                return True
+            fname = dotted(c.func)
+            if fname and fname.rsplit(".", 1)[-1] in ctx.a.functions and any(dotted(x.value) == name for x in c.args):
+                return True
+        return False
