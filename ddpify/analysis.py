@@ -499,7 +499,7 @@ class Analysis:
                         step.step_calls.append(c)
                         if s not in step.step_stmts:
                             step.step_stmts.append(s)
-                        if isinstance(s, cst.If) and step.accumulation_test is None and self.statement(c) is s:
+                        if isinstance(s, cst.If) and step.accumulation_test is None and self.ancestor(c, cst.If) is s:
                             step.accumulation_test = s.test
             region = body[body.index(step.forward_first) : idx + 1] if step.forward_first in body else [stmt]
             for s in region:

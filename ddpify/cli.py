@@ -293,7 +293,7 @@ def _walk(top: str, cli_exclude: tuple[str, ...], cwd: str, add, jobs: dict) -> 
         for name in sorted(filenames):
             if not name.endswith(".py") or name.startswith("."):
                 continue
-            full = os.path.join(dirpath, name)
+            full = os.path.normpath(os.path.join(dirpath, name))  # "./a.py" -> "a.py", like black
             if not os.path.exists(full):
                 continue  # broken symlink met while recursing: not a file to convert
             add(full, explicit=False)

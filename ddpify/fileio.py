@@ -12,6 +12,7 @@ whose writer process is gone (clean_stale_temps).
 from __future__ import annotations
 
 import codecs
+import difflib
 import io
 import os
 import re
@@ -113,13 +114,31 @@ def encode_source(src: SourceFile, text: str) -> bytes:
     if src.uniform:
         if src.newline != "\n":
             text = text.replace("\n", src.newline)
-    elif src.newline != "\n":
-        # Mixed file passed through as is: lines the converter added end in a bare "\n".
-        text = re.sub(r"(?<!\r)\n", lambda _: src.newline, text)
+    else:
+        text = _restore_mixed_newlines(src, text)
     try:
         return text.encode(src.encoding)
     except UnicodeEncodeError as exc:
         raise FileError(f"the converted code cannot be encoded in the file's encoding ({src.encoding}): {exc.reason}") from None
+
+
+def _split_lines(text: str) -> list[str]:
+    return [line for line in re.split(r"(?<=\n)|(?<=\r)(?!\n)", text) if line]
+
+
+def _restore_mixed_newlines(src: SourceFile, text: str) -> str:
+    """A mixed-newline file reached the converter as is: lines it kept are kept byte for byte
+    (whatever their newline), lines it added take the file's dominant newline."""
+    before = _split_lines(src.text)
+    after = _split_lines(text)
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    for op, _, _, j1, j2 in matcher.get_opcodes():
+        for line in after[j1:j2]:
+            if op != "equal" and line.endswith("\n") and not line.endswith("\r\n"):
+                line = line[:-1] + src.newline
+            out.append(line)
+    return "".join(out)
 
 
 def is_generated(text: str) -> bool:

@@ -137,6 +137,7 @@ class _NprocType(click.ParamType):
     type=_NprocType(),
     default="gpu",
     show_default=True,
+    metavar="N|gpu",
     help="Processes (GPUs) per node: a number, or 'gpu' for all GPUs of each node.",
 )
 @click.option("--slurm", is_flag=True, help="Write a SLURM batch script (one torchrun per node through srun).")

@@ -2,6 +2,7 @@
 because it emits the imports and set-up code the others asked for."""
 
 from ddpify.transforms.accumulation import AccumulationTransform
+from ddpify.transforms.apex import ApexTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
@@ -18,6 +19,7 @@ PIPELINE = (
     WrappingTransform,
     UnwrapTransform,
     PrecisionTransform,
+    ApexTransform,
     AccumulationTransform,
     CheckpointTransform,
     Rank0Transform,

@@ -11,7 +11,16 @@ import libcst.matchers as m
 from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
 
-DATA_DEPENDENT = re.compile(r"(loss|acc|metric|score|best|patience|stop|bad|improv|converge|val|perplex|ppl|error|err)", re.I)
+DATA_DEPENDENT = {
+    "loss", "acc", "accuracy", "metric", "metrics", "score", "best", "patience", "stop", "stopping", "early", "bad",
+    "improve", "improved", "improvement", "converged", "val", "valid", "validation", "ppl", "perplexity", "error",
+    "err", "wait", "trigger", "triggered", "plateau", "f1", "auc", "bleu", "mse", "mae", "rmse",
+}
+
+
+def _tokens(name: str) -> set[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    return {t for t in re.split(r"[_\W]+", spaced) if t}
 
 
 class DecisionTransform(Transform):
@@ -23,7 +32,7 @@ class DecisionTransform(Transform):
         for if_ in a.ifs:
             if not ctx.editable(if_):
                 continue
-            exits = [b for b in m.findall(if_.body, m.Break())]
+            exits = [b for b in m.findall(if_.body, m.Break()) if a.ancestor(b, cst.If) is if_]
             if not exits:
                 continue
             loop = a.enclosing_loop(if_)
@@ -32,7 +41,7 @@ class DecisionTransform(Transform):
             if any(a.enclosing_loop(b) is not loop for b in exits):
                 continue
             names = {n.value for n in m.findall(if_.test, m.Name())} | {n.attr.value for n in m.findall(if_.test, m.Attribute())}
-            if not any(DATA_DEPENDENT.search(n) for n in names) and not m.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
+            if not any(_tokens(n) & DATA_DEPENDENT for n in names) and not m.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
                 continue
             ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
             ctx.helpers.add("rank0_decides")

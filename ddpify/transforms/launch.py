@@ -73,7 +73,8 @@ class LaunchTransform(Transform):
         text += SETUP
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
-        block = list(cst.parse_module(text.format(**names)).body)
+        # a leading statement keeps the block's first comment out of the module header
+        block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         self._local_rank_flag(ctx)
         imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
         first = block[0]

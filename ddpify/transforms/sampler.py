@@ -82,15 +82,10 @@ class SamplerTransform(Transform):
             out = []
             for orig, new in zip(call.args, args):
                 if orig is shuffle_node:
-                    if orig.keyword is not None:
-                        out.append(new.with_changes(value=cst.Name("False")) if False else None)
-                    else:
-                        out.append(None)
                     continue
                 if star and orig is star[0]:
                     new = new.with_changes(value=ctx.expr(f'{{**{code(orig.value)}, "shuffle": False}}'))
                 out.append(new)
-            out = [x for x in out if x is not None]
             # the sampler goes where `shuffle` was, else after the last keyword
             idx = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
             if idx is not None:
@@ -99,7 +94,7 @@ class SamplerTransform(Transform):
                 idx = len(out)
                 while idx > 0 and out[idx - 1].star:
                     idx -= 1
-            last_comma = out[-1].comma if out else cst.MaybeSentinel.DEFAULT
+            last_comma = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
             out.insert(idx, sampler_arg)
             fixed = []
             for i, x in enumerate(out):

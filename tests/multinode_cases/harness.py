@@ -192,3 +192,22 @@ def describe(runs: list[AgentRun], records: list[dict]) -> str:
     text = [f"--- agent {r.node} exit {r.returncode}\n{r.output[-3000:]}" for r in runs]
     text += [f"--- rank {r['env']['RANK']} node {r['node']} stdout:\n{r['stdout'][-800:]}" for r in records]
     return "\n".join(text)
+
+
+def summary(records: list[dict]) -> str:
+    """One line per process: where it ran and what it did (for the logs kept under bench/)."""
+    lines = []
+    for r in sorted(records, key=lambda r: int(r["env"]["RANK"])):
+        env = r["env"]
+        wrote = sorted({os.path.basename(p) for p in r["writes"] + r["saves"]})
+        printed = len([ln for ln in r["stdout"].splitlines() if LOSS.search(ln)])
+        shards = [f"{s['rank']}/{s['num_replicas']}" for s in r["samplers"][:1]]
+        init = r["init"][-1] if r["init"] else {}
+        lines.append(
+            f"rank {env['RANK']}: node {r['node']} ({env.get('SLURMD_NODENAME') or '-'}) local_rank {env['LOCAL_RANK']}"
+            f" group {init.get('group_backend')} {init.get('rank')}/{init.get('world_size')}"
+            f" set_device {r['set_device'] or '-'} cuda {r.get('cuda_current_device', '-')}"
+            f" CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}"
+            f" sampler {shards or '-'} loss lines {printed} wrote {wrote or '-'}"
+        )
+    return "\n".join(lines)

@@ -24,7 +24,10 @@ if _ACTIVE:
         "node": os.environ.get("DDPIFY_NODE") or os.environ.get("SLURM_NODEID"),
         "env": {
             k: os.environ.get(k)
-            for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
+            for k in (
+                "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE",
+                "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_NODEID", "SLURMD_NODENAME",
+            )  # fmt: skip
         },
         "pid": os.getpid(),
         "cwd": _CWD,

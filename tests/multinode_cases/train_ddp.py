@@ -26,8 +26,9 @@ parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--out", default="model.pt")
 parser.add_argument(
     "--bug",
-    choices=["none", "local-writer", "local-sampler"],
-    default="none",
+    action="append",
+    choices=["local-writer", "local-sampler"],
+    default=[],
     help="local-writer: guard writes on LOCAL_RANK; local-sampler: shard by LOCAL_RANK",
 )
 
@@ -46,12 +47,12 @@ def ddp_setup():
 def main():
     args = parser.parse_args()
     ddp_setup()
-    writer = (LOCAL_RANK if args.bug == "local-writer" else RANK) == 0
+    writer = (LOCAL_RANK if "local-writer" in args.bug else RANK) == 0
     torch.manual_seed(0)
 
     # 100 samples over 4 ranks: 25 each, no padding, so shards must be disjoint.
     data = TensorDataset(torch.randn(100, 6), torch.randn(100, 1))
-    if args.bug == "local-sampler":
+    if "local-sampler" in args.bug:
         sampler = DistributedSampler(data, num_replicas=LOCAL_WORLD_SIZE, rank=LOCAL_RANK, shuffle=True)
     else:
         sampler = DistributedSampler(data, shuffle=True)

@@ -1,0 +1,271 @@
+"""ddpify verify: the control passes, each deliberately broken DDP script fails the right check and names its cause.
+
+Every run here is real: gloo on CPU with 2 processes under torchrun, K=6 steps (two epochs of the
+tiny scripts in tests/verify_cases/, so the epoch-order check has two epochs to compare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ddpify.verify import run_verify  # noqa: E402
+from ddpify.verify import checks as C  # noqa: E402
+from ddpify.verify.runner import processes_of_run  # noqa: E402
+
+CASES = Path(__file__).parent / "verify_cases"
+ROOT = Path(__file__).parent.parent
+STEPS = "6"
+# Seconds without progress before a rank counts as hung: long for healthy runs on a busy 2-core machine.
+HEALTHY_TIMEOUT = 120.0
+
+
+def _verify(tmp_path, case, *, baseline=False, timeout=HEALTHY_TIMEOUT, **kw):
+    lines: list[str] = []
+    outcome = run_verify(
+        str(CASES / case),
+        ["--out", str(tmp_path)],
+        nproc=2,
+        steps=int(STEPS),
+        backend=kw.pop("backend", "gloo"),
+        timeout=timeout,
+        baseline=baseline,
+        convert=kw.pop("convert", False),
+        echo=lines.append,
+        **kw,
+    )
+    return outcome, "\n".join(lines)
+
+
+def _statuses(outcome) -> dict[str, str]:
+    return {c.name: c.status for c in outcome.checks}
+
+
+def _assert_nothing_survives(doc: dict) -> None:
+    assert processes_of_run(doc["run_token"]) == []
+    for role in ("baseline", "candidate"):
+        for pid in (doc.get(role) or {}).get("pids", []):
+            assert not Path(f"/proc/{pid}").exists() or _zombie(pid), f"{role} process {pid} outlived the run"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------------------- the control
+
+
+def test_control_passes_through_the_cli(tmp_path):
+    report = tmp_path / "report.json"
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpify.verify", str(CASES / "control.py"), "--no-convert", "--nproc", "2",
+         "--backend", "gloo", "--steps", STEPS, "--timeout", str(HEALTHY_TIMEOUT), "--json", str(report),
+         "--", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(report.read_text())
+    status = {c["name"]: c["status"] for c in doc["checks"]}
+    assert status == {
+        "ranks": "PASS", "devices": "PASS", "params-in-sync": "PASS", "data-sharding": "PASS",
+        "epoch-shuffle": "PASS", "rank0-writes": "PASS", "loss": "PASS", "throughput": "INFO", "no-hang": "PASS",
+    }
+    figures = {c["name"]: c["figure"] for c in doc["checks"]}
+    assert "reached step 6" in figures["ranks"]
+    assert figures["params-in-sync"].startswith("max |diff| 0 over 195 params")
+    assert "scaling" in figures["throughput"] and "baseline" in figures["loss"]
+    # The table is on stdout with every check's figure.
+    for name, figure in figures.items():
+        assert name in proc.stdout
+    assert (out / "checkpoint.pt").exists()  # the script's own save ran (on rank 0)
+    assert [r["status"] for r in doc["candidate"]["ranks"]] == ["stopped", "stopped"]
+    assert doc["baseline"]["ranks"][0]["steps"] == 6
+    _assert_nothing_survives(doc)
+
+
+def test_hand_stepped_script_counts_backward_passes(tmp_path):
+    outcome, text = _verify(tmp_path, "manual_step.py", baseline=True)
+    assert outcome.exit_code == 0, text
+    ranks = outcome.document["candidate"]["ranks"]
+    assert [(r["mode"], r["steps"], r["backward"]) for r in ranks] == [("backward", 6, 6)] * 2
+    assert _statuses(outcome)["params-in-sync"] == "PASS"
+
+
+# ---------------------------------------------------------------------------- the broken scripts
+
+BROKEN = [
+    ("no_sampler.py", "data-sharding", "draws with RandomSampler, not DistributedSampler"),
+    ("no_ddp.py", "params-in-sync", "never wrapped in DistributedDataParallel"),
+    ("all_ranks_save.py", "rank0-writes", "torch.save at all_ranks_save.py:48 runs on every rank"),
+    ("no_set_epoch.py", "epoch-shuffle", "DistributedSampler.set_epoch(epoch) is never called"),
+]
+
+
+@pytest.mark.parametrize("case,check,cause", BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_script_fails_the_right_check(tmp_path, case, check, cause):
+    outcome, text = _verify(tmp_path, case)
+    assert outcome.exit_code == 1, text
+    failed = [c for c in outcome.checks if c.status == C.FAIL]
+    assert [c.name for c in failed] == [check], text
+    assert cause in failed[0].cause
+    assert f"{check} FAILED: " in text and cause in text
+    _assert_nothing_survives(outcome.document)
+
+
+def test_collective_in_rank0_branch_is_reported_as_a_hang(tmp_path):
+    outcome, text = _verify(tmp_path, "rank0_collective.py", timeout=20.0)
+    assert outcome.exit_code == 1, text
+    status = _statuses(outcome)
+    assert status["no-hang"] == "FAIL" and status["ranks"] == "FAIL", text
+    hang = next(c for c in outcome.checks if c.name == "no-hang")
+    # Where each rank waits: the collective and the line of the user's script.
+    assert "rank 0 in all_reduce at rank0_collective.py:49" in hang.figure
+    assert "rank 1 in barrier at rank0_collective.py:52" in hang.figure
+    assert hang.cause.startswith("rank 0 waits in all_reduce at line 49, inside `if rank == 0:` (line 47)")
+    assert any("dist.all_reduce(total)" in d for d in hang.details)
+    _assert_nothing_survives(outcome.document)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs (NCCL)")
+def test_missing_set_device_puts_every_rank_on_gpu0(tmp_path):
+    outcome, text = _verify(tmp_path, "no_set_device.py", backend="nccl")
+    assert outcome.exit_code == 1, text
+    devices = next(c for c in outcome.checks if c.name == "devices")
+    assert devices.status == C.FAIL, text
+    assert "torch.cuda.set_device(LOCAL_RANK) is never called" in devices.cause
+
+
+def test_script_that_cannot_run_exits_2_with_its_traceback(tmp_path):
+    outcome, text = _verify(tmp_path, "crash.py", baseline=True)
+    assert outcome.exit_code == 2, text
+    assert "the script could not run as one process" in text
+    assert 'crash.py", line 7, in build' in text
+    assert "RuntimeError: dataset directory /nonexistent/data not found" in text
+
+
+def test_without_baseline_a_crash_on_every_rank_exits_2_with_each_ranks_story(tmp_path):
+    outcome, text = _verify(tmp_path, "crash.py")
+    assert outcome.exit_code == 2, text
+    assert "the script could not be run:" in text
+    assert "RuntimeError: dataset directory /nonexistent/data not found" in text
+    assert "rank 0:" in text and "rank 1:" in text
+    _assert_nothing_survives(outcome.document)
+
+
+# ---------------------------------------------------------------------------- single-process input
+
+
+def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_path):
+    """The conversion plumbing, with the hand-converted script standing in for the converter's output."""
+    single = CASES / "single.py"
+    before = single.read_text()
+    calls = []
+
+    def converter(source, options, path):
+        from ddpify import Result
+
+        calls.append(path)
+        assert source == before
+        return Result(source=(CASES / "single_ddp.py").read_text(), changed=True, status="converted")
+
+    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True, converter=converter)
+    assert calls == [str(single)]
+    assert single.read_text() == before
+    assert outcome.exit_code == 0, text
+    doc = outcome.document
+    assert doc["conversion"] == "converted" and doc["ran"].endswith("single.ddp.py")
+    assert not Path(doc["ran"]).exists()  # the temporary copy went with the run directory
+    assert "converted copy" in text
+
+
+def test_single_process_script_with_the_real_converter(tmp_path):
+    from ddpify import Options, convert_source
+
+    try:
+        convert_source((CASES / "single.py").read_text(), Options(), path="single.py")
+    except NotImplementedError:
+        pytest.skip("the converter has not landed yet")
+    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True)
+    assert outcome.exit_code == 0, text
+    assert outcome.document["conversion"] == "converted"
+
+
+def test_nccl_without_a_gpu_cannot_run(tmp_path, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    from click.testing import CliRunner
+
+    from ddpify.verify import verify_command
+
+    result = CliRunner().invoke(verify_command, [str(CASES / "control.py"), "--no-convert", "--backend", "nccl"])
+    assert result.exit_code == 2
+    assert "--backend nccl needs a GPU" in result.output
+
+
+# ---------------------------------------------------------------------------- pieces, without a run
+
+STACK = """\
+Thread 0x00007f0000000001 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f0000000002 (most recent call first):
+  File "/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+  File "{script}", line 6 in main
+  File "{script}", line 9 in <module>
+"""
+
+
+def test_stack_parsing_finds_the_collective_and_the_guarding_if(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "def main(rank, t):\n"
+        "    t.add_(1)\n"
+        "    if rank == 0:\n"
+        "        print('log')\n"
+        "        dist.all_reduce(t)\n"
+        "    dist.barrier()\n"
+        "\n"
+        "main(0, None)\n"
+    )
+    frames = C.parse_stack(STACK.format(script=script), str(script))
+    assert frames[0][2] == "all_reduce" and frames[2] == (str(script), 6, "main")
+    what, user = C._waiting_in(frames, str(script))
+    assert what == "all_reduce" and user[1] == 6
+    assert C._enclosing_rank_if(str(script), 6) == (4, "rank == 0")
+    assert C._enclosing_rank_if(str(script), 7) is None
+
+
+def test_divergence_rule():
+    assert not C._diverged(2.3, 2.2)
+    assert not C._diverged(2.3, 4.5)
+    assert C._diverged(2.3, 4.7)
+    assert C._diverged(1.0, float("nan"))
+
+
+def test_table_keeps_columns_aligned(monkeypatch):
+    from ddpify.verify.report import table
+
+    monkeypatch.setenv("COLUMNS", "100")
+
+    rows = [C.Check("ranks", C.PASS, "2/2 started"), C.Check("params-in-sync", C.FAIL, "x " * 80)]
+    lines = table(rows).splitlines()
+    assert lines[0].startswith("check           result  figure")
+    assert lines[1].startswith("ranks           PASS    2/2")
+    assert lines[2].startswith("params-in-sync  FAIL    x x")
+    assert all(line.startswith(" " * 24 + "x") for line in lines[3:])
+    assert all(len(line) <= 100 for line in lines)

@@ -1,0 +1,36 @@
+"""Write fixtures/*/expected.py and expected.txt from the current converter.
+
+Run it after a deliberate change, then read the diff of every expected file before
+committing: the expected files are reviewed snapshots, not generated truth.
+    python tools/regen_fixtures.py [NAME_SUBSTRING]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ddpify import Options, convert_source
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def options_for(d: Path) -> Options:
+    f = d / "options.json"
+    return Options(**json.loads(f.read_text())) if f.exists() else Options()
+
+
+def main() -> None:
+    pattern = sys.argv[1] if len(sys.argv) > 1 else ""
+    for d in sorted((ROOT / "fixtures").iterdir()):
+        if not (d / "input.py").exists() or pattern not in d.name:
+            continue
+        result = convert_source((d / "input.py").read_text(), options_for(d), path="input.py")
+        (d / "expected.py").write_text(result.source)
+        (d / "expected.txt").write_text("".join(f.format("input.py") + "\n" for f in result.findings))
+        print(f"{d.name}: {result.status}, {len(result.findings)} findings")
+
+
+if __name__ == "__main__":
+    main()
