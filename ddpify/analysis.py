@@ -98,10 +98,12 @@ class Analysis:
     def __init__(self, module: cst.Module) -> None:
         self.wrapper = MetadataWrapper(module)
         self.module = self.wrapper.module
-        self.pos = self.wrapper.resolve(PositionProvider)
-        self.parent = self.wrapper.resolve(ParentNodeProvider)
-        self.qnames = self.wrapper.resolve(QualifiedNameProvider)
-        self.scopes = self.wrapper.resolve(ScopeProvider)
+        # one batched metadata pass instead of one tree walk per provider
+        meta = self.wrapper.resolve_many([PositionProvider, ParentNodeProvider, QualifiedNameProvider, ScopeProvider])
+        self.pos = meta[PositionProvider]
+        self.parent = meta[ParentNodeProvider]
+        self.qnames = meta[QualifiedNameProvider]
+        self.scopes = meta[ScopeProvider]
         self.lines = self.module.code.splitlines()
         self._skipped_lines = self._find_skipped_lines()
 

@@ -24,7 +24,7 @@ def options_for(d: Path) -> Options:
 def main() -> None:
     pattern = sys.argv[1] if len(sys.argv) > 1 else ""
     for d in sorted((ROOT / "fixtures").iterdir()):
-        if not (d / "input.py").exists() or pattern not in d.name:
+        if not (d / "input.py").exists() or not d.name.startswith(pattern):
             continue
         result = convert_source((d / "input.py").read_text(), options_for(d), path="input.py")
         (d / "expected.py").write_text(result.source)

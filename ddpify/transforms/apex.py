@@ -1,14 +1,248 @@
-"""The opt-in apex target (--amp apex): amp.initialize, amp.scale_loss, apex.parallel DDP.
+"""The opt-in apex target (--amp apex): the classic recipe for teams pinned to apex <= 25.04.
 
-Being written (issue 4); until then --amp apex adds no mixed precision."""
+amp.initialize(models, optimizers, opt_level=...) once, after the model reaches its device and
+the optimizer exists, then apex.parallel.DistributedDataParallel; backward through
+amp.scale_loss; amp.state_dict() saved with the optimizer's and restored after amp.initialize.
+WrappingTransform hands each model over in ctx.apex_models instead of wrapping it itself.
+"""
 
 from __future__ import annotations
 
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
+
+# The message names the version, the install line and the torch-native way out.
+APEX_VERSION_MSG = (
+    '        "this script needs NVIDIA apex <= 25.04: apex.amp and apex.parallel were removed after tag 25.04. "\n'
+    '        "Install it with `git clone --branch 25.04 https://github.com/NVIDIA/apex && pip install --no-build-isolation ./apex`, "\n'
+    '        "or convert the script again without --amp apex to use torch.amp"\n'
+)
+
+
+def free_name(ctx: Context, want: str, fallback: str) -> str:
+    """`want` unless the script binds it to something else already."""
+    bound = ctx._bound.get(want)
+    return want if not bound else fallback
+
+
+def guard_block(names: dict[str, str], sync_bn: bool) -> list[cst.BaseStatement]:
+    """The import guard: fail at start-up, naming the apex version, when apex.amp is gone."""
+    amp = "amp" if names["amp"] == "amp" else f"amp as {names['amp']}"
+    imports = [f"    from apex import {amp}\n", f"    from apex.parallel import DistributedDataParallel as {names['ApexDDP']}\n"]
+    if sync_bn:
+        imports.append("    from apex.parallel import convert_syncbn_model\n")
+    text = (
+        "# ddpify: --amp apex needs NVIDIA apex <= 25.04; fail at start-up, not at the first amp call.\n"
+        "try:\n" + "".join(imports) + "except ImportError as e:\n"
+        "    raise SystemExit(\n" + APEX_VERSION_MSG + "    ) from e\n"
+    )
+    # a leading statement keeps the comment out of the module header
+    return list(cst.parse_module("pass\n" + text).body)[1:]
 
 
 class ApexTransform(Transform):
     name = "apex"
 
     def plan(self, ctx: Context) -> None:
-        return None
+        if ctx.opts.amp != "apex":
+            return
+        a = ctx.a
+        entries = list(ctx.apex_models)
+        if not entries:
+            return  # wrapping already reported that no model was found
+        if a.existing_amp:
+            self._fallback(ctx, entries, "the script already uses torch AMP (autocast/GradScaler); apex amp would scale twice")
+            return
+        place = self._placement(ctx, entries)
+        if isinstance(place, str):
+            self._fallback(ctx, entries, place)
+            return
+        point, optimizers = place
+        names = {"amp": free_name(ctx, "amp", "apex_amp"), "ApexDDP": free_name(ctx, "ApexDDP", "ApexDistributedDataParallel")}
+        amp = names["amp"]
+        steps = [s for s in a.steps if self._scalable(ctx, s)]
+        models = [n for n, _, _ in entries]
+        sync_bn = ctx.opts.sync_bn and self._sync_bn(ctx, entries, optimizers)
+        ctx.preamble.extend(guard_block(names, sync_bn))
+        # one amp.initialize for every model and optimizer: apex allows a single call
+        if len(models) == 1 and len(optimizers) == 1:
+            lhs, args = f"{models[0]}, {optimizers[0]}", f"{models[0]}, {optimizers[0]}"
+        else:
+            ms, os_ = ", ".join(models), ", ".join(optimizers)
+            lhs = f"[{ms}], [{os_}]"
+            args = f"[{ms}], [{os_}]"
+        extra = f", num_losses={len(steps)}" if len(steps) > 1 else ""
+        ctx.edits.after[point].append(ctx.stmt(f'{lhs} = {amp}.initialize({args}, opt_level="{ctx.opts.opt_level}"{extra})\n'))
+        for name in models:
+            ctx.edits.after[point].append(ctx.stmt(f"{name} = {names['ApexDDP']}({name})\n"))
+            ctx.wrapped[name] = point  # later concerns reach the model through .module after this
+        first_bind = entries[0][1]
+        ctx.finding(first_bind, "DDP093", f"amp.initialize({', '.join(models + optimizers)}, opt_level=\"{ctx.opts.opt_level}\") once the optimizer exists, before apex's DistributedDataParallel", True)
+        for name, bind, _ in entries:
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in apex.parallel.DistributedDataParallel after amp.initialize", True)
+        for i, step in enumerate(steps):
+            self._scale_loss(ctx, step, amp, i if len(steps) > 1 else None, optimizers)
+        self._checkpoints(ctx, amp, point)
+
+    # -- where amp.initialize goes ------------------------------------------------------
+    def _placement(self, ctx: Context, entries):
+        """(statement amp.initialize follows, optimizer names) or why it cannot be placed."""
+        a = ctx.a
+        blocks = {id(a.block(anchor)) for _, _, anchor in entries}
+        if len(blocks) != 1:
+            return "the models are created in different places; amp.initialize must see all of them at once"
+        block = a.block(entries[0][2])
+        body = list(block.body)
+        opts: list[str] = []
+        idx = [body.index(anchor) for _, _, anchor in entries]
+        for name in a.optimizers:
+            found = [i for i, s in enumerate(body) if a._assigns(s, name)]
+            if found:
+                opts.append(name)
+                idx.append(found[0])
+        if not opts:
+            return "no optimizer is created next to the model; amp.initialize needs both"
+        if len(opts) < len(a.optimizers):
+            missing = ", ".join(n for n in a.optimizers if n not in opts)
+            return f"optimizer {missing} is created elsewhere; amp.initialize must see every optimizer at once"
+        start, point = min(body.index(anchor) for _, _, anchor in entries), max(idx)
+        models = [n for n, _, _ in entries]
+        for s in body[start + 1 : point + 1]:
+            if isinstance(s, (cst.For, cst.While)) or self._runs(ctx, s, models):
+                return "the model is used before its optimizer exists; call amp.initialize by hand"
+        if not ctx.editable(body[point]):
+            return "amp.initialize would follow a statement marked `# ddpify: skip`"
+        return body[point], opts
+
+    @staticmethod
+    def _runs(ctx: Context, stmt: cst.CSTNode, models: list[str]) -> bool:
+        for c in m.findall(stmt, m.Call()):
+            if dotted(c.func) in models:
+                return True
+            fname = dotted(c.func)
+            if fname and fname.rsplit(".", 1)[-1] in ctx.a.functions and any(dotted(x.value) in models for x in c.args):
+                return True
+        return False
+
+    def _sync_bn(self, ctx: Context, entries, optimizers) -> bool:
+        """apex's convert_syncbn_model builds new parameters: it must run before any
+        optimizer takes model.parameters()."""
+        a = ctx.a
+        for name, bind, anchor in entries:
+            body = list(a.block(anchor).body)
+            if any(a._assigns(s, o) for s in body[: body.index(anchor) + 1] for o in optimizers):
+                ctx.finding(bind, "DDP096", f"--sync-bn not applied to `{name}`: apex's convert_syncbn_model must run before the optimizer is built; move the optimizer below the model's .to(device)", False)
+                return False
+        for name, bind, anchor in entries:
+            ctx.edits.after[anchor].append(ctx.stmt(f"{name} = convert_syncbn_model({name})\n"))
+            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted by apex.parallel.convert_syncbn_model (--sync-bn)", True)
+        return True
+
+    def _fallback(self, ctx: Context, entries, why: str) -> None:
+        """The apex recipe does not fit: plain torch DDP, as without --amp apex."""
+        ddp = ctx.name("DDP")
+        for name, bind, anchor in entries:
+            if ctx.opts.sync_bn:
+                ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"))
+            ctx.edits.after[anchor].append(ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'))
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
+        ctx.finding(entries[0][1], "DDP096", f"--amp apex not applied: {why}; wrapped in torch's DistributedDataParallel without mixed precision", False)
+
+    # -- backward -----------------------------------------------------------------------
+    def _scalable(self, ctx: Context, step) -> bool:
+        stmt = step.stmt
+        ok = (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is step.backward
+        )
+        if not ok and ctx.editable(step.stmt):
+            ctx.finding(step.backward, "DDP096", "backward() is not a statement of its own: write `with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` by hand", False)
+        return ok and ctx.editable(stmt)
+
+    def _scale_loss(self, ctx: Context, step, amp: str, loss_id: int | None, optimizers: list[str]) -> None:
+        opts: list[str] = []
+        # steps after the next backward of the block belong to that loss (GAN-style)
+        body = list(step.block.body)
+        later = [body.index(s.stmt) for s in ctx.a.steps if s.block is step.block and body.index(s.stmt) > body.index(step.stmt)]
+        end = min(later) if later else len(body)
+        for c in step.step_calls:
+            if body.index(ctx.a.statement(c) if ctx.a.statement(c) in body else step.stmt) >= end:
+                continue
+            o = code(c.func.value)
+            if o not in opts:
+                opts.append(o)
+        if not opts:
+            opts = optimizers
+        opt = opts[0] if len(opts) == 1 else f"[{', '.join(opts)}]"
+        lid = f", loss_id={loss_id}" if loss_id is not None else ""
+
+        def fn(node: cst.SimpleStatementLine) -> cst.BaseStatement:
+            call = node.body[0].value
+            loss = code(call.func.value)
+            inner = node.with_changes(
+                body=[node.body[0].with_changes(value=call.with_changes(func=call.func.with_changes(value=cst.Name("scaled_loss"))))],
+                leading_lines=(),
+            )
+            header = ctx.expr(f"{amp}.scale_loss({loss}, {opt}{lid})")
+            return cst.With(
+                items=[cst.WithItem(header, asname=cst.AsName(cst.Name("scaled_loss")))],
+                body=cst.IndentedBlock(body=[inner]),
+                leading_lines=node.leading_lines,
+            )
+
+        ctx.edits.replace(step.stmt, fn)
+        ctx.finding(step.backward, "DDP094", f"backward through amp.scale_loss(loss, {opt}{lid}): apex scales the loss", True)
+
+    # -- checkpoints --------------------------------------------------------------------
+    def _checkpoints(self, ctx: Context, amp: str, point: cst.BaseStatement) -> None:
+        a = ctx.a
+        for d in m.findall(a.module, m.Dict()):
+            if not ctx.editable(d) or not d.elements:
+                continue
+            keys = [e.key.evaluated_value for e in d.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)]
+            if "amp" in keys:
+                continue
+            if not any(isinstance(e, cst.DictElement) and self._optimizer_state(ctx, e.value) for e in d.elements):
+                continue
+            ctx.edits.replace(d, lambda n: _append_element(n, cst.DictElement(cst.SimpleString('"amp"'), ctx.expr(f"{amp}.state_dict()"))))
+            ctx.finding(d, "DDP095", "amp.state_dict() saved beside the optimizer's state (loss scale)", True)
+        init_fn, init_line = a.function_of(point), a.pos[point].end.line
+        for call in a.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict" and a.is_optimizer_ref(call.func.value)):
+                continue
+            pos, _ = call_args(call)
+            if not pos or not isinstance(pos[0].value, cst.Subscript) or dotted(pos[0].value.value) is None:
+                continue
+            stmt = a.statement(call)
+            if not ctx.editable(stmt) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+                continue
+            if a.function_of(stmt) is init_fn and a.pos[stmt].start.line <= init_line:
+                ctx.finding(call, "DDP096", "optimizer state restored before amp.initialize: restore model, optimizer and amp state after it", False)
+                continue
+            ck = dotted(pos[0].value.value)
+            ctx.edits.after[stmt].append(ctx.stmt(f'if "amp" in {ck}:\n    {amp}.load_state_dict({ck}["amp"])\n'))
+            ctx.finding(call, "DDP095", "amp.load_state_dict() restores the loss scale after amp.initialize", True)
+
+    @staticmethod
+    def _optimizer_state(ctx: Context, value: cst.BaseExpression) -> bool:
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "state_dict"
+            and ctx.a.is_optimizer_ref(value.func.value)
+        )
+
+
+def _append_element(d: cst.Dict, new: cst.DictElement) -> cst.Dict:
+    """Add `new` last, keeping the dict's one-line or one-entry-per-line layout."""
+    els = list(d.elements)
+    last = els[-1]
+    sep = els[-2].comma if len(els) > 1 and isinstance(els[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    els[-1] = last.with_changes(comma=sep)
+    els.append(new.with_changes(comma=last.comma))
+    return d.with_changes(elements=els)

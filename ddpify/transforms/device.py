@@ -29,6 +29,10 @@ class DeviceTransform(Transform):
                 self._cuda_call(ctx, call)
             elif a.is_call(call, "torch.device"):
                 self._torch_device(ctx, call)
+            elif a.is_call(call, "torch.cuda.synchronize") and not call.args:
+                # CUDA-only call: synchronise this rank's device, and nothing on CPU
+                ctx.edits.replace(call, ctx.expr('torch.cuda.synchronize(LOCAL_DEVICE) if LOCAL_DEVICE.type == "cuda" else None'))
+                ctx.finding(call, "DDP010", "torch.cuda.synchronize() waits for this rank's device (a no-op on CPU)", True)
             elif a.is_call(call, "torch.cuda.set_device"):
                 stmt = a.statement(call)
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
@@ -43,6 +47,14 @@ class DeviceTransform(Transform):
                 if arg.keyword is not None and arg.keyword.value == "device" and isinstance(arg.value, cst.SimpleString) and BARE.match(arg.value.value):
                     ctx.edits.replace(arg.value, ctx.expr("LOCAL_DEVICE"))
                     ctx.finding(arg.value, "DDP010", 'device="cuda" becomes LOCAL_DEVICE, this rank\'s GPU', True)
+        # device = "cuda": the rank's own device (and a CPU run still works)
+        for asg in a.assigns:
+            value = asg.value
+            if isinstance(asg, cst.Assign) and isinstance(value, cst.SimpleString) and BARE.match(value.value) and ctx.editable(asg):
+                names = [dotted(t.target) or "" for t in asg.targets]
+                if any("device" in n.lower() or n.lower() in ("dev",) for n in names):
+                    ctx.edits.replace(value, ctx.expr("LOCAL_DEVICE"))
+                    ctx.finding(value, "DDP010", f'{names[0]} = "cuda" becomes LOCAL_DEVICE, this rank\'s GPU', True)
         # any literal pinned to one GPU index
         for node in m.findall(a.module, m.SimpleString()):
             if PINNED.match(node.value) and ctx.editable(node) and not self._inside_torch_device(ctx, node):

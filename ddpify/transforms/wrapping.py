@@ -95,7 +95,10 @@ class WrappingTransform(Transform):
         ctx.wrapped[name] = anchor
         ddp = ctx.name("DDP")
         if ctx.opts.sync_bn:
-            ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"))
+            # SyncBatchNorm runs on GPUs only; on CPU (gloo) BatchNorm stays per process
+            ctx.edits.after[anchor].append(ctx.stmt(
+                f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if LOCAL_DEVICE.type == "cuda" else {name}\n'
+            ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
         ctx.edits.after[anchor].append(
             ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n')

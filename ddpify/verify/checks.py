@@ -290,7 +290,7 @@ def _training_epochs(rec: dict) -> dict[tuple, list[dict]]:
     """Training epochs (a backward pass happened between their batches), grouped by loader signature."""
     groups: dict[tuple, list[dict]] = {}
     for e in rec.get("epochs", []):
-        if e.get("iterable") or e.get("bw_first") is None or e.get("bw_last", 0) <= e["bw_first"]:
+        if e.get("bw_first") is None or e.get("bw_last", 0) <= e["bw_first"]:
             continue
         groups.setdefault((e["dataset"], e["dataset_len"], e["batch_size"]), []).append(e)
     return groups
@@ -303,11 +303,12 @@ def check_sharding(ctx: Context) -> Check:
     if len(recs) < ctx.nproc:
         return Check("data-sharding", NA, "not every rank recorded its data")
     per_rank = {r: _training_epochs(recs[r]) for r in range(ctx.nproc)}
-    if any(e.get("iterable") for rec in recs.values() for e in rec.get("epochs", [])) and not any(per_rank.values()):
-        return Check("data-sharding", NA, "IterableDataset: its sample indices cannot be observed")
     keys = set.intersection(*(set(g) for g in per_rank.values())) if per_rank else set()
     if not keys:
         return Check("data-sharding", NA, "no training DataLoader seen (no backward pass between its batches)")
+    iterable = {k for k in keys if per_rank[0][k][0].get("iterable")}
+    if iterable:
+        return _check_iterable_sharding(ctx, per_rank, sorted(iterable, key=str)[0])
     figures, problems, data = [], [], []
     for key in sorted(keys, key=str):
         count = min(len(per_rank[r][key]) for r in range(ctx.nproc))
@@ -351,13 +352,34 @@ def check_sharding(ctx: Context) -> Check:
     return Check("data-sharding", FAIL, figure, cause, data={"epochs": data})
 
 
+def _check_iterable_sharding(ctx: Context, per_rank: dict, key: tuple) -> Check:
+    """IterableDataset: no indices, so compare the ranks' batches (shape and sums) position by position."""
+    eps = [per_rank[r][key][0] for r in range(ctx.nproc)]
+    prints = [e.get("fingerprints") or [] for e in eps]
+    n = min(len(p) for p in prints)
+    if n == 0:
+        return Check("data-sharding", NA, "IterableDataset: no batch to compare")
+    same = sum(1 for i in range(n) if any(prints[a][i] == prints[b][i] for a in range(ctx.nproc) for b in range(a)))
+    figure = f"IterableDataset ({eps[0]['dataset']}): {same} of the first {n} batches identical on two or more ranks"
+    if same == 0:
+        return Check("data-sharding", PASS, figure)
+    cause = (
+        f"the IterableDataset {eps[0]['dataset']} yields the same items on every rank: "
+        "yield only the items i with i % WORLD_SIZE == RANK (and split workers with get_worker_info())"
+    )
+    return Check("data-sharding", FAIL, figure, cause)
+
+
 def check_epoch_order(ctx: Context) -> Check:
     recs = ctx.candidate.records
     if not recs:
         return Check("epoch-shuffle", NA, "no rank recorded its data")
-    compared, same, no_shuffle = [], [], []
+    compared, same, no_shuffle, streams = [], [], [], False
     for r, rec in sorted(recs.items()):
         for key, eps in _training_epochs(rec).items():
+            if eps[0].get("iterable"):
+                streams = True  # no indices: the order of a stream is the dataset's own business
+                continue
             for a, b in zip(eps, eps[1:]):
                 n = min(len(a["indices"]), len(b["indices"]))
                 if n == 0:
@@ -368,6 +390,8 @@ def check_epoch_order(ctx: Context) -> Check:
                         no_shuffle.append(r)
                     else:
                         same.append((r, a, b, n))
+    if not compared and streams:
+        return Check("epoch-shuffle", NA, "IterableDataset: the stream's order is the dataset's own")
     if not compared:
         return Check("epoch-shuffle", NA, f"fewer than two training epochs within {ctx.steps} steps (raise --steps)")
     if not same:

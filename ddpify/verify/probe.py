@@ -34,6 +34,8 @@ MAIN_FILE = os.environ.get("DDPIFY_VERIFY_MAIN_FILE", "")
 # Above this many parameters the dump keeps an evenly strided sample of each tensor.
 MAX_DUMP_NUMEL = 16_000_000
 MAX_INDICES_PER_EPOCH = 1_000_000
+MAX_FINGERPRINTS = 8  # batches per epoch of an IterableDataset
+HEARTBEAT_S = 0.25
 
 _real_open = builtins.open
 
@@ -87,13 +89,19 @@ class Probe:
         self.last_scaled = None  # (scaled tensor, unscaled loss) from GradScaler.scale
         self.in_probe = False  # our own writes are not the script's
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
+        self.hb_time = 0.0
         self.hb_fd = os.open(self.prefix + ".hb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.heartbeat()
 
     # ---------------------------------------------------------------- bookkeeping
 
-    def heartbeat(self) -> None:
-        # A fixed-size overwrite: the parent reads progress from it to spot a hang.
+    def heartbeat(self, force: bool = True) -> None:
+        # A fixed-size overwrite: the parent reads progress from it to spot a hang. Steps and
+        # milestones always write; batches and backward passes at most every HEARTBEAT_S.
+        now = time.monotonic()
+        if not force and now - self.hb_time < HEARTBEAT_S:
+            return
+        self.hb_time = now
         line = f"{self.step} {self.backward} {self.batches} {self.events}".ljust(63) + "\n"
         os.pwrite(self.hb_fd, line.encode(), 0)
 
@@ -197,16 +205,17 @@ class Probe:
                 t = self.last_scaled[1]
             self.last_scaled = None
             val = t.detach()
-            if val.numel() != 1:
+            if val.dim():
                 val = val.float().mean()
             if len(self.losses) < 100_000:
-                self.losses.append(val.reshape(()))
-            self.record.setdefault("loss_device", str(val.device))
+                self.losses.append(val)
+            if "loss_device" not in self.record:
+                self.record["loss_device"] = str(val.device)
         if not self.optimizers:
             self.step = self.backward
             self.mark_step()
         else:
-            self.heartbeat()
+            self.heartbeat(force=False)
 
     def on_batch(self, it, data) -> None:
         self.batches += 1
@@ -216,11 +225,14 @@ class Probe:
             self.samples_known = True
         rec = it.__dict__.get("_ddpify_epoch")
         if rec is not None:
+            if rec["iterable"] and len(rec["fingerprints"]) < MAX_FINGERPRINTS:
+                # No indices to compare for an IterableDataset: compare what the batches hold instead.
+                rec["fingerprints"].append(_fingerprint(data))
             if rec["bw_first"] is None:
                 rec["bw_first"] = self.backward
             rec["bw_last"] = self.backward
             self.last_epoch = rec
-        self.heartbeat()
+        self.heartbeat(force=False)
 
     def on_epoch_end(self, it) -> None:
         rec = it.__dict__.get("_ddpify_epoch")
@@ -249,6 +261,7 @@ class Probe:
             "sampler_rank": getattr(inner, "rank", None),
             "iterable": isinstance(dataset, IterableDataset),
             "indices": [],
+            "fingerprints": [],
             "bw_first": None,
             "bw_last": None,
             "complete": False,
@@ -320,7 +333,7 @@ class Probe:
         if self.last_epoch is not None and not self.last_epoch["complete"]:
             self.last_epoch["bw_last"] = self.backward
         try:
-            self.record["losses"] = [float(x) for x in torch.stack(self.losses).float().cpu()] if self.losses else []
+            self.record["losses"] = [float(x) for x in torch.stack([x.float() for x in self.losses]).cpu()] if self.losses else []
         except Exception as exc:  # a loss on a broken device: keep going, say why
             self.record["losses_error"] = repr(exc)
         # A crashed rank's parameters are never compared, and its device may be unusable.
@@ -359,6 +372,21 @@ def _batch_len(x, depth: int = 0):
         return _batch_len(x[0], depth + 1)
     if isinstance(x, dict) and x:
         return _batch_len(next(iter(x.values())), depth + 1)
+    return None
+
+
+def _fingerprint(data, depth: int = 0):
+    """Shape and sums of a strided sample of the batch's first tensor: equal batches give equal prints."""
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        flat = data.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // 65536)].double()
+        return [list(data.shape), round(float(sample.sum()), 6), round(float(sample.abs().sum()), 6)]
+    if depth < 3 and isinstance(data, (list, tuple)) and data:
+        return _fingerprint(data[0], depth + 1)
+    if depth < 3 and isinstance(data, dict) and data:
+        return _fingerprint(next(iter(data.values())), depth + 1)
     return None
 
 
@@ -537,11 +565,19 @@ def _set_parent_death_signal() -> None:
 
 
 def _user_traceback(exc: BaseException, probe: Probe) -> str:
-    tb = exc.__traceback__
-    # Drop the probe's own frames above the script.
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != probe.exec_path:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__))
+    """The script's traceback as Python would print it, without the probe's own frames."""
+    me = os.path.abspath(__file__)
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen = set()
+    todo = [te]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list([f for f in t.stack if os.path.abspath(f.filename) != me])
+        todo.extend(x for x in (t.__cause__, t.__context__) if x is not None)
+    return "".join(te.format())
 
 
 def _wait_for_all_ranks(probe: Probe) -> None:
@@ -581,6 +617,8 @@ def main(argv: list[str]) -> None:
     # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks, then die as usual.
     faulthandler.register(signal.SIGTERM, file=stack_file, all_threads=True, chain=True)
 
+    # As `python SCRIPT` would: the script's folder first on the path (not the probe's), also while torch imports.
+    sys.path[0] = os.path.dirname(os.path.abspath(main_file))
     probe = Probe(exec_path, main_file)
     probe.save_record()
     install(probe)
@@ -592,7 +630,6 @@ def main(argv: list[str]) -> None:
     module.__dict__.update(__file__=main_file, __builtins__=builtins, __spec__=None, __package__=None, __cached__=None)
     sys.modules["__main__"] = module
     sys.argv = [main_file, *argv[1:]]
-    sys.path[0] = os.path.dirname(os.path.abspath(main_file))
 
     try:
         code = compile(source, exec_path, "exec", dont_inherit=True)
