@@ -489,13 +489,21 @@ class Analysis:
                 if loss_name and self._assigns(s, loss_name):
                     step.loss_stmt = s
                     break
-            for s in body[:idx]:
+            # the forward pass of this step starts after the previous backward in the block
+            start = 0
+            for k in range(idx - 1, -1, -1):
+                if m.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                    start = k + 1
+                    break
+            for s in body[start:idx]:
                 if self.runs_model(s):
                     step.forward_first = s
                     break
             if step.forward_first is None and self.runs_model(stmt):
                 step.forward_first = stmt
-            for s in body[idx:]:
+            later = body[idx + 1 :]
+            stop = next((k for k, s in enumerate(later) if m.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+            for s in [stmt, *later[:stop]]:
                 for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
                     if self.is_optimizer_ref(c.func.value):  # type: ignore[attr-defined]
                         step.step_calls.append(c)
@@ -597,14 +605,21 @@ class Analysis:
     def loop_iterates(self, loop: cst.For, name: str) -> bool:
         return any(dotted(n) == name for n in m.findall(loop.iter, m.Name() | m.Attribute())) or dotted(loop.iter) == name
 
-    def loader_iteration_sites(self, name: str) -> list[tuple[cst.CSTNode, str]]:
+    def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop or iter() call, name used there) for every place `name` (or a
         parameter bound to it) is iterated."""
         bound = self._propagate([name])
+        # pbar = tqdm(loader): iterating the wrapper iterates the loader
+        for asg in self.assigns:
+            if isinstance(asg, cst.Assign) and isinstance(asg.value, cst.Call) and len(asg.targets) == 1:
+                alias = dotted(asg.targets[0].target)
+                if alias and any(dotted(x.value) == name for x in asg.value.args):
+                    bound.setdefault(self.function_of(asg), set()).add(alias)
         sites: list[tuple[cst.CSTNode, str]] = []
         for loop in self.fors:
             fn = self.function_of(loop)
-            names = bound.get(fn, set()) | (bound.get(None, set()) if fn is None or "." in name or not self._is_local(fn, name) else set())  # type: ignore[arg-type]
+            visible = fn is None or fn is origin or "." in name or not self._is_local(fn, name)
+            names = bound.get(fn, set()) | (bound.get(None, set()) if visible else set())  # type: ignore[arg-type]
             for n in names:
                 if self.loop_iterates(loop, n):
                     sites.append((loop, n))

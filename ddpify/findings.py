@@ -38,6 +38,10 @@ CODES: dict[str, str] = {
     "DDP090": "already distributed: left unchanged",
     "DDP091": "distributed the legacy way (apex / torch.distributed.launch)",
     "DDP092": "modernised legacy apex to torch-native",
+    "DDP093": "amp.initialize before apex's DistributedDataParallel (--amp apex)",
+    "DDP094": "backward through amp.scale_loss (--amp apex)",
+    "DDP095": "amp state saved with the checkpoint and restored after amp.initialize",
+    "DDP096": "apex rewrite not applied: fix by hand",
     "DDP099": "not a training script: nothing to convert",
 }
 

@@ -52,14 +52,14 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     module = parse(source)
     analysis = Analysis(module)
     ctx = Context(analysis, options)
-    if analysis.distributed_api is not None:
-        what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"
-        ctx.finding(analysis.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
-        return Result(source, False, "already-distributed", sorted(ctx.findings))
     if analysis.legacy_api is not None:
         from ddpify.legacy import convert_legacy  # the apex / torch.distributed.launch path
 
         return convert_legacy(source, analysis, ctx)
+    if analysis.distributed_api is not None:
+        what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"
+        ctx.finding(analysis.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
+        return Result(source, False, "already-distributed", sorted(ctx.findings))
     if not analysis.steps:
         ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)
         return Result(source, False, "not-training", sorted(ctx.findings))

@@ -7,6 +7,7 @@ distributed. Written for this project; no code is taken from torchvision or nano
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
@@ -14,6 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 # ---------------------------------------------------------------- ResNet-50
@@ -78,7 +80,7 @@ class ResNet50(nn.Module):
 class SyntheticImageNet(Dataset):
     """ImageNet-shaped data held in memory, with the usual CPU-side augmentation.
 
-    A pool of random uint8 images (as if decoded and resized to crop_size+32) is reused;
+    A pool of random uint8 images (as if decoded and resized to 8/7 of crop_size) is reused;
     each item is a random crop, a random flip, a float conversion and a per-channel
     normalisation, done in the DataLoader workers as torchvision transforms would.
     """
@@ -273,8 +275,10 @@ class StepTimer:
             done += n
             chunks.append(f"{n * self.samples_per_step * self.world / (b - a):.1f}")
         mem = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+        # A multi-process figure means something only if gradients were synchronised.
+        ddp = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
         return (
             f"BENCH samples_per_s={rate:.2f} world={self.world} rank={self.rank} "
             f"per_process_batch={self.samples_per_step} steps={timed} seconds={elapsed:.3f} "
-            f"chunk_rates={','.join(chunks)} peak_mem_gib={mem:.2f}"
+            f"chunk_rates={','.join(chunks)} peak_mem_gib={mem:.2f} ddp_modules={ddp}"
         )

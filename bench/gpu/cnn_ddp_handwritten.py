@@ -60,12 +60,10 @@ def main():
     torch.manual_seed(0)
     torch.set_float32_matmul_precision("high")
 
-    if args.smoke:
-        train_set = SyntheticImageNet(args.dataset_size, crop_size=32, pool=16, num_classes=10)
-        model = ResNet50(num_classes=10, base_width=4)
-    else:
-        train_set = SyntheticImageNet(args.dataset_size)
-        model = ResNet50()
+    # --smoke: the same network at 1/16 width on 32x32 images.
+    crop, width, classes = (32, 4, 10) if args.smoke else (224, 64, 1000)
+    train_set = SyntheticImageNet(args.dataset_size, crop_size=crop, num_classes=classes)
+    model = ResNet50(num_classes=classes, base_width=width)
     train_loader = DataLoader(
         train_set,
         batch_size=args.batch_size,

@@ -46,12 +46,9 @@ def main():
     torch.set_float32_matmul_precision("high")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    if args.smoke:
-        vocab, seq_len = 256, 32
-        model = GPT(vocab=vocab, seq_len=seq_len, layers=2, width=64, heads=4)
-    else:
-        vocab, seq_len = 32000, args.seq_len
-        model = GPT(vocab=vocab, seq_len=seq_len)
+    # --smoke: a 2-layer, width-64 model on short sequences.
+    vocab, seq_len, layers, width, heads = (256, 32, 2, 64, 4) if args.smoke else (32000, args.seq_len, 12, 1024, 16)
+    model = GPT(vocab=vocab, seq_len=seq_len, layers=layers, width=width, heads=heads)
     train_set = SyntheticTokens(args.dataset_size, seq_len=seq_len, vocab=vocab)
     train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     model.to(device)

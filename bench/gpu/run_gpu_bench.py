@@ -55,7 +55,7 @@ class Run:
     variant: str  # ddpify | handwritten | accelerate | original
     precision: str  # default | fp32
     gpus: int
-    status: str = "pending"  # ok | failed | timeout | no-bench-line | skipped
+    status: str = "pending"  # ok | failed | timeout | no-bench-line | invalid | skipped
     reason: str = ""
     wall_s: float = 0.0
     command: str = ""
@@ -140,7 +140,7 @@ class Log:
             f.write(f"\n===== {title} =====\n{body.rstrip()}\n")
 
 
-def convert(args, model: str, amp: str, work: Path, log: Log) -> tuple[Path | None, str]:
+def convert(args, model: str, amp: str, work: Path, log: Log) -> tuple[Path | None, str, list[str]]:
     """Copy <model>_single.py and convert it in place with the ddpify CLI; None if that failed."""
     dst = work / f"{model}_ddpify_{amp}.py"
     shutil.copy(HERE / f"{model}_single.py", dst)
@@ -152,12 +152,14 @@ def convert(args, model: str, amp: str, work: Path, log: Log) -> tuple[Path | No
     except subprocess.TimeoutExpired:
         out, rc = "(timed out after 120 s)", -1
     log.add(f"convert {model} --amp {amp}: {cmd} (rc={rc})", out)
+    # Findings without [*] are ones ddpify could not fix: the output may be incomplete.
+    manual = [ln.split(": ", 1)[-1] for ln in out.splitlines() if re.search(r": DDP\d+ ", ln) and "[*]" not in ln]
     text = dst.read_text()
     if rc != 0:
-        return None, f"ddpify exited {rc}: {out.strip().splitlines()[-1] if out.strip() else ''}"
+        return None, f"ddpify exited {rc}: {out.strip().splitlines()[-1] if out.strip() else ''}", manual
     if text == (HERE / f"{model}_single.py").read_text():
-        return None, "ddpify left the script unchanged"
-    return dst, ""
+        return None, "ddpify left the script unchanged", manual
+    return dst, "", manual
 
 
 def plan(args) -> list[Run]:
@@ -217,6 +219,8 @@ def launch(args, run: Run, script: Path, extra: list[str], env: dict, log: Log, 
         run.status, run.reason = "failed", f"exit {rc}: {(err[-1] if err else text.strip()[-300:])[:300]}"
     elif "samples_per_s" not in run.figures:
         run.status, run.reason = "no-bench-line", (bench[-1] if bench else "no BENCH line from rank 0")
+    elif run.gpus > 1 and run.figures.get("ddp_modules") == 0:
+        run.status, run.reason = "invalid", "no DistributedDataParallel module in rank 0: gradients were not synchronised"
     else:
         run.status = "ok"
 
@@ -254,7 +258,7 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}" if a and b else "-"
 
 
-def report(args, runs: list[Run], machine: str, started: str, elapsed: float) -> str:
+def report(args, runs: list[Run], machine: str, started: str, elapsed: float, notes: list[str]) -> str:
     by = {(r.model, r.variant, r.precision, r.gpus): r for r in runs}
 
     def rate(m, v, p, n):
@@ -319,6 +323,8 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float) ->
         a, b = rate(m, "ddpify", "default", 1), rate(m, "ddpify", "fp32", 1)
         v = a / b if a and b else None
         row(f"{m}: ddpify default precision / fp32 at 1 GPU >= 1.5", v, v is not None and v >= 1.5)
+    if notes:
+        out += ["", "## ddpify findings that need a manual fix (its output may be incomplete)", ""] + [f"- {n}" for n in notes]
     problems = [r for r in runs if r.status != "ok"]
     if problems:
         out += ["", "## Runs without a figure", ""] + [f"- {r.name}: {r.status}: {r.reason}" for r in problems]
@@ -348,10 +354,12 @@ def main(argv=None) -> int:
     unavailable: dict[tuple[str, str, str], str] = {}
     have_accelerate = importlib.util.find_spec("accelerate") is not None
     converted_txt = []
+    notes: list[str] = []
     for m in args.models:
         for p in args.precisions:
             if "ddpify" in args.variants and any(r.model == m and r.precision == p and r.variant == "ddpify" for r in runs):
-                path, why = convert(args, m, AMP_FOR[p], work, log)
+                path, why, manual = convert(args, m, AMP_FOR[p], work, log)
+                notes += [f"{m}_single.py --amp {AMP_FOR[p]}: {x}" for x in manual]
                 scripts[(m, "ddpify", p)] = path
                 if path is None:
                     unavailable[(m, "ddpify", p)] = f"conversion failed: {why}"
@@ -370,6 +378,8 @@ def main(argv=None) -> int:
     # NVLink multicast stays off on the shared GPU hosts.
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    if args.smoke:
+        env.setdefault("OMP_NUM_THREADS", "1")  # tiny CPU runs: no thread oversubscription
 
     for i, run in enumerate(runs, 1):
         key = (run.model, run.variant, run.precision)
@@ -392,7 +402,7 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(runs)} {time.monotonic() - t_start:5.0f}s] {run.name}: {figure} ({run.wall_s} s)", flush=True)
 
     elapsed = time.monotonic() - t_start
-    md = report(args, runs, machine, started, elapsed)
+    md = report(args, runs, machine, started, elapsed, notes)
     (out_dir / "gpu_results.md").write_text(md)
     (out_dir / "gpu_results.json").write_text(json.dumps(
         {"args": vars(args), "machine": machine, "elapsed_s": elapsed, "runs": [asdict(r) | {"name": r.name} for r in runs]}, indent=1))

@@ -15,6 +15,8 @@ class AccumulationTransform(Transform):
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
+        if ctx.opts.amp == "apex":
+            return  # apex's DistributedDataParallel has no no_sync()
         for step in a.steps:
             test = step.accumulation_test
             if test is None or step.forward_first is None or not ctx.editable(step.stmt):

@@ -37,6 +37,8 @@ class Context:
         self.imports_needed: list[str] = []
         self.helpers: set[str] = set()  # generated helper blocks: "amp", "rank0_decides"
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
+        self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
+        self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
         self._alias = self._resolve_aliases()
 
     # -- names ------------------------------------------------------------------------

@@ -75,6 +75,9 @@ class LaunchTransform(Transform):
             text += DECIDES
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
+        if ctx.preamble:
+            block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *block[0].leading_lines])
+            block = [*ctx.preamble, *block]
         self._local_rank_flag(ctx)
         imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
         first = block[0]

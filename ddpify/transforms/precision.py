@@ -24,6 +24,8 @@ class PrecisionTransform(Transform):
         if ctx.opts.amp in ("none", "apex"):
             return
         scaled = ctx.opts.amp in ("auto", "fp16")
+        self._updates: dict[int, cst.BaseStatement] = {}
+        self._update_stmt: dict[int, cst.BaseStatement] = {}
         done_blocks: set[int] = set()
         for step in a.steps:
             if not ctx.editable(step.stmt):
@@ -34,8 +36,8 @@ class PrecisionTransform(Transform):
                 continue
             first = step.forward_first
             last = step.loss_stmt if step.loss_stmt in body and body.index(step.loss_stmt) >= body.index(first) else first
-            if id(step.block) not in done_blocks:
-                done_blocks.add(id(step.block))
+            if (id(first), id(last)) not in done_blocks:
+                done_blocks.add((id(first), id(last)))
                 ctx.edits.wraps.append((first, last, ctx.expr(AUTOCAST)))
                 ctx.helpers.add("amp")
                 ctx.finding(first, "DDP040", "forward pass and loss run under torch.autocast (bf16 where the GPU has it, else fp16; off on CPU)", True)
@@ -57,7 +59,15 @@ class PrecisionTransform(Transform):
             ctx.edits.replace(call, ctx.expr(f"SCALER.step({opt})"))
             last = call
         if last is not None:
-            ctx.edits.after[a.statement(last)].append(ctx.stmt("SCALER.update()\n"))
+            # one update per iteration, after the block's last optimizer step
+            prev = self._updates.get(id(step.block))
+            if prev is not None:
+                ctx.edits.after[prev].remove(self._update_stmt[id(step.block)])
+            upd = ctx.stmt("SCALER.update()\n")
+            anchor = a.statement(last)
+            ctx.edits.after[anchor].append(upd)
+            self._updates[id(step.block)] = anchor
+            self._update_stmt[id(step.block)] = upd
             ctx.finding(step.backward, "DDP041", "backward and optimizer step go through the GradScaler (active with fp16 only)", True)
         else:
             ctx.finding(step.backward, "DDP041", "backward scaled; no optimizer.step() found next to it: call SCALER.step(opt) and SCALER.update() there", True)

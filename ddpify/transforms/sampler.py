@@ -144,7 +144,7 @@ class SamplerTransform(Transform):
             return
         if not ld.target:
             return
-        for site, used in a.loader_iteration_sites(ld.target):
+        for site, used in a.loader_iteration_sites(ld.target, a.function_of(ld.stmt)):
             loops = self._epoch_loops(ctx, site, used)
             for loop, expr in loops:
                 if loop is None:

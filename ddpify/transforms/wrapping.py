@@ -93,6 +93,9 @@ class WrappingTransform(Transform):
         if not ctx.editable(anchor):
             return
         ctx.wrapped[name] = anchor
+        if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
+            ctx.apex_models.append((name, bind, anchor))
+            return
         ddp = ctx.name("DDP")
         if ctx.opts.sync_bn:
             # SyncBatchNorm runs on GPUs only; on CPU (gloo) BatchNorm stays per process
