@@ -301,9 +301,8 @@ class Probe:
                     ids[d] = _device_uuid(d)
             info["cuda_peak"] = peak
             info["cuda_ids"] = ids
-            info["cuda_param_ids"] = {
-                str(p.device): _device_uuid(p.device.index) for p in self.tracked_params() if p.device.type == "cuda"
-            }
+            used = {p.device for p in self.tracked_params() if p.device.type == "cuda"}
+            info["cuda_param_ids"] = {str(d): _device_uuid(d.index) for d in used}
         return info
 
     def dump_params(self) -> None:
