@@ -7,7 +7,6 @@ tiny scripts in tests/verify_cases/, so the epoch-order check has two epochs to 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -187,7 +186,7 @@ def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_
     doc = outcome.document
     assert doc["conversion"] == "converted" and doc["ran"].endswith("single.ddp.py")
     assert not Path(doc["ran"]).exists()  # the temporary copy went with the run directory
-    assert "converted copy" in text
+    assert "converted to a temporary copy" in text
 
 
 def test_single_process_script_with_the_real_converter(tmp_path):
@@ -200,6 +199,15 @@ def test_single_process_script_with_the_real_converter(tmp_path):
     outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True)
     assert outcome.exit_code == 0, text
     assert outcome.document["conversion"] == "converted"
+
+
+def test_a_converter_bug_is_reported_not_raised(tmp_path):
+    def converter(source, options, path):
+        raise KeyError("apex_models")
+
+    outcome, text = _verify(tmp_path, "single.py", convert=True, converter=converter)
+    assert outcome.exit_code == 2
+    assert "the converter failed on" in text and "KeyError: 'apex_models'" in text
 
 
 def test_nccl_without_a_gpu_cannot_run(tmp_path, monkeypatch):

@@ -47,7 +47,19 @@ class Context:
     min_scaling: float | None = None
 
 
+STOPPED = "the run was stopped before the ranks reported (see no-hang)"
+
+
 def run_checks(ctx: Context) -> list[Check]:
+    if ctx.candidate.hang:
+        # Killed ranks never wrote their final records: only what they saved before the stall is known.
+        return [
+            check_ranks(ctx),
+            check_devices(ctx),
+            check_params(ctx),
+            *(Check(name, NA, STOPPED) for name in ("data-sharding", "epoch-shuffle", "rank0-writes", "loss", "throughput")),
+            check_hang(ctx),
+        ]
     return [
         check_ranks(ctx),
         check_devices(ctx),
@@ -421,8 +433,6 @@ def check_writes(ctx: Context) -> Check:
     recs = ctx.candidate.records
     if not recs:
         return Check("rank0-writes", NA, "no rank recorded anything")
-    if ctx.candidate.hang:
-        return Check("rank0-writes", NA, "the run was stopped before the ranks reported their writes")
     by_path: dict[str, dict[int, dict]] = {}
     for r, rec in sorted(recs.items()):
         for w in rec.get("writes", []):

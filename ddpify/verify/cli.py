@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,12 @@ def _convert(script: Path, source: str, options, converter: Callable | None) -> 
         ) from None
     except ConversionError as exc:
         raise CannotRun(exc.format(str(script))) from None
+    except Exception as exc:  # a converter bug: say so instead of a bare traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise CannotRun(
+            f"the converter failed on {script}: {type(exc).__name__}: {exc} "
+            f"(at {os.path.basename(where.filename)}:{where.lineno}; please report it)"
+        ) from None
     if result.status == "not-training":
         raise CannotRun(f"{script}: not a training script (no optimizer step found): nothing to verify")
     if result.status == "already-distributed" or not result.changed:
@@ -126,7 +133,7 @@ def run_verify(
 
     try:
         source = script_path.read_text()
-        converted, status = (None, "not converted (--no-convert)")
+        converted, status = (None, "--no-convert")
         if convert:
             from ddpify import Options
 
@@ -143,8 +150,13 @@ def run_verify(
         doc["error"] = str(exc)
         return finish(VerifyOutcome(2))
 
-    what = "converted copy" if converted is not None else "as it is"
-    echo(f"ddpify verify {report.short_path(str(script_path))}: {what} ({status}), {nproc} processes, {backend}, K={steps}")
+    if converted is not None:
+        what = "converted to a temporary copy"
+    elif status == "--no-convert":
+        what = "run as it is (--no-convert)"
+    else:
+        what = f"run as it is ({status})"
+    echo(f"ddpify verify {report.short_path(str(script_path))}: {what}, {nproc} processes, {backend}, K={steps}")
     args = list(script_args)
     base_run: RunResult | None = None
     if baseline:
@@ -192,7 +204,8 @@ def run_verify(
         return finish(VerifyOutcome(2, checks))
     echo("")
     echo(report.table(checks, colour=colour))
-    echo(report.failures(checks))
+    if failed:
+        echo(report.failures(checks))
     code = 1 if failed else 0
     echo(f"\n{len(checks) - len(failed)}/{len(checks)} checks without failure; exit {code}")
     return finish(VerifyOutcome(code, checks))
@@ -216,7 +229,10 @@ def run_verify(
 def verify_command(script, script_args, nproc, steps, backend, timeout, json_path, no_baseline, no_convert, amp, sync_bn, shard_eval, min_scaling, keep):
     """Run SCRIPT as one process and distributed under torchrun, and check the DDP conversion.
 
-    Arguments after `--` go to the script: ddpify verify train.py --nproc 2 -- --epochs 1
+    Arguments after `--` go to the script:
+
+    \b
+        ddpify verify train.py --nproc 2 -- --epochs 1
     """
     from ddpify import Options
 
