@@ -108,6 +108,16 @@ class Context:
         return not self.a.skipped(node)
 
 
+def append_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """call(..., name=value), keeping the call's own comma style."""
+    args = list(call.args)
+    if args and not isinstance(args[-1].comma, cst.Comma):
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
+
+
 class Transform:
     """One concern. plan() reads ctx.a and records edits and findings in ctx."""
 

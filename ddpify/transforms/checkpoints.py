@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import call_args, dotted
-from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.base import Context, Transform, append_kwarg
 
 
 class CheckpointTransform(Transform):
@@ -21,15 +21,7 @@ class CheckpointTransform(Transform):
             if a.is_call(call, "torch.load"):
                 pos, kw = call_args(call)
                 if "map_location" not in kw and len(pos) < 2:
-                    def fn(n):
-                        args = list(n.args)
-                        if args and not isinstance(args[-1].comma, cst.Comma):
-                            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                        args.append(cst.Arg(keyword=cst.Name("map_location"), value=cst.Name("LOCAL_DEVICE"),
-                                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
-                        return n.with_changes(args=args)
-
-                    ctx.edits.replace(call, fn)
+                    ctx.edits.replace(call, lambda n: append_kwarg(n, "map_location", cst.Name("LOCAL_DEVICE")))
                 elif "map_location" in kw and isinstance(kw["map_location"].value, cst.SimpleString) and "cuda" in kw["map_location"].value.value:
                     ctx.edits.replace(kw["map_location"].value, cst.Name("LOCAL_DEVICE"))
                 stmt = a.statement(call)

@@ -9,7 +9,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify.analysis import call_args, code, dotted
-from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.base import Context, Transform, append_kwarg
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
 WRITE_CALLS = (
@@ -145,15 +145,7 @@ class Rank0Transform(Transform):
             old = code(kw["disable"].value)
             ctx.edits.replace(kw["disable"].value, ctx.expr(f"({old}) or RANK != 0"))
         else:
-            def fn(n):
-                args = list(n.args)
-                if args and not isinstance(args[-1].comma, cst.Comma):
-                    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.append(cst.Arg(keyword=cst.Name("disable"), value=ctx.expr("RANK != 0"),
-                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
-                return n.with_changes(args=args)
-
-            ctx.edits.replace(call, fn)
+            ctx.edits.replace(call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0")))
         ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)
 
     def _open_for_write(self, ctx: Context, guarded: set) -> None:
