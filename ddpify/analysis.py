@@ -92,6 +92,7 @@ class Step:
     step_stmts: list[cst.BaseStatement] = field(default_factory=list)  # top-level stmts holding them
     accumulation_test: cst.BaseExpression | None = None  # `if C: optimizer.step()` -> C
     models: list[str] = field(default_factory=list)  # model names forwarded in the step
+    tail: list[cst.BaseStatement] = field(default_factory=list)  # backward and what follows, up to the step
 
 
 class Analysis:
@@ -113,6 +114,8 @@ class Analysis:
         self.fors: list[cst.For] = []
         self.whiles: list[cst.While] = []
         self.assigns: list[cst.CSTNode] = []
+        self._param_cache: dict[int, list[str]] = {}
+        self._values_by_scope: dict[tuple[int, str], list[cst.BaseExpression]] | None = None
         self.attributes: list[cst.Attribute] = []
         self.withs: list[cst.With] = []
         self.ifs: list[cst.If] = []
@@ -283,12 +286,48 @@ class Analysis:
         return False
 
     def _param_sources(self, call: cst.Call) -> list[str]:
+        """Modules whose parameters reach this optimizer call, following names bound in
+        the same scope: decay = [p for n, p in model.named_parameters() if ...];
+        groups = [{"params": decay}, ...]; AdamW(groups)."""
+        cached = self._param_cache.get(id(call))
+        if cached is not None:
+            return cached
         found: list[str] = []
-        for c in m.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
-            base = dotted(c.func.value)  # type: ignore[attr-defined]
-            if base:
-                found.append(base)
+        fn = self.function_of(call)
+        work: list[cst.CSTNode] = [call]
+        seen_names: set[str] = set()
+        while work and len(seen_names) < 32:
+            node = work.pop()
+            for c in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+                base = dotted(c.func.value)  # type: ignore[attr-defined]
+                if base and base not in found:
+                    found.append(base)
+            for ref in m.findall(node, m.Name()):
+                name = ref.value
+                if name in seen_names:
+                    continue
+                seen_names.add(name)
+                for value in self._local_values(fn, name):
+                    work.append(value)
+        self._param_cache[id(call)] = found
         return found
+
+    def _local_values(self, fn: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
+        """Values assigned to a plain name in scope fn (module level when None)."""
+        if self._values_by_scope is None:
+            index: dict[tuple[int, str], list[cst.BaseExpression]] = {}
+            for a in self.assigns:
+                if isinstance(a, cst.Assign):
+                    targets = [t.target for t in a.targets]
+                elif isinstance(a, cst.AnnAssign) and a.value is not None:
+                    targets = [a.target]
+                else:
+                    continue
+                for t in targets:
+                    if isinstance(t, cst.Name):
+                        index.setdefault((id(self.function_of(a)), t.value), []).append(a.value)
+            self._values_by_scope = index
+        return self._values_by_scope.get((id(fn), name), [])
 
     def _assigned_names(self) -> set[str]:
         names: set[str] = set()
@@ -327,18 +366,30 @@ class Analysis:
                     if prefix in assigned and prefix != "self":
                         chosen = prefix
                         break
+                # `self.parameters()` inside the model's own method: the caller's receiver is the model
+                if chosen == "self":
+                    continue
                 if chosen not in self.models and not chosen.endswith(("_params", "params")):
                     self.models.append(chosen)
         # optimizers built in helper functions: opt = make_optimizer(model)
         for call in self.calls:
             target = self._assign_target(call)
-            if not target or target in self.optimizers:
+            if not target or self._is_optimizer_call(call):
                 continue
             name = dotted(call.func)
             for fn in self.functions.get(name.rsplit(".", 1)[-1] if name else "", []):
                 for ret in m.findall(fn, m.Return()):
-                    if isinstance(ret.value, cst.Call) and self._is_optimizer_call(ret.value):
-                        self.optimizers[target] = ret.value
+                    values = [ret.value] if ret.value is not None else []
+                    if isinstance(ret.value, cst.Name):  # opt = AdamW(...); return opt
+                        values = self._local_values(fn, ret.value.value)
+                    for value in values:
+                        if isinstance(value, cst.Call) and self._is_optimizer_call(value):
+                            self.optimizers.setdefault(target, value)
+                            # model.configure_optimizers(): `self` there is `model` here
+                            receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+                            if receiver and "self" in self._param_sources(value) and receiver not in self.models:
+                                if self.class_of(fn) is not None and receiver != "self":
+                                    self.models.append(receiver)
 
     def _assign_target(self, node: cst.CSTNode) -> str | None:
         par = self.parent.get(node)
@@ -503,14 +554,10 @@ class Analysis:
                 step.forward_first = stmt
             later = body[idx + 1 :]
             stop = next((k for k, s in enumerate(later) if m.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
-            for s in [stmt, *later[:stop]]:
-                for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
-                    if self.is_optimizer_ref(c.func.value):  # type: ignore[attr-defined]
-                        step.step_calls.append(c)
-                        if s not in step.step_stmts:
-                            step.step_stmts.append(s)
-                        if isinstance(s, cst.If) and step.accumulation_test is None and self.ancestor(c, cst.If) is s:
-                            step.accumulation_test = s.test
+            step.tail = [stmt, *later[:stop]]
+            self._collect_step_calls(step, step.tail)
+            if not step.step_calls:
+                self._micro_loop_step(step)
             region = body[body.index(step.forward_first) : idx + 1] if step.forward_first in body else [stmt]
             for s in region:
                 for c in m.findall(s, m.Call()):
@@ -520,6 +567,43 @@ class Analysis:
                             step.models.append(n)
             steps.append(step)
         return steps
+
+    def _collect_step_calls(self, step: Step, stmts: list[cst.BaseStatement]) -> None:
+        for s in stmts:
+            for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
+                if self.is_optimizer_ref(c.func.value):  # type: ignore[attr-defined]
+                    step.step_calls.append(c)
+                    if s not in step.step_stmts:
+                        step.step_stmts.append(s)
+                    if isinstance(s, cst.If) and step.accumulation_test is None and self.ancestor(c, cst.If) is s:
+                        step.accumulation_test = s.test
+
+    def _micro_loop_step(self, step: Step) -> None:
+        """for micro in range(N): ...; loss.backward()  then optimizer.step() after the loop."""
+        loop = self.parent.get(step.block)
+        if not isinstance(loop, cst.For) or _in_orelse(self, step.stmt, loop):
+            return
+        outer = self.block(loop)
+        if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
+            return
+        body = list(outer.body)
+        later = body[body.index(loop) + 1 :]
+        stop = next((k for k, s in enumerate(later) if m.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+        self._collect_step_calls(step, later[:stop])
+        if not step.step_calls:
+            return
+        step.tail = [*step.tail, *later[:stop]]
+        step.accumulation_test = None
+        it = loop.iter
+        if (
+            isinstance(loop.target, cst.Name)
+            and m.matches(it, m.Call(func=m.Name("range")))
+            and len(it.args) == 1  # type: ignore[attr-defined]
+            and it.args[0].keyword is None  # type: ignore[attr-defined]
+        ):
+            # the last micro-step is the one whose gradients the optimizer uses
+            n = it.args[0].value  # type: ignore[attr-defined]
+            step.accumulation_test = cst.parse_expression(f"{loop.target.value} == {code(n)} - 1")
 
     def _assigns(self, stmt: cst.BaseStatement, name: str) -> bool:
         for node in m.findall(stmt, m.Assign() | m.AugAssign() | m.AnnAssign()):
@@ -609,12 +693,18 @@ class Analysis:
         """(for-loop or iter() call, name used there) for every place `name` (or a
         parameter bound to it) is iterated."""
         bound = self._propagate([name])
-        # pbar = tqdm(loader): iterating the wrapper iterates the loader
+        # pbar = tqdm(loader): iterating the wrapper iterates the loader, whose
+        # name (not the wrapper's) is what the sampler hangs off
+        wrapped: dict[str, str] = {}
         for asg in self.assigns:
             if isinstance(asg, cst.Assign) and isinstance(asg.value, cst.Call) and len(asg.targets) == 1:
                 alias = dotted(asg.targets[0].target)
-                if alias and any(dotted(x.value) == name for x in asg.value.args):
-                    bound.setdefault(self.function_of(asg), set()).add(alias)
+                fn = self.function_of(asg)
+                names = bound.get(fn, set()) | bound.get(None, set())
+                inner = next((dotted(x.value) for x in asg.value.args if dotted(x.value) in names), None)
+                if alias and inner:
+                    bound.setdefault(fn, set()).add(alias)
+                    wrapped[alias] = inner
         sites: list[tuple[cst.CSTNode, str]] = []
         for loop in self.fors:
             fn = self.function_of(loop)
@@ -622,7 +712,7 @@ class Analysis:
             names = bound.get(fn, set()) | (bound.get(None, set()) if visible else set())  # type: ignore[arg-type]
             for n in names:
                 if self.loop_iterates(loop, n):
-                    sites.append((loop, n))
+                    sites.append((loop, wrapped.get(n, n)))
                     break
         for call in self.calls:
             if m.matches(call.func, m.Name("iter")) and call.args and dotted(call.args[0].value) is not None:

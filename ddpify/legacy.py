@@ -70,12 +70,17 @@ def convert_legacy(source, analysis, ctx):
 
     a = analysis
     what = _describe(a)
-    ctx.finding(a.legacy_api, "DDP091", f"distributed the legacy way ({what})", False)
     _fix_launch(ctx)
     if ctx.opts.amp != "apex":
         Modernise(ctx).plan()
+    if ctx.edits.is_empty() and a.distributed_api is not None:
+        # already modern (a ddpify output included): the --local_rank flag alone is not legacy
+        api = a.call_qualname(a.distributed_api) if isinstance(a.distributed_api, cst.Call) else "a distributed API"
+        ctx.finding(a.distributed_api, "DDP090", f"already distributed ({api}): left unchanged", False)
+        return Result(source, False, "already-distributed", sorted(set(ctx.findings)))
+    ctx.finding(a.legacy_api, "DDP091", f"distributed the legacy way ({what})", False)
     if ctx.edits.is_empty():
-        return Result(source, False, "already-distributed" if a.distributed_api is not None else "legacy", sorted(set(ctx.findings)))
+        return Result(source, False, "legacy", sorted(set(ctx.findings)))
     new = a.module.visit(Applier(ctx.edits)).code
     return Result(new, new != source, "converted", sorted(set(ctx.findings)))
 

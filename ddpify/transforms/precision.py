@@ -72,9 +72,7 @@ class PrecisionTransform(Transform):
         else:
             ctx.finding(step.backward, "DDP041", "backward scaled; no optimizer.step() found next to it: call SCALER.step(opt) and SCALER.update() there", True)
         # clipping needs unscaled gradients
-        body = list(step.block.body)
-        idx = body.index(step.stmt)
-        for s in body[idx:]:
+        for s in step.tail:
             for c in m.findall(s, m.Call()):
                 if a.is_call(c, *CLIP) and step.step_calls:
                     opt = self._next_optimizer(ctx, c, step)

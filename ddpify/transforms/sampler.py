@@ -145,7 +145,17 @@ class SamplerTransform(Transform):
         if not ld.target:
             return
         for site, used in a.loader_iteration_sites(ld.target, a.function_of(ld.stmt)):
+            stmt = a.statement(site) if isinstance(site, cst.Call) else site
             loops = self._epoch_loops(ctx, site, used)
+            if self._starts_an_epoch(a, stmt, loops):
+                # `it = iter(loader)` on rollover, or a pass over the loader inside a
+                # `while` loop: the epoch starts right there
+                if id(stmt) not in done and ctx.editable(stmt):
+                    done.add(id(stmt))
+                    counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
+                    ctx.edits.before[stmt].append(ctx.stmt(f"{used}.sampler.set_epoch({counter})\n"))
+                    ctx.finding(stmt, "DDP021", "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently", True)
+                continue
             for loop, expr in loops:
                 if loop is None:
                     continue
@@ -157,6 +167,36 @@ class SamplerTransform(Transform):
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
                 else:
                     ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+
+    @staticmethod
+    def _starts_an_epoch(a, stmt: cst.CSTNode, loops) -> bool:
+        """True when the pass over the loader is not the body of a `for epoch` loop of its own."""
+        loop = a.enclosing_loop(stmt)
+        if isinstance(stmt, cst.For):
+            return isinstance(loop, cst.While)
+        if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            return False
+        if loop is None:
+            return not loops  # no caller runs it in a loop either
+        # directly in the loop's body (not under try/if): the loop is the epoch loop
+        return not (isinstance(loop, cst.For) and a.parent.get(a.block(stmt)) is loop)
+
+    @staticmethod
+    def _epoch_counter(a, stmt: cst.CSTNode) -> str | None:
+        """A name like `epoch` assigned before stmt in the same scope."""
+        fn = a.function_of(stmt)
+        line = a.pos[stmt].start.line
+        found = []
+        for asg in a.assigns:
+            if a.function_of(asg) is not fn or a.pos[asg].start.line >= line:
+                continue
+            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+            for t in targets:
+                if isinstance(t, cst.Name) and "epoch" in t.value.lower() and not t.value.isupper():
+                    found.append(t.value)
+        if not found:
+            return None
+        return "epoch" if "epoch" in found else found[-1]
 
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
         """(epoch loop, loader expression there) around an iteration site."""

@@ -45,6 +45,27 @@ class UnwrapTransform(Transform):
             else:
                 ctx.finding(attr, "DDP033", f"{base}.{attr.attr.value} is the model's own; reached through {base}.module after wrapping", True)
 
+        # getattr(model, "n_classes", 10) on the wrapper would quietly return the default
+        for call in a.calls:
+            if not (isinstance(call.func, cst.Name) and call.func.value in ("getattr", "hasattr", "setattr")):
+                continue
+            if len(call.args) < 2 or not isinstance(call.args[1].value, cst.SimpleString) or not ctx.editable(call):
+                continue
+            base = dotted(call.args[0].value)
+            attr_name = call.args[1].value.evaluated_value
+            if base is None or attr_name in PASSTHROUGH or not isinstance(attr_name, str):
+                continue
+            fn = a.function_of(call)
+            if not self._bound(a, bindings, fn, base, call) or not self._after_wrap(ctx, call, base):
+                continue
+
+            def unwrap_first(n: cst.Call) -> cst.Call:
+                first = n.args[0].with_changes(value=cst.Attribute(value=n.args[0].value, attr=cst.Name("module")))
+                return n.with_changes(args=[first, *n.args[1:]])
+
+            ctx.edits.replace(call, unwrap_first)
+            ctx.finding(call, "DDP033", f"{call.func.value}({base}, {attr_name!r}) asks the model itself: {base}.module after wrapping", True)
+
     def _bound(self, a, bindings, fn, base, node) -> bool:
         if fn is not None and base in bindings.get(fn, set()):
             return True

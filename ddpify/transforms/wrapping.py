@@ -66,13 +66,33 @@ class WrappingTransform(Transform):
             from ddpify.analysis import _flatten_targets
 
             if any(dotted(el) == name for t in targets for el in _flatten_targets(t)):
-                stmt = a.statement(asg)
-                if isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+                stmt = self._lift(ctx, a.statement(asg), name)
+                if isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) and stmt not in cands:
                     cands.append(stmt)
         if not cands:
             return None
         same = [s for s in cands if a.function_of(s) in opt_fns]
         return (same or cands)[0]
+
+    def _lift(self, ctx: Context, stmt: cst.BaseStatement, name: str) -> cst.BaseStatement:
+        """A model built in `if/else` (or try, with) branches is wrapped once, after the
+        whole statement, unless the branch goes on to train it."""
+        a = ctx.a
+        while True:
+            block = a.block(stmt)
+            if not isinstance(block, cst.IndentedBlock):
+                return stmt
+            rest = list(block.body)[list(block.body).index(stmt) + 1 :]
+            if any(isinstance(s, (cst.For, cst.While)) or m.findall(s, m.For() | m.While()) or self._uses_model(ctx, s, name) for s in rest):
+                return stmt
+            owner = a.parent.get(block)
+            if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
+                owner = a.parent.get(owner)
+            while isinstance(owner, cst.If) and isinstance(a.parent.get(owner), cst.If):  # elif
+                owner = a.parent.get(owner)
+            if not isinstance(owner, (cst.If, cst.Try, cst.With)) or owner is a.main_guard:
+                return stmt
+            stmt = owner
 
     def _wrap(self, ctx: Context, name: str, dp_stmts: set[cst.BaseStatement]) -> None:
         a = ctx.a
