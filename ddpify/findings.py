@@ -34,6 +34,7 @@ CODES: dict[str, str] = {
     "DDP062": "progress bar disabled on ranks other than 0",
     "DDP070": "state dict saved from the unwrapped model (no 'module.' prefix)",
     "DDP071": "checkpoint loaded after a barrier, onto the rank's own device",
+    "DDP072": "file written by rank 0 and read back by every rank: barrier before the read",
     "DDP080": "loop-ending decision taken by rank 0 and shared with every rank",
     "DDP090": "already distributed: left unchanged",
     "DDP091": "distributed the legacy way (apex / torch.distributed.launch)",

@@ -24,3 +24,33 @@ def needs_cuda(d: Path) -> bool:
 @pytest.fixture(params=FIXTURES, ids=[p.name for p in FIXTURES])
 def fixture_dir(request) -> Path:
     return request.param
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """No launcher variables from the outer shell; one thread (tiny models, 2 shared cores)."""
+    import os
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        env.pop(var, None)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def forkrun():
+    """Scripts forked from one process that imported torch once (see tests/forkrun.py)."""
+    pytest.importorskip("torch")
+    from forkrun import ForkRunner
+
+    runner = ForkRunner(clean_env())
+    yield runner
+    runner.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,43 +1,30 @@
-"""Every expected output trains on CPU: as plain `python` and under torchrun (2 ranks, gloo)."""
+"""Every expected output trains on CPU: as plain `python` and as 2 ranks with gloo, with
+torchrun's environment (forked, see forkrun.py); a few under the real torchrun too."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import fixture_args, fixture_options, needs_cuda
+from conftest import FIXTURES, clean_env, fixture_args, fixture_options, free_port
 
 torch = pytest.importorskip("torch")
 
 LOSS = re.compile(r"loss\D{0,20}?(-?\d+(?:\.\d+)?(?:e-?\d+)?|nan|inf)", re.I)
+# the real launcher, on fixtures of different styles (module level, main(), a Trainer class, iterations)
+UNDER_TORCHRUN = ["02_mnist_classic", "03_trainer_dataclass", "30_while_max_steps", "36_gpt_param_groups_method"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def check_trained(proc, nprint_max=None):
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    losses = [float(x) for x in LOSS.findall(proc.stdout)]
+def check_trained(returncode, stdout, stderr):
+    out = stdout + stderr
+    assert returncode == 0, out[-4000:]
+    losses = [float(x) for x in LOSS.findall(stdout)]
     assert losses, f"no loss printed:\n{out[-2000:]}"
     assert all(math.isfinite(x) for x in losses), losses
     return losses
-
-
-def env():
-    e = dict(os.environ)
-    e.pop("WORLD_SIZE", None)
-    e.pop("MASTER_ADDR", None)
-    e["OMP_NUM_THREADS"] = "1"
-    return e
 
 
 def skip_apex(d):
@@ -45,22 +32,27 @@ def skip_apex(d):
         pytest.skip("the --amp apex output needs NVIDIA apex <= 25.04 (run on GPUs: bench/gpu_session/)")
 
 
-def test_runs_as_plain_python(fixture_dir, tmp_path):
+def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
     skip_apex(fixture_dir)
-    if needs_cuda(fixture_dir) and not torch.cuda.is_available():
-        pass  # the converted script no longer needs CUDA: .cuda() became .to(LOCAL_DEVICE)
-    script = fixture_dir / "expected.py"
-    proc = subprocess.run([sys.executable, str(script), *fixture_args(fixture_dir)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env())
-    check_trained(proc)
+    run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path)
+    check_trained(run.returncode, run.stdout, run.stderr)
 
 
-def test_runs_under_torchrun(fixture_dir, tmp_path):
+def test_runs_on_two_ranks(fixture_dir, tmp_path, forkrun):
     skip_apex(fixture_dir)
-    script = fixture_dir / "expected.py"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path, nproc=2, env=env)
+    assert not run.timed_out, run.stderr[-4000:]
+    check_trained(run.returncode, run.ranks[0].stdout, run.stderr)
+    # rank 0 alone prints the losses
+    assert not LOSS.search(run.ranks[1].stdout), run.ranks[1].stdout[-2000:]
+
+
+@pytest.mark.parametrize("name", UNDER_TORCHRUN)
+def test_runs_under_torchrun(name, tmp_path):
+    d = FIXTURES[0].parent / name
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(script), *fixture_args(fixture_dir)]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env())
-    check_trained(proc)
-    # rank 0 alone prints: every loss line appears once, not once per rank
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(d / "expected.py"), *fixture_args(d)]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+    check_trained(proc.returncode, proc.stdout, proc.stderr)
     assert "[rank1]" not in proc.stdout

@@ -1,12 +1,20 @@
-"""Checkpoints: loads wait at a barrier (rank 0 may still be writing) and map storage onto
-the rank's own device; a whole pickled model is saved unwrapped."""
+"""Checkpoints and files read back: loads wait at a barrier (rank 0 may still be writing)
+and map storage onto the rank's own device; a whole pickled model is saved unwrapped."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
-from ddpify.analysis import call_args, dotted
+from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
+
+WRITE_MODE = re.compile(r"[wax+]")
+WRITERS = {"torch.save": 1, "numpy.save": 0, "numpy.savez": 0, "numpy.savetxt": 0}  # call -> path argument
+READERS = {"numpy.load": 0, "numpy.loadtxt": 0, "pandas.read_csv": 0, "pandas.read_json": 0}
+READ_METHODS = {"read_text", "read_bytes"}
+WRITE_METHODS = {"write_text", "write_bytes", "to_csv", "to_json"}
 
 
 class CheckpointTransform(Transform):
@@ -14,7 +22,7 @@ class CheckpointTransform(Transform):
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
-        barriers: set[int] = set()
+        self._barriers: set[int] = set()
         for call in a.calls:
             if not ctx.editable(call):
                 continue
@@ -24,13 +32,96 @@ class CheckpointTransform(Transform):
                     ctx.edits.replace(call, lambda n: append_kwarg(n, "map_location", cst.Name("LOCAL_DEVICE")))
                 elif "map_location" in kw and isinstance(kw["map_location"].value, cst.SimpleString) and "cuda" in kw["map_location"].value.value:
                     ctx.edits.replace(kw["map_location"].value, cst.Name("LOCAL_DEVICE"))
-                stmt = a.statement(call)
-                if id(stmt) not in barriers and isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
-                    barriers.add(id(stmt))
-                    ctx.edits.before[stmt].append(ctx.stmt(f"{ctx.name('dist')}.barrier()  # rank 0 may still be writing it\n"))
+                if self._per_item(a, call):
+                    ctx.finding(call, "DDP071", "loaded onto this rank's device (map_location=LOCAL_DEVICE); no barrier inside a dataset or loop", True)
+                    continue
+                self._barrier_before(ctx, a.statement(call), "rank 0 may still be writing it")
                 ctx.finding(call, "DDP071", "checkpoint loaded after a barrier, onto this rank's device (map_location=LOCAL_DEVICE)", True)
             elif a.is_call(call, "torch.save"):
                 pos, _ = call_args(call)
                 if pos and dotted(pos[0].value) in ctx.wrapped:
                     ctx.edits.replace(pos[0].value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
                     ctx.finding(call, "DDP070", "the unwrapped model is saved, so it loads without DDP", True)
+        self._read_back(ctx)
+
+    def _barrier_before(self, ctx: Context, stmt: cst.CSTNode, why: str) -> None:
+        a = ctx.a
+        if id(stmt) in self._barriers or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            return
+        self._barriers.add(id(stmt))
+        ctx.edits.before[stmt].append(ctx.stmt(f"{ctx.name('dist')}.barrier()  # {why}\n"))
+
+    @staticmethod
+    def _per_item(a, call: cst.Call) -> bool:
+        """torch.load in a Dataset method or inside a loop: per sample or per step, not a checkpoint
+        every rank reaches once; a barrier there would hang DataLoader workers or cost a sync per step."""
+        fn = a.function_of(call)
+        cls = a.class_of(fn) if fn is not None else None
+        if cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__", "__len__") for s in cls.body.body):
+            return True
+        return a.enclosing_loop(a.statement(call)) is not None
+
+    # -- a file rank 0 writes and every rank reads back -----------------------------------
+    def _read_back(self, ctx: Context) -> None:
+        """cfg written on first run, then read: the other ranks wait for rank 0's file."""
+        a = ctx.a
+        writes: list[tuple[cst.Call, str]] = []
+        reads: list[tuple[cst.Call, str]] = []
+        for call in a.calls:
+            path = self._path(a, call, write=True)
+            if path is not None:
+                writes.append((call, path))
+                continue
+            path = self._path(a, call, write=False)
+            if path is not None and not self._per_item(a, call):
+                reads.append((call, path))
+        for rcall, rpath in reads:
+            rline = a.pos[rcall].start.line
+            fn = a.function_of(rcall)
+            for wcall, wpath in writes:
+                if wpath != rpath or a.function_of(wcall) is not fn or a.pos[wcall].start.line >= rline:
+                    continue
+                stmt = self._outer_in_common_block(a, a.statement(wcall), a.statement(rcall))
+                if stmt is not None and ctx.editable(stmt):
+                    self._barrier_before(ctx, stmt, "rank 0 writes this file above")
+                    ctx.finding(rcall, "DDP072", f"{rpath} is written by rank 0 above and read by every rank: dist.barrier() before the read", True)
+                break
+
+    @staticmethod
+    def _path(a, call: cst.Call, write: bool) -> str | None:
+        pos, kw = call_args(call)
+        if isinstance(call.func, cst.Name) and call.func.value == "open" and pos:
+            mode = pos[1].value if len(pos) > 1 else (kw["mode"].value if "mode" in kw else None)
+            if mode is not None and not isinstance(mode, cst.SimpleString):
+                return None
+            writing = mode is not None and bool(WRITE_MODE.search(mode.evaluated_value))
+            return code(pos[0].value) if writing == write else None
+        table = WRITERS if write else READERS
+        for name, i in table.items():
+            if a.is_call(call, name) and len(pos) > i:
+                return code(pos[i].value)
+        methods = WRITE_METHODS if write else READ_METHODS
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
+            if call.func.attr.value in ("to_csv", "to_json"):
+                return code(pos[0].value) if pos else None
+            return code(call.func.value)
+        return None
+
+    @staticmethod
+    def _outer_in_common_block(a, wstmt: cst.CSTNode, rstmt: cst.CSTNode) -> cst.CSTNode | None:
+        """The read's ancestor statement in the innermost block that also holds the write."""
+        wblocks = []
+        cur = wstmt
+        while cur is not None:
+            wblocks.append(cur)
+            cur = a.parent.get(cur)
+        wset = {id(x) for x in wblocks if isinstance(x, (cst.IndentedBlock, cst.Module))}
+        child = rstmt
+        cur = a.parent.get(rstmt)
+        while cur is not None:
+            if isinstance(cur, (cst.IndentedBlock, cst.Module)) and id(cur) in wset:
+                return child if isinstance(child, cst.BaseStatement) else None
+            if isinstance(cur, cst.BaseStatement):
+                child = cur
+            cur = a.parent.get(cur)
+        return None

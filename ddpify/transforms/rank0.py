@@ -23,6 +23,7 @@ TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqd
 TRACKER_PREFIXES = ("wandb.", "mlflow.", "neptune.", "comet_ml.")
 SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter")
 WRITE_MODE = re.compile(r"[wax+]")
+PURE_BUILTINS = {"round", "len", "str", "int", "float", "abs", "min", "max", "sum", "format", "repr", "bool"}
 
 
 class Rank0Transform(Transform):
@@ -49,6 +50,10 @@ class Rank0Transform(Transform):
             stmt = a.statement(call)
             if stmt in guarded or not self._guardable(ctx, stmt, call):
                 continue
+            if a.runs_collective(stmt) and self._hoist(ctx, stmt, call, reason):
+                guarded.add(stmt)
+                ctx.edits.guarded.add(stmt)
+                continue
             if a.runs_collective(stmt):
                 ctx.finding(call, "DDP061", f"{reason} left on every rank: the statement also runs the model or a collective; compute the value first, then print/save it under `if RANK == 0:`", False)
                 continue
@@ -57,6 +62,47 @@ class Rank0Transform(Transform):
             ctx.finding(call, "DDP060", f"{reason} on global rank 0 only", True)
         self._open_for_write(ctx, guarded)
         ctx.edits.guard_test = ctx.expr("RANK == 0")
+
+    def _hoist(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call, reason: str) -> bool:
+        """print(..., evaluate(model)): every rank evaluates (DDP's forward syncs buffers),
+        rank 0 prints. The call is hoisted into a variable when the arguments before it are
+        plain formatting, so no side effect changes order."""
+        a = ctx.a
+        if reason not in ("print", "logging") or not isinstance(stmt, cst.SimpleStatementLine) or stmt.body[0].value is not call:  # type: ignore[attr-defined]
+            return False
+        inner = [c for c in m.findall(call, m.Call()) if c is not call and (a._is_collective_call(c) or a._calls_function_in(c, a.collective_functions))]
+        # outermost collective calls only, in source order
+        inner = [c for c in inner if not any(o is not c and self._within(a, c, o) for o in inner)]
+        if not inner:
+            return False
+        first = a.pos[inner[0]].start
+        for c in m.findall(call, m.Call()):
+            if c is call or any(c is i or self._within(a, c, i) for i in inner):
+                continue
+            if (a.pos[c].start.line, a.pos[c].start.column) < (first.line, first.column) and not self._pure(c):
+                return False
+        # the hoisted copy is built from the original text: no other edit may sit inside it
+        if any(node is c or self._within(a, node, c) for c in inner for node in ctx.edits.expr):
+            return False
+        names: list[str] = []
+        taken = {n.value for n in m.findall(a.module, m.Name())}
+        for c in inner:
+            base = (dotted(c.func) or "value").rsplit(".", 1)[-1].strip("_") or "value"
+            name, k = f"{base}_result", 2
+            while name in taken:
+                name, k = f"{base}_result_{k}", k + 1
+            taken.add(name)
+            names.append(name)
+            ctx.edits.before[stmt].append(ctx.stmt(f"{name} = {code(c)}\n"))
+            ctx.edits.replace(c, cst.Name(name))
+        ctx.finding(call, "DDP060", f"{reason} on global rank 0 only; {', '.join(names)} computed on every rank first (it runs the model or a collective)", True)
+        return True
+
+    @staticmethod
+    def _pure(c: cst.Call) -> bool:
+        return m.matches(c.func, m.Name()) and c.func.value in PURE_BUILTINS or (  # type: ignore[attr-defined]
+            isinstance(c.func, cst.Attribute) and c.func.attr.value in ("item", "format", "tolist", "mean", "sum")
+        )
 
     def _bound_to(self, ctx: Context, pred) -> set[str]:
         names = set()
