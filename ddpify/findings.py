@@ -19,6 +19,8 @@ CODES: dict[str, str] = {
     "DDP025": "evaluation DataLoader left unsharded: every rank evaluates the full set",
     "DDP026": "batch_size is per process: the global batch is batch_size x WORLD_SIZE",
     "DDP027": "epoch loop not found: call sampler.set_epoch(epoch) by hand",
+    "DDP028": "pin_memory on the training DataLoader (GPUs)",
+    "DDP029": "batch copies to the device made non_blocking",
     "DDP030": "model wrapped in DistributedDataParallel",
     "DDP031": "nn.DataParallel replaced by DistributedDataParallel",
     "DDP032": "BatchNorm converted to SyncBatchNorm",

@@ -1,11 +1,11 @@
 #!/bin/bash
-# ddpify verify on GPUs (NCCL): five fixtures at --nproc 2 and 4, the GPU-only bug, the
+# ddpify verify on GPUs (NCCL): twelve fixtures at --nproc 2 and 4, the GPU-only bug, the
 # modernised legacy-apex fixtures (apex NOT installed), then apex 25.04 from source (.apex/)
 # and the --amp apex outputs. Usage (repo root, 4 GPUs): bash bench/gpu_session/verify_gpu.sh OUTDIR
 set -u
 O=${1:-/tmp/verify_gpu}; mkdir -p $O; T=/tmp/vlogs; rm -rf $T; mkdir -p $T
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FIX="02_mnist_classic 13_checkpoint_resume 20_gan 21_bn_cnn_syncbn 22_transformer_lm_generate"
+FIX="02_mnist_classic 05_json_config_file 09_shuffle_positional 13_checkpoint_resume 16_tqdm_pbar_postfix 20_gan 21_bn_cnn_syncbn 22_transformer_lm_generate 27_cuda_amp_fp16 30_while_max_steps 36_gpt_param_groups_method 37_model_choice_branches"
 run() {  # log-name gpus verify-args...
   local name=$1 gpus=$2; shift 2
   { echo "=== $name"; echo "\$ CUDA_VISIBLE_DEVICES=$gpus ddpify verify $*"; } > $T/$name.log

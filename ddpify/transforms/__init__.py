@@ -6,6 +6,7 @@ from ddpify.transforms.apex import ApexTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
+from ddpify.transforms.input_pipeline import InputPipelineTransform
 from ddpify.transforms.launch import LaunchTransform
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.rank0 import Rank0Transform
@@ -16,6 +17,7 @@ from ddpify.transforms.wrapping import WrappingTransform
 PIPELINE = (
     DeviceTransform,
     SamplerTransform,
+    InputPipelineTransform,
     WrappingTransform,
     ApexTransform,
     UnwrapTransform,
