@@ -12,12 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 from libcst.metadata import (
     MetadataWrapper,
-    ParentNodeProvider,
     PositionProvider,
-    QualifiedNameProvider,
     ScopeProvider,
 )
 
@@ -97,14 +95,19 @@ class Step:
 
 class Analysis:
     def __init__(self, module: cst.Module) -> None:
-        self.wrapper = MetadataWrapper(module)
+        # the module was parsed for this analysis alone: no defensive deep copy
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
-        # one batched metadata pass instead of one tree walk per provider
-        meta = self.wrapper.resolve_many([PositionProvider, ParentNodeProvider, QualifiedNameProvider, ScopeProvider])
+        # positions and scopes from LibCST in one batched pass; parents come from our own
+        # collecting walk, qualified names are asked of the scope only for the nodes we query
+        meta = self.wrapper.resolve_many([PositionProvider, ScopeProvider])
         self.pos = meta[PositionProvider]
-        self.parent = meta[ParentNodeProvider]
-        self.qnames = meta[QualifiedNameProvider]
         self.scopes = meta[ScopeProvider]
+        self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._qcache: dict[int, set[str]] = {}
+        self.kids: dict[int, list[cst.CSTNode]] = {}
+        self._leaves: set[int] = set()  # every analysed node
+        self._typed: dict[tuple[int, type], list[cst.CSTNode]] = {}
         self.lines = self.module.code.splitlines()
         self._skipped_lines = self._find_skipped_lines()
 
@@ -150,7 +153,27 @@ class Analysis:
     def _collect(self) -> None:
         a = self
 
+        parent = self.parent
+        kids = self.kids
+        leaves = self._leaves
+
         class V(cst.CSTVisitor):
+            def __init__(self):
+                super().__init__()
+                self.stack: list[cst.CSTNode] = []
+
+            def on_visit(self, node):
+                if self.stack:
+                    parent[node] = self.stack[-1]
+                    kids.setdefault(id(self.stack[-1]), []).append(node)
+                leaves.add(id(node))
+                self.stack.append(node)
+                return super().on_visit(node)
+
+            def on_leave(self, original_node):
+                self.stack.pop()
+                super().on_leave(original_node)
+
             def visit_Call(self, node):
                 a.calls.append(node)
 
@@ -205,14 +228,49 @@ class Analysis:
         p = self.pos[node].start
         return p.line, p.column + 1
 
+    def findall(self, node: cst.CSTNode, matcher) -> list[cst.CSTNode]:
+        """m.findall over the analysed tree without a LibCST visit: descendants by type come
+        from the child lists our collecting walk recorded, cached per (subtree, type)."""
+        if id(node) not in self._leaves:
+            return m.findall(node, matcher)  # a node built by a transform
+        options = matcher.options if isinstance(matcher, m.OneOf) else (matcher,)
+        out: list[cst.CSTNode] = []
+        for opt in options:
+            cls = opt.cls
+            key = (id(node), cls)
+            found = self._typed.get(key)
+            if found is None:
+                found = []
+                stack = [node]
+                kids = self.kids
+                while stack:
+                    n = stack.pop()
+                    if isinstance(n, cls):
+                        found.append(n)
+                    stack.extend(reversed(kids.get(id(n), ())))
+                self._typed[key] = found
+            out.extend(found if m.bare(opt) else [n for n in found if m.matches(n, opt)])
+        if len(options) > 1:  # back to tree order
+            order = {id(n): i for i, n in enumerate(self._preorder(node))}
+            out.sort(key=lambda n: order[id(n)])
+        return out
+
+    def _preorder(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        out, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(reversed(self.kids.get(id(n), ())))
+        return out
+
     def qualified(self, node: cst.CSTNode) -> set[str]:
-        try:
-            value = self.qnames[node]
-        except KeyError:
-            return set()
-        if not isinstance(value, (set, frozenset)):  # LibCST computes some metadata lazily
-            value = value()
-        return {q.name for q in value}
+        cached = self._qcache.get(id(node))
+        if cached is not None:
+            return cached
+        scope = self.scopes.get(node)
+        names = {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
+        self._qcache[id(node)] = names
+        return names
 
     def is_call(self, call: cst.CSTNode, *names: str) -> bool:
         if not isinstance(call, cst.Call):
@@ -298,11 +356,11 @@ class Analysis:
         seen_names: set[str] = set()
         while work and len(seen_names) < 32:
             node = work.pop()
-            for c in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+            for c in self.findall(node, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
                 base = dotted(c.func.value)  # type: ignore[attr-defined]
                 if base and base not in found:
                     found.append(base)
-            for ref in m.findall(node, m.Name()):
+            for ref in self.findall(node, m.Name()):
                 name = ref.value
                 if name in seen_names:
                     continue
@@ -378,7 +436,7 @@ class Analysis:
                 continue
             name = dotted(call.func)
             for fn in self.functions.get(name.rsplit(".", 1)[-1] if name else "", []):
-                for ret in m.findall(fn, m.Return()):
+                for ret in self.findall(fn, m.Return()):
                     values = [ret.value] if ret.value is not None else []
                     if isinstance(ret.value, cst.Name):  # opt = AdamW(...); return opt
                         values = self._local_values(fn, ret.value.value)
@@ -483,7 +541,7 @@ class Analysis:
                 if name in names:
                     continue
                 for fn in defs:
-                    for c in m.findall(fn, m.Call()):
+                    for c in self.findall(fn, m.Call()):
                         if pred(c) or self._calls_function_in(c, names):
                             names.add(name)
                             changed = True
@@ -500,13 +558,13 @@ class Analysis:
         return any(
             self._is_forward_call(c) or self._calls_function_in(c, self.forward_functions)
             or any(self.is_model_ref(a.value) for a in c.args if self._calls_function_in(c, set(self.functions)))
-            for c in m.findall(node, m.Call())
+            for c in self.findall(node, m.Call())
         )
 
     def runs_collective(self, node: cst.CSTNode) -> bool:
         return any(
             self._is_collective_call(c) or self._calls_function_in(c, self.collective_functions)
-            for c in m.findall(node, m.Call())
+            for c in self.findall(node, m.Call())
         )
 
     # -- training steps ---------------------------------------------------------------
@@ -543,7 +601,7 @@ class Analysis:
             # the forward pass of this step starts after the previous backward in the block
             start = 0
             for k in range(idx - 1, -1, -1):
-                if m.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                if self.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
                     start = k + 1
                     break
             for s in body[start:idx]:
@@ -553,14 +611,14 @@ class Analysis:
             if step.forward_first is None and self.runs_model(stmt):
                 step.forward_first = stmt
             later = body[idx + 1 :]
-            stop = next((k for k, s in enumerate(later) if m.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+            stop = next((k for k, s in enumerate(later) if self.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
             step.tail = [stmt, *later[:stop]]
             self._collect_step_calls(step, step.tail)
             if not step.step_calls:
                 self._micro_loop_step(step)
             region = body[body.index(step.forward_first) : idx + 1] if step.forward_first in body else [stmt]
             for s in region:
-                for c in m.findall(s, m.Call()):
+                for c in self.findall(s, m.Call()):
                     if self._is_forward_call(c):
                         n = dotted(c.func)
                         if n and n not in step.models:
@@ -570,7 +628,7 @@ class Analysis:
 
     def _collect_step_calls(self, step: Step, stmts: list[cst.BaseStatement]) -> None:
         for s in stmts:
-            for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
+            for c in self.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
                 if self.is_optimizer_ref(c.func.value):  # type: ignore[attr-defined]
                     step.step_calls.append(c)
                     if s not in step.step_stmts:
@@ -588,7 +646,7 @@ class Analysis:
             return
         body = list(outer.body)
         later = body[body.index(loop) + 1 :]
-        stop = next((k for k, s in enumerate(later) if m.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+        stop = next((k for k, s in enumerate(later) if self.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
         self._collect_step_calls(step, later[:stop])
         if not step.step_calls:
             return
@@ -606,7 +664,7 @@ class Analysis:
             step.accumulation_test = cst.parse_expression(f"{loop.target.value} == {code(n)} - 1")
 
     def _assigns(self, stmt: cst.BaseStatement, name: str) -> bool:
-        for node in m.findall(stmt, m.Assign() | m.AugAssign() | m.AnnAssign()):
+        for node in self.findall(stmt, m.Assign() | m.AugAssign() | m.AnnAssign()):
             targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
             for t in targets:
                 if any(dotted(el) == name for el in _flatten_targets(t)):
@@ -687,7 +745,7 @@ class Analysis:
         return False
 
     def loop_iterates(self, loop: cst.For, name: str) -> bool:
-        return any(dotted(n) == name for n in m.findall(loop.iter, m.Name() | m.Attribute())) or dotted(loop.iter) == name
+        return any(dotted(n) == name for n in self.findall(loop.iter, m.Name() | m.Attribute())) or dotted(loop.iter) == name
 
     def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop or iter() call, name used there) for every place `name` (or a
@@ -773,3 +831,4 @@ def _inside(a: Analysis, node: cst.CSTNode, container: cst.CSTNode) -> bool:
 def _in_orelse(a: Analysis, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
     orelse = getattr(loop, "orelse", None)
     return orelse is not None and _inside(a, node, orelse)
+

@@ -10,7 +10,7 @@ Both: the rank flag accepts both spellings and defaults to torchrun's LOCAL_RANK
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import Analysis, call_args, code, dotted
 from ddpify.edits import Applier
@@ -251,7 +251,7 @@ class Modernise:
                 ctx.edits.replace(node.func, ctx.expr(native))
                 ctx.finding(node, "DDP092", f"{q} -> {native}", True)
         # other references (isinstance checks, attributes)
-        for node in [*a.attributes, *m.findall(a.module, m.Name())]:
+        for node in [*a.attributes, *a.findall(a.module, m.Name())]:
             if id(node) in done or a.ancestor(node, cst.Import, cst.ImportFrom) is not None:
                 continue
             q = _apex_q(a, node)
@@ -384,7 +384,7 @@ class Modernise:
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return
         # plain backward next to it (an `else: loss.backward()` branch) is scaled too
-        for c in m.findall(unit, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+        for c in a.findall(unit, m.Call(func=m.Attribute(attr=m.Name("backward")))):
             if c is not None and not _inside(a, c, with_) and dotted(c.func.value) not in (scaled,):
                 ctx.edits.replace(c, lambda n: n.with_changes(func=n.func.with_changes(value=ctx.expr(f"SCALER.scale({code(n.func.value)})"))))
         body = list(block.body)
@@ -392,12 +392,12 @@ class Modernise:
         self._autocast(block, body[:idx], pos[0].value)
         last = None
         for s in body[idx + 1 :]:
-            for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
+            for c in a.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))):
                 if a.is_optimizer_ref(c.func.value) and id(c) not in stepped:
                     stepped.add(id(c))
                     ctx.edits.replace(c, ctx.expr(f"SCALER.step({code(c.func.value)})"))
                     last = a.statement(c)
-            if last is not None and s is not last and any(m.findall(s, m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(attr=m.Name("scale_loss"))))]))):
+            if last is not None and s is not last and any(a.findall(s, m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(attr=m.Name("scale_loss"))))]))):
                 break  # the next loss of the same iteration steps its own optimizer
         if last is None:
             ctx.finding(call, "DDP096", "no optimizer.step() after amp.scale_loss in its block: call SCALER.step(opt) and SCALER.update() there", False)
@@ -425,7 +425,7 @@ class Modernise:
     # imports and module-level helpers
     def _imports(self) -> None:
         ctx, a = self.ctx, self.a
-        for s in m.findall(a.module, m.SimpleStatementLine()):
+        for s in a.findall(a.module, m.SimpleStatementLine()):
             if len(s.body) != 1 or not isinstance(s.body[0], (cst.Import, cst.ImportFrom)):
                 continue
             imp = s.body[0]

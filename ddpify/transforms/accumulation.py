@@ -4,7 +4,7 @@ so DDP all-reduces once per optimizer step instead of once per micro-step."""
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
@@ -27,7 +27,7 @@ class AccumulationTransform(Transform):
             first, last = body.index(step.forward_first), body.index(step.stmt)
             region = body[first : last + 1]
             # the condition must mean the same before the forward pass as after backward
-            names = {n.value for n in m.findall(test, m.Name())}
+            names = {n.value for n in a.findall(test, m.Name())}
             if any(a._assigns(s, n) for s in region for n in names):
                 continue
             models = [n for n in step.models if self._wrapped(ctx, n)]

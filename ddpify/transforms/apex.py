@@ -9,7 +9,7 @@ WrappingTransform hands each model over in ctx.apex_models instead of wrapping i
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
@@ -119,7 +119,7 @@ class ApexTransform(Transform):
 
     @staticmethod
     def _runs(ctx: Context, stmt: cst.CSTNode, models: list[str]) -> bool:
-        for c in m.findall(stmt, m.Call()):
+        for c in a.findall(stmt, m.Call()):
             if dotted(c.func) in models:
                 return True
             fname = dotted(c.func)
@@ -201,7 +201,7 @@ class ApexTransform(Transform):
     # -- checkpoints --------------------------------------------------------------------
     def _checkpoints(self, ctx: Context, amp: str, point: cst.BaseStatement) -> None:
         a = ctx.a
-        for d in m.findall(a.module, m.Dict()):
+        for d in a.findall(a.module, m.Dict()):
             if not ctx.editable(d) or not d.elements:
                 continue
             keys = [e.key.evaluated_value for e in d.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)]

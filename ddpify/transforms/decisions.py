@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
@@ -32,7 +32,7 @@ class DecisionTransform(Transform):
         for if_ in a.ifs:
             if not ctx.editable(if_):
                 continue
-            exits = [b for b in m.findall(if_.body, m.Break()) if a.ancestor(b, cst.If) is if_]
+            exits = [b for b in a.findall(if_.body, m.Break()) if a.ancestor(b, cst.If) is if_]
             if not exits:
                 continue
             loop = a.enclosing_loop(if_)
@@ -40,8 +40,8 @@ class DecisionTransform(Transform):
                 continue
             if any(a.enclosing_loop(b) is not loop for b in exits):
                 continue
-            names = {n.value for n in m.findall(if_.test, m.Name())} | {n.attr.value for n in m.findall(if_.test, m.Attribute())}
-            if not any(_tokens(n) & DATA_DEPENDENT for n in names) and not m.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
+            names = {n.value for n in a.findall(if_.test, m.Name())} | {n.attr.value for n in a.findall(if_.test, m.Attribute())}
+            if not any(_tokens(n) & DATA_DEPENDENT for n in names) and not a.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
                 continue
             ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
             ctx.helpers.add("rank0_decides")

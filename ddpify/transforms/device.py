@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import call_args, dotted
 from ddpify.transforms.base import Context, Transform
@@ -56,7 +56,7 @@ class DeviceTransform(Transform):
                     ctx.edits.replace(value, ctx.expr("LOCAL_DEVICE"))
                     ctx.finding(value, "DDP010", f'{names[0]} = "cuda" becomes LOCAL_DEVICE, this rank\'s GPU', True)
         # any literal pinned to one GPU index
-        for node in m.findall(a.module, m.SimpleString()):
+        for node in a.findall(a.module, m.SimpleString()):
             if PINNED.match(node.value) and ctx.editable(node) and not self._inside_torch_device(ctx, node):
                 ctx.edits.replace(node, ctx.expr('f"cuda:{LOCAL_RANK}"'))
                 ctx.finding(node, "DDP010", f"{node.value} pinned every rank to one GPU; now cuda:LOCAL_RANK", True)

@@ -5,7 +5,7 @@ what is computed: a pinned host-to-device copy is ordered on the stream like any
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import _flatten_targets, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
@@ -41,7 +41,7 @@ class InputPipelineTransform(Transform):
             texts.append(code(node))
             if isinstance(node, cst.Name):
                 work.extend(a._local_values(a.function_of(ld.stmt), node.value))
-            for c in m.findall(node, m.Call()):
+            for c in a.findall(node, m.Call()):
                 name = dotted(c.func)
                 if name and name.rsplit(".", 1)[-1] in a.classes:
                     texts.append(code(a.classes[name.rsplit(".", 1)[-1]]))
@@ -59,7 +59,7 @@ class InputPipelineTransform(Transform):
         a = ctx.a
         names = {dotted(el) for el in _flatten_targets(loop.target)} - {None}
         done = False
-        for call in m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))):
+        for call in a.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))):
             recv = call.func.value  # type: ignore[attr-defined]
             while isinstance(recv, (cst.Subscript, cst.Attribute)):
                 recv = recv.value

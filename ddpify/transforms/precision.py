@@ -4,7 +4,7 @@ Scripts that already use AMP keep their precision, modernised to torch.amp."""
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import call_args, code
 from ddpify.transforms.base import Context, Transform
@@ -73,7 +73,7 @@ class PrecisionTransform(Transform):
             ctx.finding(step.backward, "DDP041", "backward scaled; no optimizer.step() found next to it: call SCALER.step(opt) and SCALER.update() there", True)
         # clipping needs unscaled gradients
         for s in step.tail:
-            for c in m.findall(s, m.Call()):
+            for c in a.findall(s, m.Call()):
                 if a.is_call(c, *CLIP) and step.step_calls:
                     opt = self._next_optimizer(ctx, c, step)
                     ctx.edits.before[a.statement(c)].append(ctx.stmt(f"SCALER.unscale_({opt})\n"))

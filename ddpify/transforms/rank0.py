@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
@@ -70,13 +70,13 @@ class Rank0Transform(Transform):
         a = ctx.a
         if reason not in ("print", "logging") or not isinstance(stmt, cst.SimpleStatementLine) or stmt.body[0].value is not call:  # type: ignore[attr-defined]
             return False
-        inner = [c for c in m.findall(call, m.Call()) if c is not call and (a._is_collective_call(c) or a._calls_function_in(c, a.collective_functions))]
+        inner = [c for c in a.findall(call, m.Call()) if c is not call and (a._is_collective_call(c) or a._calls_function_in(c, a.collective_functions))]
         # outermost collective calls only, in source order
         inner = [c for c in inner if not any(o is not c and self._within(a, c, o) for o in inner)]
         if not inner:
             return False
         first = a.pos[inner[0]].start
-        for c in m.findall(call, m.Call()):
+        for c in a.findall(call, m.Call()):
             if c is call or any(c is i or self._within(a, c, i) for i in inner):
                 continue
             if (a.pos[c].start.line, a.pos[c].start.column) < (first.line, first.column) and not self._pure(c):
@@ -85,7 +85,7 @@ class Rank0Transform(Transform):
         if any(node is c or self._within(a, node, c) for c in inner for node in ctx.edits.expr):
             return False
         names: list[str] = []
-        taken = {n.value for n in m.findall(a.module, m.Name())}
+        taken = {n.value for n in a.findall(a.module, m.Name())}
         for c in inner:
             base = (dotted(c.func) or "value").rsplit(".", 1)[-1].strip("_") or "value"
             name, k = f"{base}_result", 2

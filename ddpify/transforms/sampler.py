@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
@@ -253,7 +253,7 @@ class SamplerTransform(Transform):
 
 
 def _unique(a, base: str) -> str:
-    names = {n.value for n in m.findall(a.module, m.Name())}
+    names = {n.value for n in a.findall(a.module, m.Name())}
     name, k = base, 2
     while name in names:
         name, k = f"{base}_{k}", k + 1

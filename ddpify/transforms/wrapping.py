@@ -4,7 +4,7 @@ replaced, not wrapped; SyncBatchNorm where asked."""
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
@@ -83,7 +83,7 @@ class WrappingTransform(Transform):
             if not isinstance(block, cst.IndentedBlock):
                 return stmt
             rest = list(block.body)[list(block.body).index(stmt) + 1 :]
-            if any(isinstance(s, (cst.For, cst.While)) or m.findall(s, m.For() | m.While()) or self._uses_model(ctx, s, name) for s in rest):
+            if any(isinstance(s, (cst.For, cst.While)) or ctx.a.findall(s, m.For() | m.While()) or self._uses_model(ctx, s, name) for s in rest):
                 return stmt
             owner = a.parent.get(block)
             if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
@@ -108,7 +108,7 @@ class WrappingTransform(Transform):
                 break
             if self._uses_model(ctx, s, name):
                 break
-            if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in m.findall(s, m.SimpleStatementLine())):
+            if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
                 anchor = s
         if not ctx.editable(anchor):
             return
@@ -129,14 +129,14 @@ class WrappingTransform(Transform):
         ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
 
     def _places(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
-        for c in m.findall(stmt, m.Call(func=m.Attribute())):
+        for c in ctx.a.findall(stmt, m.Call(func=m.Attribute())):
             if c.func.attr.value in PLACEMENT_METHODS and dotted(c.func.value) == name:  # type: ignore[attr-defined]
                 return True
-        return any(ctx.a._assigns(s, name) for s in m.findall(stmt, m.SimpleStatementLine())) if not isinstance(stmt, cst.SimpleStatementLine) else ctx.a._assigns(stmt, name)
+        return any(ctx.a._assigns(s, name) for s in ctx.a.findall(stmt, m.SimpleStatementLine())) if not isinstance(stmt, cst.SimpleStatementLine) else ctx.a._assigns(stmt, name)
 
     def _uses_model(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
         """The model runs or is handed to other code: it must be wrapped by then."""
-        for c in m.findall(stmt, m.Call()):
+        for c in ctx.a.findall(stmt, m.Call()):
             if dotted(c.func) == name:
                 return True
             fname = dotted(c.func)
