@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,6 @@ so DDP all-reduces once per optimizer step instead of once per micro-step."""
 
 from __future__ import annotations
 
-import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import code

@@ -119,7 +119,7 @@ class ApexTransform(Transform):
 
     @staticmethod
     def _runs(ctx: Context, stmt: cst.CSTNode, models: list[str]) -> bool:
-        for c in a.findall(stmt, m.Call()):
+        for c in ctx.a.findall(stmt, m.Call()):
             if dotted(c.func) in models:
                 return True
             fname = dotted(c.func)

@@ -8,7 +8,6 @@ import re
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
 
 DATA_DEPENDENT = {

@@ -5,7 +5,6 @@ Runs last: it emits the set-up code the other concerns asked for (ctx.helpers)."
 from __future__ import annotations
 
 import libcst as cst
-import ddpify.match as m
 
 from ddpify.analysis import dotted
 from ddpify.transforms.base import IMPORTS, Context, Transform

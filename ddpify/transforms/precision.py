@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import call_args, code
+from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
 
 AUTOCAST = "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None)"
