@@ -50,6 +50,11 @@ def parse(source: str) -> cst.Module:
 def convert_source(source: str, options: Options | None = None, path: str = "<stdin>") -> Result:
     options = options or Options()
     module = parse(source)
+    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank")):
+        # no backward() and nothing distributed: not a training script, and the analysis
+        # (most of the time of a pre-commit run over ordinary files) is not needed to say so
+        finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
+        return Result(source, False, "not-training", [finding])
     analysis = Analysis(module)
     ctx = Context(analysis, options)
     if analysis.legacy_api is not None:
