@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import ddpify.match as m
-from libcst.metadata import (
-    MetadataWrapper,
-    PositionProvider,
-    ScopeProvider,
-)
+from libcst.metadata import MetadataWrapper, PositionProvider
 
+# nodes that open a scope of their own (class bodies are handled apart: not seen from methods)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 SKIP_RE = re.compile(r"#\s*ddpify:\s*skip\b")
 OFF_RE = re.compile(r"#\s*ddpify:\s*off\b")
 ON_RE = re.compile(r"#\s*ddpify:\s*on\b")
@@ -98,11 +96,12 @@ class Analysis:
         # the module was parsed for this analysis alone: no defensive deep copy
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
-        # positions and scopes from LibCST in one batched pass; parents come from our own
-        # collecting walk, qualified names are asked of the scope only for the nodes we query
-        meta = self.wrapper.resolve_many([PositionProvider, ScopeProvider])
-        self.pos = meta[PositionProvider]
-        self.scopes = meta[ScopeProvider]
+        # positions from LibCST; parents, name bindings and import aliases come from our own
+        # collecting walk (LibCST's scope analysis was a third of the conversion time)
+        self.pos = self.wrapper.resolve(PositionProvider)
+        # scope node (None: the module) -> name -> what binds it there: an import's full
+        # dotted path, or "<value>" for anything else (assignment, def, class, parameter, ...)
+        self.bindings: dict[int | None, dict[str, list[str]]] = {None: {}}
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
         self._qcache: dict[int, set[str]] = {}
         self.kids: dict[int, list[cst.CSTNode]] = {}
@@ -156,11 +155,15 @@ class Analysis:
         parent = self.parent
         kids = self.kids
         leaves = self._leaves
+        bindings = self.bindings
 
         class V(cst.CSTVisitor):
             def __init__(self):
                 super().__init__()
                 self.stack: list[cst.CSTNode] = []
+
+                self.scopes: list[int | None] = [None]
+                self.declared: list[set[str]] = [set()]  # global / nonlocal names per scope
 
             def on_visit(self, node):
                 if self.stack:
@@ -168,11 +171,77 @@ class Analysis:
                     kids.setdefault(id(self.stack[-1]), []).append(node)
                 leaves.add(id(node))
                 self.stack.append(node)
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    self.bind(node.name.value, "<value>")
+                if isinstance(node, SCOPES) or isinstance(node, cst.ClassDef):
+                    self.scopes.append(id(node))
+                    self.declared.append(set())
+                    bindings.setdefault(id(node), {})
                 return super().on_visit(node)
 
             def on_leave(self, original_node):
                 self.stack.pop()
+                if isinstance(original_node, SCOPES) or isinstance(original_node, cst.ClassDef):
+                    self.scopes.pop()
+                    self.declared.pop()
                 super().on_leave(original_node)
+
+            def bind(self, name: str, what: str, scope: int | None = -1) -> None:  # type: ignore[assignment]
+                if scope == -1:
+                    scope = self.scopes[-1]
+                    if name in self.declared[-1]:
+                        return  # `global x`: not a local of this scope
+                bindings.setdefault(scope, {}).setdefault(name, []).append(what)
+
+            def bind_target(self, target: cst.CSTNode) -> None:
+                for el in _flatten_targets(target):  # type: ignore[arg-type]
+                    if isinstance(el, cst.StarredElement):
+                        el = el.value
+                    if isinstance(el, cst.Name):
+                        self.bind(el.value, "<value>")
+
+            def visit_Param(self, node):
+                self.bind(node.name.value, "<value>")
+
+            def visit_Global(self, node):
+                self.declared[-1].update(n.name.value for n in node.names)
+
+            def visit_Nonlocal(self, node):
+                self.declared[-1].update(n.name.value for n in node.names)
+
+            def visit_Import(self, node):
+                for alias in node.names:
+                    full = alias.evaluated_name
+                    if alias.asname is not None:
+                        self.bind(alias.evaluated_alias, full)
+                    else:  # `import torch.nn` binds `torch`
+                        head = full.split(".")[0]
+                        self.bind(head, head)
+
+            def visit_ImportFrom(self, node):
+                if isinstance(node.names, cst.ImportStar):
+                    return
+                mod = "." * len(node.relative) + (cst.Module(body=[]).code_for_node(node.module) if node.module is not None else "")
+                for alias in node.names:
+                    full = f"{mod}.{alias.evaluated_name}" if mod and not mod.endswith(".") else f"{mod}{alias.evaluated_name}"
+                    self.bind(alias.evaluated_alias or alias.evaluated_name, full)
+
+            def visit_AugAssign(self, node):
+                self.bind_target(node.target)
+
+            def visit_CompFor(self, node):
+                self.bind_target(node.target)
+
+            def visit_WithItem(self, node):
+                if node.asname is not None:
+                    self.bind_target(node.asname.name)
+
+            def visit_ExceptHandler(self, node):
+                if node.name is not None:
+                    self.bind_target(node.name.name)
+
+            def visit_NamedExpr(self, node):
+                self.bind_target(node.target)
 
             def visit_Call(self, node):
                 a.calls.append(node)
@@ -185,15 +254,19 @@ class Analysis:
 
             def visit_For(self, node):
                 a.fors.append(node)
+                self.bind_target(node.target)
 
             def visit_While(self, node):
                 a.whiles.append(node)
 
             def visit_Assign(self, node):
                 a.assigns.append(node)
+                for t in node.targets:
+                    self.bind_target(t.target)
 
             def visit_AnnAssign(self, node):
                 a.assigns.append(node)
+                self.bind_target(node.target)
 
             def visit_Attribute(self, node):
                 a.attributes.append(node)
@@ -264,13 +337,39 @@ class Analysis:
         return out
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
+        """Full dotted name of a name or attribute chain, through the imports in scope:
+        `F.relu` -> torch.nn.functional.relu after `import torch.nn.functional as F`."""
         cached = self._qcache.get(id(node))
         if cached is not None:
             return cached
-        scope = self.scopes.get(node)
-        names = {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
+        names: set[str] = set()
+        d = dotted(node)
+        if d is not None:
+            head, _, rest = d.partition(".")
+            for scope in self._scope_chain(node):
+                bound = self.bindings.get(scope, {}).get(head)
+                if bound:
+                    names = {f"{b}.{rest}" if rest else b for b in bound if b != "<value>"} or {d}
+                    break
+            else:
+                names = {d}
         self._qcache[id(node)] = names
         return names
+
+    def _scope_chain(self, node: cst.CSTNode) -> list[int | None]:
+        """Enclosing function-like scopes, innermost first, then the module (class bodies are
+        not visible from their methods, as in Python)."""
+        chain: list[int | None] = []
+        cur = self.parent.get(node)
+        first = True
+        while cur is not None:
+            if isinstance(cur, SCOPES) or (first and isinstance(cur, cst.ClassDef)):
+                chain.append(id(cur))
+                if isinstance(cur, cst.FunctionDef | cst.Lambda):
+                    first = False
+            cur = self.parent.get(cur)
+        chain.append(None)
+        return chain
 
     def is_call(self, call: cst.CSTNode, *names: str) -> bool:
         if not isinstance(call, cst.Call):
@@ -505,10 +604,7 @@ class Analysis:
         return False
 
     def _is_local(self, fn: cst.FunctionDef, name: str) -> bool:
-        scope = self.scopes.get(fn.body)
-        if scope is None:
-            return False
-        return any(a.scope is scope for a in scope.assignments[name]) if name in scope else False
+        return name in self.bindings.get(id(fn), {})
 
     def _binds_model_here(self, fn: cst.FunctionDef, name: str) -> bool:
         # the function itself creates the model (model = Net(); opt = Adam(model.parameters()))

@@ -46,23 +46,8 @@ class Context:
         """Reuse the script's own import of a name; fall back to the full path on a clash."""
         out: dict[str, str] = {}
         bound: dict[str, set[str]] = {}
-        for scope_names in (self.a.scopes.get(self.a.module),):
-            if scope_names is None:
-                continue
-            for asg in scope_names.assignments:
-                bound.setdefault(asg.name, set())
-                node = asg.node
-                if isinstance(node, (cst.Import, cst.ImportFrom)):
-                    for alias in node.names if not isinstance(node.names, cst.ImportStar) else ():
-                        local = alias.evaluated_alias or alias.evaluated_name
-                        if local == asg.name:
-                            full = alias.evaluated_name
-                            if isinstance(node, cst.ImportFrom) and node.module is not None:
-                                mod = cst.Module(body=[]).code_for_node(node.module)
-                                full = f"{mod}.{alias.evaluated_name}"
-                            bound[asg.name].add(full)
-                else:
-                    bound[asg.name].add("<value>")
+        for name, whats in self.a.bindings.get(None, {}).items():
+            bound[name] = set(whats)
         self._bound = bound
         for key, (_stmt, alias) in IMPORTS.items():
             full = QUALIFIED[key]
