@@ -527,3 +527,19 @@ def test_cli_end_to_end_parallel_matches_serial(tmp_path, monkeypatch):
     assert serial.exit_code == parallel.exit_code == 2
     assert serial.stdout == parallel.stdout
     assert serial.stderr == parallel.stderr
+
+
+def test_readme_example_is_what_ddpify_prints():
+    """The README's before/after example and its findings are the converter's real output."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "ddpify", "--diff", "--no-color", "examples/train.py"],
+                          cwd=root, capture_output=True, text=True)
+    readme = (root / "README.md").read_text()
+    assert proc.stdout in readme
+    for line in proc.stderr.splitlines():
+        if line.startswith("examples/train.py:"):
+            assert line in readme, line
