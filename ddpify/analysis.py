@@ -106,6 +106,7 @@ class Analysis:
         self._qcache: dict[int, set[str]] = {}
         self.kids: dict[int, list[cst.CSTNode]] = {}
         self._leaves: set[int] = set()  # every analysed node
+        self._order: dict[int, int] = {}  # node -> position in a pre-order walk
         self._typed: dict[tuple[int, type], list[cst.CSTNode]] = {}
         self.lines = self.module.code.splitlines()
         self._skipped_lines = self._find_skipped_lines()
@@ -156,6 +157,7 @@ class Analysis:
         kids = self.kids
         leaves = self._leaves
         bindings = self.bindings
+        order = self._order
 
         class V(cst.CSTVisitor):
             def __init__(self):
@@ -170,6 +172,7 @@ class Analysis:
                     parent[node] = self.stack[-1]
                     kids.setdefault(id(self.stack[-1]), []).append(node)
                 leaves.add(id(node))
+                order[id(node)] = len(order)
                 self.stack.append(node)
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                     self.bind(node.name.value, "<value>")
@@ -323,17 +326,8 @@ class Analysis:
                     stack.extend(reversed(kids.get(id(n), ())))
                 self._typed[key] = found
             out.extend(found if m.bare(opt) else [n for n in found if m.matches(n, opt)])
-        if len(options) > 1:  # back to tree order
-            order = {id(n): i for i, n in enumerate(self._preorder(node))}
-            out.sort(key=lambda n: order[id(n)])
-        return out
-
-    def _preorder(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        out, stack = [], [node]
-        while stack:
-            n = stack.pop()
-            out.append(n)
-            stack.extend(reversed(self.kids.get(id(n), ())))
+        if len(options) > 1:  # back to tree order (the collecting walk numbered nodes in it)
+            out.sort(key=lambda n: self._order[id(n)])
         return out
 
     def qualified(self, node: cst.CSTNode) -> set[str]:

@@ -32,6 +32,9 @@ class _Timeout(Exception):
 
 
 def _alarm(signum, frame):
+    # Raised inside a gc callback the exception would be swallowed: fire again in a second
+    # so the next one lands in ordinary code.
+    signal.alarm(1)
     raise _Timeout()
 
 
