@@ -790,7 +790,44 @@ class Analysis:
                 els = asg.targets[0].target.elements
                 if idx < len(els):
                     return dotted(els[idx].value)
-        return None
+        names = self.returned_as(call)
+        return names[0][0] if names else None
+
+    def returned_as(self, value: cst.CSTNode) -> list[tuple[str, cst.FunctionDef | None]]:
+        """Where a returned value lands in the callers: `return a, b` and `x, y = f()` give
+        (y, caller) for b. `value` is the returned expression or a name returned by its function."""
+        fn = self.function_of(value)
+        if fn is None:
+            return []
+        name = dotted(value) if isinstance(value, cst.Name) else None
+        idx: int | None = None
+        found = False
+        for ret in self.findall(fn, m.Return()):
+            if self.function_of(ret) is not fn or ret.value is None:
+                continue
+            rv = ret.value
+            items = [e.value for e in rv.elements] if isinstance(rv, cst.Tuple) else [rv]
+            for i, item in enumerate(items):
+                if item is value or (name is not None and dotted(item) == name):
+                    idx = i if isinstance(rv, cst.Tuple) else None
+                    found = True
+        if not found:
+            return []
+        out: list[tuple[str, cst.FunctionDef | None]] = []
+        for call in self.callers(fn):
+            asg = self.parent.get(call)
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1:
+                continue
+            target = asg.targets[0].target
+            if idx is None:
+                t = dotted(target)
+            elif isinstance(target, (cst.Tuple, cst.List)) and idx < len(target.elements):
+                t = dotted(target.elements[idx].value)
+            else:
+                t = None
+            if t:
+                out.append((t, self.function_of(call)))
+        return out
 
     def _loader_role(self, ld: Loader, all_loaders: list[Loader]) -> str:
         names = [ld.target or "", dotted(ld.dataset) or "" if ld.dataset is not None else ""]

@@ -65,3 +65,11 @@ def test_comments_survive(fixture_dir):
     for line in src.splitlines():
         if line.strip().startswith("#"):
             assert line.strip() in out, f"comment lost: {line.strip()}"
+
+
+def test_every_sharded_training_loader_gets_set_epoch_or_a_finding(fixture_dir):
+    """A DistributedSampler without set_epoch repeats the same order every epoch: ddpify adds
+    set_epoch, or says plainly that it could not (DDP027). Never neither."""
+    findings = (fixture_dir / "expected.txt").read_text()
+    if "DDP020" in findings:
+        assert "DDP021" in findings or "DDP027" in findings, findings

@@ -143,8 +143,39 @@ class SamplerTransform(Transform):
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
             return
         if not ld.target:
+            ctx.finding(ld.call, "DDP027", "epoch loop not found for this loader: call <loader>.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
             return
-        for site, used in a.loader_iteration_sites(ld.target, a.function_of(ld.stmt)):
+        before = len(done)
+        returned = a.returned_as(ld.call)  # `return DataLoader(...), ...`: the caller's names
+        sites = [] if returned else a.loader_iteration_sites(ld.target, a.function_of(ld.stmt))
+        for name, caller in returned:
+            sites += a.loader_iteration_sites(name, caller)
+        if not sites:
+            # train_loader = DataLoader(...); return train_loader, ... : follow it to the caller
+            for name, caller in self._returned(a, ld):
+                sites += a.loader_iteration_sites(name, caller)
+        self._epoch_sites(ctx, sites, done)
+        if len(done) == before and not sites:
+            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+
+    @staticmethod
+    def _returned(a, ld: Loader):
+        """(name, caller) for a loader bound to a local name that its function returns."""
+        fn = a.function_of(ld.stmt)
+        if fn is None or ld.target is None or "." in ld.target:
+            return []
+        for ret in a.findall(fn, m.Return()):
+            if ret.value is None or a.function_of(ret) is not fn:
+                continue
+            items = [e.value for e in ret.value.elements] if isinstance(ret.value, cst.Tuple) else [ret.value]
+            for item in items:
+                if dotted(item) == ld.target:
+                    return a.returned_as(item)
+        return []
+
+    def _epoch_sites(self, ctx: Context, sites, done: set[int]) -> None:
+        a = ctx.a
+        for site, used in sites:
             stmt = a.statement(site) if isinstance(site, cst.Call) else site
             loops = self._epoch_loops(ctx, site, used)
             if self._starts_an_epoch(a, stmt, loops):
