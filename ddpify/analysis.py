@@ -97,7 +97,7 @@ class Analysis:
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
         # positions from LibCST; parents, name bindings and import aliases come from our own
-        # collecting walk (LibCST's scope analysis was a third of the conversion time)
+        # collecting walk (LibCST's scope analysis was one more full walk of its own)
         self.pos = self.wrapper.resolve(PositionProvider)
         # scope node (None: the module) -> name -> what binds it there: an import's full
         # dotted path, or "<value>" for anything else (assignment, def, class, parameter, ...)
@@ -105,7 +105,7 @@ class Analysis:
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
         self._qcache: dict[int, set[str]] = {}
         self.kids: dict[int, list[cst.CSTNode]] = {}
-        self._leaves: set[int] = set()  # every analysed node
+        self._analysed: set[int] = set()  # every analysed node
         self._order: dict[int, int] = {}  # node -> position in a pre-order walk
         self._typed: dict[tuple[int, type], list[cst.CSTNode]] = {}
         self.lines = self.module.code.splitlines()
@@ -155,7 +155,7 @@ class Analysis:
 
         parent = self.parent
         kids = self.kids
-        leaves = self._leaves
+        analysed = self._analysed
         bindings = self.bindings
         order = self._order
 
@@ -171,7 +171,7 @@ class Analysis:
                 if self.stack:
                     parent[node] = self.stack[-1]
                     kids.setdefault(id(self.stack[-1]), []).append(node)
-                leaves.add(id(node))
+                analysed.add(id(node))
                 order[id(node)] = len(order)
                 self.stack.append(node)
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -307,7 +307,7 @@ class Analysis:
     def findall(self, node: cst.CSTNode, matcher) -> list[cst.CSTNode]:
         """m.findall over the analysed tree without a LibCST visit: descendants by type come
         from the child lists our collecting walk recorded, cached per (subtree, type)."""
-        if id(node) not in self._leaves:
+        if id(node) not in self._analysed:
             return m.findall(node, matcher)  # a node built by a transform
         options = matcher.options if isinstance(matcher, m.OneOf) else (matcher,)
         out: list[cst.CSTNode] = []
@@ -795,7 +795,8 @@ class Analysis:
 
     def returned_as(self, value: cst.CSTNode) -> list[tuple[str, cst.FunctionDef | None]]:
         """Where a returned value lands in the callers: `return a, b` and `x, y = f()` give
-        (y, caller) for b. `value` is the returned expression or a name returned by its function."""
+        (y, caller) for b. `value` is the returned expression, or any occurrence of a plain name
+        that its function returns."""
         fn = self.function_of(value)
         if fn is None:
             return []

@@ -27,13 +27,15 @@ class CheckpointTransform(Transform):
             if not ctx.editable(call):
                 continue
             if a.is_call(call, "torch.load"):
+                if self._in_dataset(a, call):
+                    continue  # per sample, maybe in a DataLoader worker: CPU tensors, no barrier
                 pos, kw = call_args(call)
                 if "map_location" not in kw and len(pos) < 2:
                     ctx.edits.replace(call, lambda n: append_kwarg(n, "map_location", cst.Name("LOCAL_DEVICE")))
                 elif "map_location" in kw and isinstance(kw["map_location"].value, cst.SimpleString) and "cuda" in kw["map_location"].value.value:
                     ctx.edits.replace(kw["map_location"].value, cst.Name("LOCAL_DEVICE"))
-                if self._per_item(a, call):
-                    ctx.finding(call, "DDP071", "loaded onto this rank's device (map_location=LOCAL_DEVICE); no barrier inside a dataset or loop", True)
+                if a.enclosing_loop(a.statement(call)) is not None:
+                    ctx.finding(call, "DDP071", "loaded onto this rank's device (map_location=LOCAL_DEVICE); no barrier inside a loop", True)
                     continue
                 self._barrier_before(ctx, a.statement(call), "rank 0 may still be writing it")
                 ctx.finding(call, "DDP071", "checkpoint loaded after a barrier, onto this rank's device (map_location=LOCAL_DEVICE)", True)
@@ -52,14 +54,17 @@ class CheckpointTransform(Transform):
         ctx.edits.before[stmt].append(ctx.stmt(f"{ctx.name('dist')}.barrier()  # {why}\n"))
 
     @staticmethod
-    def _per_item(a, call: cst.Call) -> bool:
-        """torch.load in a Dataset method or inside a loop: per sample or per step, not a checkpoint
-        every rank reaches once; a barrier there would hang DataLoader workers or cost a sync per step."""
+    def _in_dataset(a, call: cst.CSTNode) -> bool:
+        """In a Dataset's method: per sample, possibly in a DataLoader worker, where a barrier
+        would hang and a CUDA map_location would fail."""
         fn = a.function_of(call)
         cls = a.class_of(fn) if fn is not None else None
-        if cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__", "__len__") for s in cls.body.body):
-            return True
-        return a.enclosing_loop(a.statement(call)) is not None
+        return cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__") for s in cls.body.body)
+
+    @classmethod
+    def _per_item(cls, a, call: cst.CSTNode) -> bool:
+        """Read per sample or per step, not once by every rank: no barrier."""
+        return cls._in_dataset(a, call) or a.enclosing_loop(a.statement(call)) is not None
 
     # -- a file rank 0 writes and every rank reads back -----------------------------------
     def _read_back(self, ctx: Context) -> None:

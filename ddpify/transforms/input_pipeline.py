@@ -70,8 +70,7 @@ class InputPipelineTransform(Transform):
                 continue
             if pos and isinstance(pos[0].value, cst.SimpleString) and "cpu" in pos[0].value.value:
                 continue
-            ctx.edits.replace(call, lambda n: append_kwarg(n, "non_blocking", cst.Name("True")) if not any(
-                x.keyword is not None and x.keyword.value == "non_blocking" for x in n.args) else n)
+            ctx.edits.replace(call, lambda n: append_kwarg(n, "non_blocking", cst.Name("True")))
             done = True
         if done:
             ctx.finding(loop, "DDP029", "batch copies to the device are non_blocking (from pinned memory)", True)

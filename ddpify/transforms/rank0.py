@@ -19,6 +19,7 @@ WRITE_CALLS = (
 )
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "write_text", "write_bytes", "save_pretrained", "writerow", "writerows"}
 MKDIR = ("os.makedirs", "os.mkdir")
+MEMORY_BUFFERS = ("io.BytesIO", "io.StringIO")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm")
 TRACKER_PREFIXES = ("wandb.", "mlflow.", "neptune.", "comet_ml.")
 SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter")
@@ -124,6 +125,8 @@ class Rank0Transform(Transform):
         if m.matches(func, m.Name("print")):
             return "print"
         if a.is_call(call, *WRITE_CALLS):
+            if self._to_memory(a, call):
+                return None  # torch.save(obj, io.BytesIO()): every rank needs its own bytes
             return f"{dotted(func) or 'write'}"
         if a.is_call(call, *MKDIR):
             _, kw = call_args(call)
@@ -151,6 +154,16 @@ class Rank0Transform(Transform):
             if meth == "mkdir" and not any(k.keyword and k.keyword.value == "exist_ok" and m.matches(k.value, m.Name("True")) for k in call.args):
                 return None if base is None else None
         return None
+
+    @staticmethod
+    def _to_memory(a, call: cst.Call) -> bool:
+        """The file argument is an in-memory buffer (io.BytesIO / io.StringIO), not a file."""
+        pos, kw = call_args(call)
+        target = kw["f"].value if "f" in kw else (kw["file"].value if "file" in kw else (pos[1].value if len(pos) > 1 else None))
+        values = [target] if target is not None else []
+        if isinstance(target, cst.Name):
+            values = a._local_values(a.function_of(call), target.value)
+        return bool(values) and all(isinstance(v, cst.Call) and a.is_call(v, *MEMORY_BUFFERS) for v in values)
 
     def _guardable(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call) -> bool:
         a = ctx.a

@@ -160,17 +160,10 @@ class SamplerTransform(Transform):
 
     @staticmethod
     def _returned(a, ld: Loader):
-        """(name, caller) for a loader bound to a local name that its function returns."""
-        fn = a.function_of(ld.stmt)
-        if fn is None or ld.target is None or "." in ld.target:
-            return []
-        for ret in a.findall(fn, m.Return()):
-            if ret.value is None or a.function_of(ret) is not fn:
-                continue
-            items = [e.value for e in ret.value.elements] if isinstance(ret.value, cst.Tuple) else [ret.value]
-            for item in items:
-                if dotted(item) == ld.target:
-                    return a.returned_as(item)
+        """(name, caller) for `train_loader = DataLoader(...)` that its function returns."""
+        par = a.parent.get(ld.call)
+        if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name):
+            return a.returned_as(par.targets[0].target)
         return []
 
     def _epoch_sites(self, ctx: Context, sites, done: set[int]) -> None:
