@@ -26,6 +26,7 @@ CODES: dict[str, str] = {
     "DDP032": "BatchNorm converted to SyncBatchNorm",
     "DDP033": "model attribute reached through .module (the unwrapped model)",
     "DDP034": "no model found: wrap it in DistributedDataParallel by hand",
+    "DDP035": "model never moved to a device: it stays on the CPU",
     "DDP040": "forward and loss run under torch.autocast",
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",

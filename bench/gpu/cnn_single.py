@@ -23,6 +23,7 @@ def parse_args():
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=25)
+    parser.add_argument("--channels-last", action="store_true", help="NHWC memory format for the model and images")
     parser.add_argument("--smoke", action="store_true", help="tiny model and images, for a CPU check")
     return parser.parse_args()
 
@@ -41,6 +42,8 @@ def main():
         train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True
     )
     model = model.to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
     timer = StepTimer(args.batch_size, tag="cnn")
@@ -49,6 +52,8 @@ def main():
         model.train()
         for images, labels in train_loader:
             images = images.to(device)
+            if args.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
             labels = labels.to(device)
             output = model(images)
             loss = F.cross_entropy(output, labels)

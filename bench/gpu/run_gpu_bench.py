@@ -9,7 +9,7 @@ and precision, one launch per (model, variant, precision, GPU count), variants o
 configuration back to back so that drift hits them alike. Each script prints
 "BENCH samples_per_s=<global rate> ..." on rank 0 (see benchmodels.StepTimer).
 
-Writes to --out (default $OUT, else bench/gpu/results/): gpu_results.md (tables, target
+Writes to --out (default $OUT, else bench/gpu/results/local/): gpu_results.md (tables, target
 checks, command, machine), gpu_results.json (every run's parsed figures), raw_logs.txt
 (every launch's full output, conversion logs included), converted.txt (the scripts
 ddpify produced), machine.txt, and profiles.txt with --profile. A failing or hung
@@ -83,7 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--chunk", type=int, default=10, help="steps between synchronised time marks")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds one launch may take")
     p.add_argument("--budget", type=float, default=450.0, help="seconds after which no new launch starts")
-    p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
+    p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results" / "local"))
     p.add_argument("--smoke", action="store_true", help="tiny models, few steps: a CPU check of the harness")
     p.add_argument("--profile", action="store_true", help="profile a few timed steps of each run (timings then not comparable)")
     p.add_argument("--ddpify-cmd", default=f"{shlex.quote(sys.executable)} -m ddpify", help="how to call ddpify")

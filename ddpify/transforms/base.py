@@ -94,12 +94,34 @@ class Context:
 
 
 def append_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
-    """call(..., name=value), keeping the call's own comma style."""
+    """call(..., name=value), keeping the call's layout: the separator its arguments already
+    use, a trailing comma if it had one, and the closing parenthesis where it was."""
     args = list(call.args)
-    if args and not isinstance(args[-1].comma, cst.Comma):
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    new = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    # How this call separates its arguments: one per line, or ", " on one line.
+    prev = args[-2].comma if len(args) > 1 else None
+    if isinstance(prev, cst.Comma):
+        sep = prev.whitespace_after
+    elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        sep = call.whitespace_before_args
+    else:
+        sep = cst.SimpleWhitespace(" ")
+    if isinstance(last.comma, cst.Comma):
+        # f(a,\n) keeps its trailing comma and the ")" on its own line.
+        new = new.with_changes(comma=last.comma)
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=sep))
+    else:
+        # The whitespace before ")" belongs to the last argument: it moves to the new one.
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=sep if isinstance(prev, cst.Comma) else cst.SimpleWhitespace(" ")),
+            whitespace_after_arg=cst.SimpleWhitespace(""),
+        )
+    args.append(new)
     return call.with_changes(args=args)
 
 

@@ -127,6 +127,29 @@ class WrappingTransform(Transform):
             ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n')
         )
         ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
+        if not self._ever_placed(ctx, name, bind):
+            ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, so it stays on the CPU: on GPUs, DDP refuses a CPU module with device_ids; move it (and its batches) with .to(LOCAL_DEVICE)", False)
+
+    def _ever_placed(self, ctx: Context, name: str, bind: cst.BaseStatement) -> bool:
+        """Whether anything in the script may put the model on a device: a placement call on
+        it or in the statement that builds it, a device handed to its constructor, or a
+        default device. Unsure means yes: the finding is for scripts that plainly train on CPU."""
+        a = ctx.a
+        for c in a.calls:
+            f = c.func
+            if isinstance(f, cst.Attribute) and f.attr.value in PLACEMENT_METHODS and dotted(f.value) in (name, "self"):
+                return True
+            if a.is_call(c, "torch.set_default_device") or a.is_call(c, "torch.device") and isinstance(a.parent.get(a.parent.get(c)), cst.WithItem):
+                return True
+        for c in a.findall(bind, m.Call()):
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value in PLACEMENT_METHODS:
+                return True
+            if any(x.keyword is not None and "device" in x.keyword.value for x in c.args):
+                return True
+            if any("device" in (dotted(x.value) or "").lower() for x in c.args):
+                return True
+        # a model built by the script's own function, or unpickled whole, may already be placed
+        return any((dotted(x.func) or "").split(".")[0] in a.functions or a.is_call(x, "torch.load") for x in a.findall(bind, m.Call()))
 
     def _places(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
         for c in ctx.a.findall(stmt, m.Call(func=m.Attribute())):

@@ -1,0 +1,55 @@
+"""Files ddpify must leave alone, and what it says about them: its own output (DDP090) and
+files that do not train (DDP099, with and without the quick text test)."""
+from pathlib import Path
+
+import pytest
+
+from ddpify import Options, convert_source
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OWN_OUTPUTS = ["02_mnist_classic", "13_checkpoint_resume", "36_gpt_param_groups_method", "44_multiline_loader_calls"]
+
+NOT_TRAINING = '''"""Inference helper: loads a model and predicts; nothing is trained here."""
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def predict(path, x):
+    model = Net()
+    model.load_state_dict(torch.load(path, map_location="cpu"))
+    model.eval()
+    with torch.no_grad():
+        return model(x.to("cuda")).argmax(1)  # NOTE: TEXT
+'''
+
+
+@pytest.mark.parametrize("name", OWN_OUTPUTS)
+def test_own_output_is_already_distributed(name):
+    src = (FIXTURES / name / "expected.py").read_text()
+    r = convert_source(src, Options(), path="expected.py")
+    assert r.source == src and not r.changed
+    assert r.status == "already-distributed"
+    assert [f.code for f in r.findings] == ["DDP090"]
+    # it points at the line that joins the process group, not at 1:1
+    line = src.splitlines()[r.findings[0].line - 1]
+    assert "init_process_group" in line, line
+
+
+@pytest.mark.parametrize("comment", ["", "the backward pass lives in train.py"], ids=["quick-text-test", "full-analysis"])
+def test_not_training_is_left_alone(comment):
+    # A comment that mentions "backward" sends the file through the full analysis; both
+    # ways must come to the same answer.
+    src = NOT_TRAINING.replace("TEXT", comment)
+    r = convert_source(src, Options(), path="util.py")
+    assert r.source == src and not r.changed
+    assert r.status == "not-training"
+    assert [(f.code, f.line, f.col) for f in r.findings] == [("DDP099", 1, 1)]
