@@ -48,10 +48,29 @@ class CheckpointTransform(Transform):
 
     def _barrier_before(self, ctx: Context, stmt: cst.CSTNode, why: str) -> None:
         a = ctx.a
+        stmt = self._outside_branches(a, stmt)
         if id(stmt) in self._barriers or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
             return
         self._barriers.add(id(stmt))
         ctx.edits.before[stmt].append(ctx.stmt(f"{ctx.name('dist')}.barrier()  # {why}\n"))
+
+    @staticmethod
+    def _outside_branches(a, stmt: cst.CSTNode) -> cst.CSTNode:
+        """The barrier goes before the if/try/with that holds the load: every rank must reach
+        it, whatever each one finds on its own disk (`if os.path.exists(ckpt)`), and before
+        an `open` of the file."""
+        while True:
+            block = a.block(stmt)
+            if not isinstance(block, cst.IndentedBlock):
+                return stmt
+            owner = a.parent.get(block)
+            if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
+                owner = a.parent.get(owner)
+            while isinstance(owner, cst.If) and isinstance(a.parent.get(owner), cst.If):  # elif
+                owner = a.parent.get(owner)
+            if not isinstance(owner, (cst.If, cst.Try, cst.With)) or owner is a.main_guard:
+                return stmt
+            stmt = owner
 
     @staticmethod
     def _in_dataset(a, call: cst.CSTNode) -> bool:
