@@ -46,6 +46,7 @@ CODES: dict[str, str] = {
     "DDP094": "backward through amp.scale_loss (--amp apex)",
     "DDP095": "amp state saved with the checkpoint and restored after amp.initialize",
     "DDP096": "apex rewrite not applied: fix by hand",
+    "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
     "DDP099": "not a training script: nothing to convert",
 }
 

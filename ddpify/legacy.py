@@ -79,10 +79,26 @@ def convert_legacy(source, analysis, ctx):
         ctx.finding(a.distributed_api, "DDP090", f"already distributed ({api}): left unchanged", False)
         return Result(source, False, "already-distributed", sorted(set(ctx.findings)))
     ctx.finding(a.legacy_api, "DDP091", f"distributed the legacy way ({what})", False)
+    if ctx.opts.amp == "apex":
+        _kept_extensions(a, ctx)
     if ctx.edits.is_empty():
         return Result(source, False, "legacy", sorted(set(ctx.findings)))
     new = a.module.visit(Applier(ctx.edits)).code
     return Result(new, new != source, "converted", sorted(set(ctx.findings)))
+
+
+# apex parts that import its compiled CUDA extensions (amp_C, fused_layer_norm_cuda, ...):
+# a Python-only install of apex has amp and apex.parallel, not these.
+NEEDS_CUDA_EXT = ("apex.optimizers.", "apex.normalization.", "apex.mlp.", "apex.fused_dense.", "apex.contrib.")
+
+
+def _kept_extensions(a: Analysis, ctx) -> None:
+    seen: set[str] = set()
+    for c in a.calls:
+        for q in a.qualified(c.func):
+            if q.startswith(NEEDS_CUDA_EXT) and q not in seen:
+                seen.add(q)
+                ctx.finding(c, "DDP097", f"{q} kept (--amp apex): it needs apex built with its CUDA extensions; a Python-only install lacks them", False)
 
 
 def _describe(a: Analysis) -> str:
