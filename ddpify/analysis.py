@@ -9,11 +9,16 @@ point is. Concerns read it and plan edits; none of them walks the tree for these
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from contextlib import nullcontext
+from dataclasses import dataclass, field, fields
+from itertools import accumulate
+from typing import get_args
 
 import libcst as cst
 import ddpify.match as m
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
+from libcst._position import CodePosition, CodeRange
 
 # nodes that open a scope of their own (class bodies are handled apart: not seen from methods)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -44,18 +49,341 @@ EVAL_RE = re.compile(r"(val|valid|test|eval|dev|holdout)", re.I)
 TRAIN_RE = re.compile(r"train", re.I)
 
 
+# -- walking the tree without LibCST's visit ----------------------------------------------
+_SCOPE_TYPES = frozenset((*SCOPES, cst.ClassDef))
+_MODULE_ONLY = {None}
+_MODULE_CHAIN: list[int | None] = [None]
+# node type -> (fields LibCST's visit walks, in its order; fields it may skip by value)
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+class _FieldProbe(cst.CSTVisitor):
+    """Names the fields a node's _visit_and_replace_children walks, without descending."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        self.names.append(attribute)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        pass
+
+
+def _holds_nodes(v: object) -> bool:
+    return isinstance(v, cst.CSTNode) or (isinstance(v, (list, tuple)) and any(isinstance(x, cst.CSTNode) for x in v))
+
+
+def child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    """The child fields of node in LibCST's visiting (= source) order; dataclass field order is
+    not it (a FunctionDef's decorators come last there). Probed on the first node of a type;
+    again on a node whose value in a field the probe did not see holds nodes (LibCST skips an
+    f-string's format_spec when it is None)."""
+    t = type(node)
+    entry = _FIELDS.get(t)
+    if entry is not None and (not entry[1] or not any(_holds_nodes(getattr(node, f)) for f in entry[1])):
+        return entry[0]
+    probe = _FieldProbe()
+    node._visit_and_replace_children(probe)
+    names = tuple(probe.names)
+    if entry is None:
+        # fields typed to hold nodes (not str, bool, ...) that this node's visit skipped
+        unseen = tuple(f.name for f in fields(t) if f.name not in names and (isinstance(f.type, str) or "libcst" in repr(f.type).replace("libcst._maybe_sentinel", "")))
+        _FIELDS[t] = (names, unseen)
+    return names
+
+
+# whitespace and comments: half the nodes of a tree, and nothing the analysis looks at
+_WHITESPACE = (cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine, cst.Comment)
+_WALK: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}  # (type, child fields) -> those to walk
+
+
+def _whitespace_only(tp: object) -> bool:
+    """A field annotation that admits whitespace (or no node) only."""
+    args = get_args(tp)
+    if args:
+        return all(_whitespace_only(a) for a in args)
+    return tp is type(None) or tp is cst.MaybeSentinel or (isinstance(tp, type) and issubclass(tp, _WHITESPACE))
+
+
+def _walk_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    """child_fields(node) less those typed to hold whitespace only."""
+    t = type(node)
+    names = child_fields(node)
+    walk = _WALK.get((t, names))
+    if walk is None:
+        ws = frozenset(f.name for f in fields(t) if _whitespace_only(f.type))
+        walk = _WALK[(t, names)] = tuple(name for name in names if name not in ws)
+    return walk
+
+
+_LEAF: dict[tuple[type, ...], bool] = {}
+
+
+def _leaf_types(types: tuple[type, ...]) -> bool:
+    """True when no type has subclasses: isinstance is then type(x) in types."""
+    leaf = _LEAF.get(types)
+    if leaf is None:
+        leaf = _LEAF[types] = not any(t.__subclasses__() for t in types)
+    return leaf
+
+
+# -- positions ------------------------------------------------------------------------------
+class _Stop(Exception):
+    """Ends a partial codegen."""
+
+
+class _Recorder(CodegenState):
+    """Codegen that notes, per node, the token indices where LibCST's PositionProvider puts its
+    start and end (the syntactic range where the node records one, else the whitespace-inclusive
+    one). It can stop early: at the first indented block (a statement's header gives its start),
+    or once a given node is complete. Keyed by id(): a node's __hash__ is a Python call."""
+
+    __slots__ = ("ws_start", "done", "syn_start", "syn_end", "open", "header_only", "stop_after", "stopped")
+
+    def __init__(self, module: cst.Module, indents: list[str], header_only: bool = False,
+                 stop_after: cst.CSTNode | None = None) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=indents)
+        self.ws_start: dict[int, int] = {}
+        self.done: dict[int, int] = {}  # complete nodes: whitespace-inclusive end
+        self.syn_start: dict[int, int] = {}
+        self.syn_end: dict[int, int] = {}
+        self.open: list[tuple[int, cst.CSTNode | None, cst.CSTNode | None]] = []  # entered syntactic records
+        self.header_only = header_only
+        self.stop_after = stop_after
+        self.stopped = False
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if self.stopped:
+            return
+        if self.header_only and type(node) is cst.IndentedBlock:
+            self.stopped = True
+            raise _Stop
+        self.ws_start[id(node)] = len(self.tokens)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        if self.stopped:
+            return
+        self.done[id(node)] = len(self.tokens)
+        if node is self.stop_after:
+            self.stopped = True
+            raise _Stop
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[override]
+        # the recorder is its own context (cheaper than a contextlib generator per node)
+        if start_node is None and not self.stopped:
+            self.syn_start[id(node)] = len(self.tokens)
+        self.open.append((id(node), start_node, end_node))
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        key, start_node, end_node = self.open.pop()
+        if exc_type is None and not self.stopped:  # (a stop unwinding through here records nothing)
+            if start_node is not None:
+                self.syn_start[key] = self.start_of(id(start_node))  # type: ignore[assignment]
+            self.syn_end[key] = self.end_of(id(end_node)) if end_node is not None else len(self.tokens)  # type: ignore[assignment]
+
+    def pop_trailing_newline(self) -> None:
+        pass  # PositionProvider counts it: recorded indices stay valid
+
+    def start_of(self, key: int) -> int | None:
+        k = self.syn_start.get(key)
+        return self.ws_start[key] if k is None and key in self.done else k
+
+    def end_of(self, key: int) -> int | None:
+        k = self.syn_end.get(key)
+        return self.done.get(key) if k is None else k
+
+
+class _Plain(CodegenState):
+    """CodegenState without the contextlib generator LibCST enters for most nodes to record
+    positions nobody asks for here (the text is the same)."""
+
+    __slots__ = ()
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[override]
+        return _NO_RECORD
+
+
+_NO_RECORD = nullcontext()
+
+
+def codegen(node: cst.CSTNode, module: cst.Module | None = None) -> str:
+    """module.code_for_node(node), by default cst.Module(body=[])'s; codegen(m, m) is m.code."""
+    if module is None:
+        st = _Plain(default_indent="    ", default_newline="\n")
+    else:
+        st = _Plain(default_indent=module.default_indent, default_newline=module.default_newline)
+    node._codegen(st)
+    return "".join(st.tokens)
+
+
+_NEWLINE_RE = re.compile(r"\r\n?|\n")
+# what LibCST's codegen may not give back as it was parsed: a form feed or a lone "\" at a line
+# start, a BOM; and "\r", where positions are counted token by token
+_NOT_ROUND_TRIP = re.compile(r"[\r\x0c\ufeff]|^[ \t]*\\", re.M)
+
+
+class _Positions:
+    """node -> CodeRange, the same as LibCST's PositionProvider gives, computed on demand (a
+    file needs a few dozen, not a second codegen of everything): the statement that holds the
+    node is generated alone (its header alone where a start will do) and found in the source by
+    its text; where that text is not unique, the statement around it is; the whole module as the
+    last resort (and where the source has "\r": LibCST counts lines token by token)."""
+
+    def __init__(self, module: cst.Module, source: str, parent: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.module = module
+        self.source = source
+        self.parent = parent
+        self.starts: dict[int, int] = {}  # id(node) -> offset into the source
+        self.ends: dict[int, int] = {}
+        self.whole = False
+        self.newlines: list[int] | None = None
+        self.exact: dict[int, tuple[int, int]] | None = None  # offset -> (line, column), "\r" files
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        key = id(node)
+        if key not in self.ends or key not in self.starts:
+            self._find(node, need_end=True)
+        return CodeRange(self._at(self.starts[key]), self._at(self.ends[key]))
+
+    def start(self, node: cst.CSTNode) -> CodePosition:
+        key = id(node)
+        if key not in self.starts:
+            self._find(node, need_end=False)
+        return self._at(self.starts[key])
+
+    def _find(self, node: cst.CSTNode, need_end: bool) -> None:
+        if self.whole:
+            return
+        stmt = self._statement(node)
+        key = id(node)
+        if stmt is not None and "\r" not in self.source:
+            if not need_end and self._run(stmt, header_only=True) and key in self.starts:
+                return
+            if self._run(stmt) and key in self.starts and (not need_end or key in self.ends):
+                return
+        self._run_whole()
+
+    def _statement(self, node: cst.CSTNode | None) -> cst.BaseStatement | None:
+        """The statement of a block (or of the module) that holds node."""
+        parent = self.parent
+        cur = node
+        while cur is not None:
+            par = parent.get(cur)
+            if par is None:
+                return None
+            if type(par) is cst.IndentedBlock or type(par) is cst.Module:
+                return cur if isinstance(cur, cst.BaseStatement) else None
+            cur = par
+        return None
+
+    def _indents(self, stmt: cst.CSTNode) -> list[str]:
+        """The indentation codegen has reached at stmt: one entry per block (and match) around it."""
+        out: list[str] = []
+        default = self.module.default_indent
+        child, cur = stmt, self.parent.get(stmt)
+        while cur is not None:
+            if type(cur) is cst.IndentedBlock or (type(cur) is cst.Match and type(child) is cst.MatchCase):
+                out.append(default if cur.indent is None else cur.indent)  # type: ignore[union-attr]
+            child, cur = cur, self.parent.get(cur)
+        out.reverse()
+        return out
+
+    def _run(self, stmt: cst.BaseStatement, header_only: bool = False) -> bool:
+        """Generate stmt alone and find it in the source; climb to the enclosing statement (up to
+        the end of stmt) while its text is not unique there. False: not found below the module."""
+        target: cst.BaseStatement | None = stmt
+        stop_after = None
+        while target is not None:
+            rec = _Recorder(self.module, self._indents(target), header_only and stop_after is None, stop_after)
+            try:
+                target._codegen(rec)
+            except _Stop:
+                pass
+            at = self._place(self.source, "".join(rec.tokens))
+            if at >= 0:
+                self._commit(rec, list(accumulate(map(len, rec.tokens), initial=at)))
+                return True
+            target, stop_after = self._statement(self.parent.get(target)), stmt
+        return False
+
+    @staticmethod
+    def _place(source: str, text: str) -> int:
+        """Where text occurs in source at the start of a line (a statement of a block starts
+        one), if there alone; else -1: it is there, so a single place is its place."""
+        found = -1
+        at = source.find(text)
+        while at >= 0:
+            if at == 0 or source[at - 1] == "\n":
+                if found >= 0:
+                    return -1
+                found = at
+            at = source.find(text, at + 1)
+        return found
+
+    def _commit(self, rec: _Recorder, offsets: list[int]) -> None:
+        # what _Recorder.start_of / end_of give, for every node at once
+        done = rec.done
+        starts, ends = self.starts, self.ends
+        starts.update({key: offsets[k] for key, k in rec.ws_start.items() if key in done})
+        starts.update({key: offsets[k] for key, k in rec.syn_start.items()})
+        ends.update({key: offsets[k] for key, k in done.items()})
+        ends.update({key: offsets[k] for key, k in rec.syn_end.items()})
+
+    def _run_whole(self) -> None:
+        rec = _Recorder(self.module, [])
+        self.module._codegen(rec)
+        offsets = list(accumulate(map(len, rec.tokens), initial=0))
+        self._commit(rec, offsets)
+        text = "".join(rec.tokens)
+        if "\r" in text:
+            line, col, exact = 1, 0, {0: (1, 0)}
+            for tok, off in zip(rec.tokens, offsets[1:]):
+                parts = _NEWLINE_RE.split(tok)
+                if len(parts) == 1:
+                    col += len(tok)
+                else:
+                    line, col = line + len(parts) - 1, len(parts[-1])
+                exact[off] = (line, col)
+            self.exact = exact
+        else:
+            self.newlines = [mt.start() for mt in re.finditer("\n", text)]  # the source's, and a final one it may lack
+        self.whole = True
+
+    def _at(self, off: int) -> CodePosition:
+        if self.exact is not None:
+            return CodePosition(*self.exact[off])
+        nl = self.newlines
+        if nl is None:
+            nl = self.newlines = [mt.start() for mt in re.finditer("\n", self.source)]
+        before = bisect_left(nl, off)  # newlines before off
+        return CodePosition(before + 1, off - (nl[before - 1] + 1 if before else 0))
+
+
 def dotted(node: cst.CSTNode | None) -> str | None:
     """`self.model` -> "self.model"; None for anything but Name/Attribute chains."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
+    t = type(node)  # exact types first: isinstance on LibCST's ABCs is slow, and this is hot
+    if t is cst.Name or (t is not cst.Attribute and isinstance(node, cst.Name)):
+        return node.value  # type: ignore[union-attr]
+    if t is cst.Attribute or isinstance(node, cst.Attribute):
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
 
 
 def code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    return codegen(node)
 
 
 def call_args(call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.Arg]]:
@@ -92,24 +420,25 @@ class Step:
 
 
 class Analysis:
-    def __init__(self, module: cst.Module) -> None:
-        # the module was parsed for this analysis alone: no defensive deep copy
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.module = self.wrapper.module
-        # positions from LibCST; parents, name bindings and import aliases come from our own
-        # collecting walk (LibCST's scope analysis was one more full walk of its own)
-        self.pos = self.wrapper.resolve(PositionProvider)
+    def __init__(self, module: cst.Module, source: str | None = None) -> None:
+        # source: the text module was parsed from (its codegen, which need not be run again:
+        # positions and line numbers are those of the codegen)
+        self.module = module
+        # parents, name bindings and import aliases come from our own collecting walk
         # scope node (None: the module) -> name -> what binds it there: an import's full
         # dotted path, or "<value>" for anything else (assignment, def, class, parameter, ...)
         self.bindings: dict[int | None, dict[str, list[str]]] = {None: {}}
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        text = module.code if source is None or _NOT_ROUND_TRIP.search(source) else source
+        self.pos = _Positions(module, text, self.parent)  # like LibCST's PositionProvider, on demand
         self._qcache: dict[int, set[str]] = {}
+        self._binders: dict[str, set[int | None]] | None = None  # name -> scopes that bind it
+        self._chains: dict[int, list[int | None]] = {}  # scope node -> _scope_chain of its nodes
         self.kids: dict[int, list[cst.CSTNode]] = {}
-        self._analysed: set[int] = set()  # every analysed node
         self._order: dict[int, int] = {}  # node -> position in a pre-order walk
-        self._typed: dict[tuple[int, type], list[cst.CSTNode]] = {}
-        self.lines = self.module.code.splitlines()
-        self._skipped_lines = self._find_skipped_lines()
+        self._bytype: dict[type, list[cst.CSTNode]] = {}  # analysed nodes by exact type, in pre-order
+        self._index: dict[type, tuple[list[int], list[cst.CSTNode]]] = {}
+        self._skipped_lines = self._find_skipped_lines(text) if "ddpify" in text else set()
 
         self.calls: list[cst.Call] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
@@ -151,141 +480,148 @@ class Analysis:
 
     # -- generic helpers --------------------------------------------------------------
     def _collect(self) -> None:
+        """One pre-order walk over the fields (LibCST's visit rebuilds every node on the way, a
+        CSTVisitor costs about a parse): parents, children, pre-order numbers, nodes by type,
+        name bindings per scope, and the calls, functions, loops, ... concerns ask about.
+        Whitespace and comments are not entered: they have no parent, number or type entry."""
         a = self
-
         parent = self.parent
         kids = self.kids
-        analysed = self._analysed
-        bindings = self.bindings
         order = self._order
+        bytype = self._bytype
+        bindings = self.bindings
+        scopes: list[int | None] = [None]
+        declared: list[set[str]] = [set()]  # global / nonlocal names per scope
 
-        class V(cst.CSTVisitor):
-            def __init__(self):
-                super().__init__()
-                self.stack: list[cst.CSTNode] = []
+        def bind(name: str, what: str) -> None:
+            if name in declared[-1]:
+                return  # `global x`: not a local of this scope
+            bindings.setdefault(scopes[-1], {}).setdefault(name, []).append(what)
 
-                self.scopes: list[int | None] = [None]
-                self.declared: list[set[str]] = [set()]  # global / nonlocal names per scope
+        def bind_target(target: cst.CSTNode) -> None:
+            for el in _flatten_targets(target):  # type: ignore[arg-type]
+                if isinstance(el, cst.StarredElement):
+                    el = el.value
+                if isinstance(el, cst.Name):
+                    bind(el.value, "<value>")
 
-            def on_visit(self, node):
-                if self.stack:
-                    parent[node] = self.stack[-1]
-                    kids.setdefault(id(self.stack[-1]), []).append(node)
-                analysed.add(id(node))
-                order[id(node)] = len(order)
-                self.stack.append(node)
-                if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                    self.bind(node.name.value, "<value>")
-                if isinstance(node, SCOPES) or isinstance(node, cst.ClassDef):
-                    self.scopes.append(id(node))
-                    self.declared.append(set())
-                    bindings.setdefault(id(node), {})
-                return super().on_visit(node)
+        def declare(node) -> None:
+            declared[-1].update(n.name.value for n in node.names)
 
-            def on_leave(self, original_node):
-                self.stack.pop()
-                if isinstance(original_node, SCOPES) or isinstance(original_node, cst.ClassDef):
-                    self.scopes.pop()
-                    self.declared.pop()
-                super().on_leave(original_node)
+        def import_(node) -> None:
+            for alias in node.names:
+                full = alias.evaluated_name
+                if alias.asname is not None:
+                    bind(alias.evaluated_alias, full)
+                else:  # `import torch.nn` binds `torch`
+                    head = full.split(".")[0]
+                    bind(head, head)
 
-            def bind(self, name: str, what: str, scope: int | None = -1) -> None:  # type: ignore[assignment]
-                if scope == -1:
-                    scope = self.scopes[-1]
-                    if name in self.declared[-1]:
-                        return  # `global x`: not a local of this scope
-                bindings.setdefault(scope, {}).setdefault(name, []).append(what)
+        def import_from(node) -> None:
+            if isinstance(node.names, cst.ImportStar):
+                return
+            mod = "." * len(node.relative) + (codegen(node.module) if node.module is not None else "")
+            for alias in node.names:
+                full = f"{mod}.{alias.evaluated_name}" if mod and not mod.endswith(".") else f"{mod}{alias.evaluated_name}"
+                bind(alias.evaluated_alias or alias.evaluated_name, full)
 
-            def bind_target(self, target: cst.CSTNode) -> None:
-                for el in _flatten_targets(target):  # type: ignore[arg-type]
-                    if isinstance(el, cst.StarredElement):
-                        el = el.value
-                    if isinstance(el, cst.Name):
-                        self.bind(el.value, "<value>")
+        def for_(node) -> None:
+            a.fors.append(node)
+            bind_target(node.target)
 
-            def visit_Param(self, node):
-                self.bind(node.name.value, "<value>")
+        def assign(node) -> None:
+            a.assigns.append(node)
+            for t in node.targets:
+                bind_target(t.target)
 
-            def visit_Global(self, node):
-                self.declared[-1].update(n.name.value for n in node.names)
+        def ann_assign(node) -> None:
+            a.assigns.append(node)
+            bind_target(node.target)
 
-            def visit_Nonlocal(self, node):
-                self.declared[-1].update(n.name.value for n in node.names)
+        def with_item(node) -> None:
+            if node.asname is not None:
+                bind_target(node.asname.name)
 
-            def visit_Import(self, node):
-                for alias in node.names:
-                    full = alias.evaluated_name
-                    if alias.asname is not None:
-                        self.bind(alias.evaluated_alias, full)
-                    else:  # `import torch.nn` binds `torch`
-                        head = full.split(".")[0]
-                        self.bind(head, head)
+        def except_handler(node) -> None:
+            if node.name is not None:
+                bind_target(node.name.name)
 
-            def visit_ImportFrom(self, node):
-                if isinstance(node.names, cst.ImportStar):
-                    return
-                mod = "." * len(node.relative) + (cst.Module(body=[]).code_for_node(node.module) if node.module is not None else "")
-                for alias in node.names:
-                    full = f"{mod}.{alias.evaluated_name}" if mod and not mod.endswith(".") else f"{mod}{alias.evaluated_name}"
-                    self.bind(alias.evaluated_alias or alias.evaluated_name, full)
+        # what CSTVisitor's visit_<Type> methods did, by exact type
+        handlers = {
+            cst.Param: lambda n: bind(n.name.value, "<value>"),
+            cst.Global: declare,
+            cst.Nonlocal: declare,
+            cst.Import: import_,
+            cst.ImportFrom: import_from,
+            cst.AugAssign: lambda n: bind_target(n.target),
+            cst.CompFor: lambda n: bind_target(n.target),
+            cst.WithItem: with_item,
+            cst.ExceptHandler: except_handler,
+            cst.NamedExpr: lambda n: bind_target(n.target),
+            cst.Call: a.calls.append,
+            cst.FunctionDef: lambda n: a.functions.setdefault(n.name.value, []).append(n),
+            cst.ClassDef: lambda n: a.classes.__setitem__(n.name.value, n),
+            cst.For: for_,
+            cst.While: a.whiles.append,
+            cst.Assign: assign,
+            cst.AnnAssign: ann_assign,
+            cst.Attribute: a.attributes.append,
+            cst.With: a.withs.append,
+            cst.If: a.ifs.append,
+        }
+        sentinel = cst.MaybeSentinel
+        # type -> (child fields, None where they depend on the node; handler; opens a scope;
+        # bytype list): one lookup per node
+        info: dict[type, tuple] = {}
+        stack: list[cst.CSTNode | None] = [self.module]  # None: leave the innermost scope
+        n = 0
+        while stack:
+            node = stack.pop()
+            if node is None:
+                scopes.pop()
+                declared.pop()
+                continue
+            t = type(node)
+            ti = info.get(t)
+            if ti is None:
+                names = _walk_fields(node)
+                ti = info[t] = (None if _FIELDS[t][1] else names, handlers.get(t), t in _SCOPE_TYPES, bytype.setdefault(t, []))
+            names, h, opens_scope, same = ti
+            i = id(node)
+            order[i] = n
+            n += 1
+            same.append(node)
+            if opens_scope:
+                if t is cst.FunctionDef or t is cst.ClassDef:
+                    bind(node.name.value, "<value>")  # in the enclosing scope
+                scopes.append(i)
+                declared.append(set())
+                bindings.setdefault(i, {})
+                stack.append(None)
+            if h is not None:
+                h(node)
+            if names is None:
+                names = _walk_fields(node)
+            children: list[cst.CSTNode] = []
+            for f in names:
+                v = getattr(node, f)
+                if v is None or v.__class__ is sentinel:
+                    continue
+                if v.__class__ is tuple or v.__class__ is list:
+                    children.extend(v)
+                else:
+                    children.append(v)
+            if children:
+                kids[i] = children
+                for c in children:
+                    parent[c] = node
+                stack.extend(reversed(children))
 
-            def visit_AugAssign(self, node):
-                self.bind_target(node.target)
-
-            def visit_CompFor(self, node):
-                self.bind_target(node.target)
-
-            def visit_WithItem(self, node):
-                if node.asname is not None:
-                    self.bind_target(node.asname.name)
-
-            def visit_ExceptHandler(self, node):
-                if node.name is not None:
-                    self.bind_target(node.name.name)
-
-            def visit_NamedExpr(self, node):
-                self.bind_target(node.target)
-
-            def visit_Call(self, node):
-                a.calls.append(node)
-
-            def visit_FunctionDef(self, node):
-                a.functions.setdefault(node.name.value, []).append(node)
-
-            def visit_ClassDef(self, node):
-                a.classes[node.name.value] = node
-
-            def visit_For(self, node):
-                a.fors.append(node)
-                self.bind_target(node.target)
-
-            def visit_While(self, node):
-                a.whiles.append(node)
-
-            def visit_Assign(self, node):
-                a.assigns.append(node)
-                for t in node.targets:
-                    self.bind_target(t.target)
-
-            def visit_AnnAssign(self, node):
-                a.assigns.append(node)
-                self.bind_target(node.target)
-
-            def visit_Attribute(self, node):
-                a.attributes.append(node)
-
-            def visit_With(self, node):
-                a.withs.append(node)
-
-            def visit_If(self, node):
-                a.ifs.append(node)
-
-        self.module.visit(V())
-
-    def _find_skipped_lines(self) -> set[int]:
+    @staticmethod
+    def _find_skipped_lines(text: str) -> set[int]:
         skipped: set[int] = set()
         off = False
-        for i, line in enumerate(self.lines, start=1):
+        for i, line in enumerate(text.splitlines(), start=1):
             if OFF_RE.search(line):
                 off = True
             if off or SKIP_RE.search(line):
@@ -301,34 +637,49 @@ class Analysis:
         return any(ln in self._skipped_lines for ln in range(p.start.line, p.end.line + 1))
 
     def line_col(self, node: cst.CSTNode) -> tuple[int, int]:
-        p = self.pos[node].start
+        p = self.pos.start(node)
         return p.line, p.column + 1
 
     def findall(self, node: cst.CSTNode, matcher) -> list[cst.CSTNode]:
-        """m.findall over the analysed tree without a LibCST visit: descendants by type come
-        from the child lists our collecting walk recorded, cached per (subtree, type)."""
-        if id(node) not in self._analysed:
+        """m.findall over the analysed tree without a LibCST visit: a subtree is a run of
+        pre-order numbers, so its nodes of a type are a slice of that type's pre-order list."""
+        start = self._order.get(id(node))
+        if start is None:
             return m.findall(node, matcher)  # a node built by a transform
         options = matcher.options if isinstance(matcher, m.OneOf) else (matcher,)
+        end = self._subtree_end(node)
         out: list[cst.CSTNode] = []
         for opt in options:
-            cls = opt.cls
-            key = (id(node), cls)
-            found = self._typed.get(key)
-            if found is None:
-                found = []
-                stack = [node]
-                kids = self.kids
-                while stack:
-                    n = stack.pop()
-                    if isinstance(n, cls):
-                        found.append(n)
-                    stack.extend(reversed(kids.get(id(n), ())))
-                self._typed[key] = found
+            orders, nodes = self._of_type(opt.cls)
+            lo = bisect_left(orders, start)
+            found = nodes[lo : bisect_left(orders, end, lo)]
             out.extend(found if m.bare(opt) else [n for n in found if m.matches(n, opt)])
-        if len(options) > 1:  # back to tree order (the collecting walk numbered nodes in it)
+        if len(options) > 1:  # back to tree order
             out.sort(key=lambda n: self._order[id(n)])
         return out
+
+    def _subtree_end(self, node: cst.CSTNode) -> int:
+        """Pre-order number just past node's subtree (its last descendant is a last child's last child ...)."""
+        kids = self.kids
+        cur = node
+        while True:
+            last = kids.get(id(cur))
+            if not last:
+                return self._order[id(cur)] + 1
+            cur = last[-1]
+
+    def _of_type(self, cls: type) -> tuple[list[int], list[cst.CSTNode]]:
+        """Pre-order numbers and nodes of the analysed nodes that are instances of cls."""
+        found = self._index.get(cls)
+        if found is None:
+            order = self._order
+            if _leaf_types((cls,)):  # the usual m.Call(), m.Name(), ...: one list, no issubclass scan
+                lists = [self._bytype[cls]] if cls in self._bytype else []
+            else:
+                lists = [v for t, v in self._bytype.items() if issubclass(t, cls)]
+            nodes = lists[0] if len(lists) == 1 else sorted((n for v in lists for n in v), key=lambda n: order[id(n)])
+            found = self._index[cls] = ([order[id(n)] for n in nodes], nodes)
+        return found
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
         """Full dotted name of a name or attribute chain, through the imports in scope:
@@ -340,7 +691,10 @@ class Analysis:
         d = dotted(node)
         if d is not None:
             head, _, rest = d.partition(".")
-            for scope in self._scope_chain(node):
+            binders = self._binders.get(head) if self._binders is not None else self._index_binders().get(head)
+            # a name no scope binds is itself; one only the module binds needs no scope walk
+            chain = () if binders is None else (None,) if binders == _MODULE_ONLY else self._scope_chain(node)
+            for scope in chain:
                 bound = self.bindings.get(scope, {}).get(head)
                 if bound:
                     names = {f"{b}.{rest}" if rest else b for b in bound if b != "<value>"} or {d}
@@ -350,35 +704,61 @@ class Analysis:
         self._qcache[id(node)] = names
         return names
 
+    def _index_binders(self) -> dict[str, set[int | None]]:
+        binders: dict[str, set[int | None]] = {}
+        for scope, names in self.bindings.items():
+            for name in names:
+                binders.setdefault(name, set()).add(scope)
+        self._binders = binders
+        return binders
+
     def _scope_chain(self, node: cst.CSTNode) -> list[int | None]:
         """Enclosing function-like scopes, innermost first, then the module (class bodies are
-        not visible from their methods, as in Python)."""
-        chain: list[int | None] = []
-        cur = self.parent.get(node)
-        first = True
-        while cur is not None:
-            if isinstance(cur, SCOPES) or (first and isinstance(cur, cst.ClassDef)):
-                chain.append(id(cur))
-                if isinstance(cur, cst.FunctionDef | cst.Lambda):
-                    first = False
-            cur = self.parent.get(cur)
-        chain.append(None)
+        not visible from their methods, as in Python). Shared by the nodes of a scope."""
+        parent = self.parent
+        cur = parent.get(node)
+        if _leaf_types(SCOPES + (cst.ClassDef,)):  # exact types: no isinstance on LibCST's ABCs
+            while cur is not None and type(cur) not in _SCOPE_TYPES:
+                cur = parent.get(cur)
+        else:
+            while cur is not None and not isinstance(cur, (*SCOPES, cst.ClassDef)):
+                cur = parent.get(cur)
+        if cur is None:
+            return _MODULE_CHAIN
+        chain = self._chains.get(id(cur))
+        if chain is None:
+            chain = self._chains[id(cur)] = []
+            inner, first = cur, True
+            while inner is not None:
+                if isinstance(inner, SCOPES) or (first and isinstance(inner, cst.ClassDef)):
+                    chain.append(id(inner))
+                    if isinstance(inner, cst.FunctionDef | cst.Lambda):
+                        first = False
+                inner = parent.get(inner)
+            chain.append(None)
         return chain
 
     def is_call(self, call: cst.CSTNode, *names: str) -> bool:
-        if not isinstance(call, cst.Call):
+        if type(call) is not cst.Call and not isinstance(call, cst.Call):
             return False
-        qs = self.qualified(call.func)
-        return any(q in names for q in qs)
+        qs = self._qcache.get(id(call.func))  # hot: the transforms ask it of every call
+        if qs is None:
+            qs = self.qualified(call.func)  # type: ignore[attr-defined]
+        return not qs.isdisjoint(names)
 
     def call_qualname(self, call: cst.Call) -> str:
         qs = sorted(self.qualified(call.func))
         return qs[0] if qs else (dotted(call.func) or "")
 
     def ancestor(self, node: cst.CSTNode, *types: type) -> cst.CSTNode | None:
-        cur = self.parent.get(node)
+        parent = self.parent
+        cur = parent.get(node)
+        if _leaf_types(types):  # a set lookup instead of isinstance on LibCST's ABCs
+            while cur is not None and type(cur) not in types:
+                cur = parent.get(cur)
+            return cur
         while cur is not None and not isinstance(cur, types):
-            cur = self.parent.get(cur)
+            cur = parent.get(cur)
         return cur
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
@@ -406,13 +786,14 @@ class Analysis:
         return self.function_of(node) or self.module
 
     def _find_api(self, names: tuple[str, ...]) -> cst.CSTNode | None:
+        exact, under = set(names), tuple(n + "." for n in names)  # q == n or q.startswith(n + ".")
         for c in self.calls:
             for q in self.qualified(c.func):
-                if any(q == n or q.startswith(n + ".") for n in names):
+                if q in exact or q.startswith(under):
                     return c
         for node in self.attributes:
             for q in self.qualified(node):
-                if any(q == n or q.startswith(n + ".") for n in names):
+                if q in exact or q.startswith(under):
                     return node
         return None
 

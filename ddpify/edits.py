@@ -13,7 +13,10 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from ddpify.analysis import child_fields
+
 ExprFn = Callable[[cst.CSTNode], cst.CSTNode]
+_RANK0 = cst.parse_expression("RANK == 0")  # nodes are immutable: one is enough
 
 
 class Edits:
@@ -27,10 +30,19 @@ class Edits:
         self.guarded: set[cst.BaseStatement] = set()
         # (first, last, header): wrap first..last (same block) in `with header:`
         self.wraps: list[tuple[cst.BaseStatement, cst.BaseStatement, cst.BaseExpression]] = []
-        self.guard_test: cst.BaseExpression = cst.parse_expression("RANK == 0")
+        self.guard_test: cst.BaseExpression = _RANK0
+        # child -> parent in the analysed tree, when known: the Applier then enters only the
+        # subtrees that hold an edit
+        self.parent: dict[cst.CSTNode, cst.CSTNode] | None = None
 
     def replace(self, node: cst.CSTNode, fn: ExprFn | cst.CSTNode) -> None:
         self.expr[node].append(fn if callable(fn) else (lambda _n, new=fn: new))
+
+    def clear(self) -> None:
+        """Drop the plan: its functions close over the Context, a cycle that would keep the whole
+        tree for the garbage collector, not reference counting, to free."""
+        for plan in (self.expr, self.before, self.after, self.prepend, self.append, self.removed, self.guarded, self.wraps):
+            plan.clear()
 
     def is_empty(self) -> bool:
         return not (
@@ -53,6 +65,37 @@ class Applier(cst.CSTTransformer):
     def __init__(self, edits: Edits) -> None:
         super().__init__()
         self.e = edits
+        self.dirty = _dirty(edits)
+
+    def on_visit(self, node):  # type: ignore[override]
+        # an untouched subtree is kept as it is (LibCST would rebuild it node by node)
+        return self.dirty is None or node in self.dirty
+
+    def apply(self, module: cst.Module) -> cst.Module:
+        """module.visit(self), the same tree, without LibCST's visitor machinery on the way
+        down to the edits."""
+        if self.dirty is None:
+            return module.visit(self)  # type: ignore[return-value]
+        return self._visit(module)  # type: ignore[return-value]
+
+    def _visit(self, node: cst.CSTNode) -> cst.CSTNode:
+        # what node.visit(self) does: children rebuilt in LibCST's order, sequences as tuples,
+        # a block's statement dropped where it became removable (visit_body_sequence)
+        if node not in self.dirty:  # type: ignore[operator]
+            return node  # on_leave would give it back as it is: no edit in or on it
+        changes = {}
+        for name in child_fields(node):
+            value = getattr(node, name)
+            if value is None or value.__class__ is cst.MaybeSentinel:
+                continue
+            if value.__class__ is tuple or value.__class__ is list:
+                new = [self._visit(child) for child in value]
+                if name == "body" and isinstance(node, (cst.Module, cst.IndentedBlock)):
+                    new = [n for o, n in zip(value, new) if o._is_removable() or not n._is_removable()]
+                changes[name] = tuple(new)
+            else:
+                changes[name] = self._visit(value)
+        return self.on_leave(node, node.with_changes(**changes))
 
     # -- expressions -----------------------------------------------------------------
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
@@ -84,6 +127,8 @@ class Applier(cst.CSTTransformer):
 
     # -- statement lists -------------------------------------------------------------
     def leave_IndentedBlock(self, original_node, updated_node):
+        if self.dirty is not None and original_node not in self.dirty:
+            return updated_node  # no statement of it has an edit
         body = self._rebuild(original_node.body, updated_node.body)
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]
@@ -156,6 +201,31 @@ class Applier(cst.CSTTransformer):
                 out.extend(after)
         flush()
         return out
+
+
+def _dirty(e: Edits) -> set[cst.CSTNode] | None:
+    """Nodes holding an edit, or a statement with one in their block, and all their ancestors;
+    None (visit everything) where an edit's node has no known place in the tree."""
+    parent = e.parent
+    if parent is None:
+        return None
+    dirty: set[cst.CSTNode] = set()
+    keys = [*e.expr, *e.prepend, *e.append, *e.before, *e.after, *e.removed, *e.guarded]
+    keys += [n for first, last, _ in e.wraps for n in (first, last)]
+    for node in keys:
+        if node not in parent and not isinstance(node, cst.Module):
+            return None  # built by a transform, or not walked by the analysis (whitespace)
+    for node in keys[: len(e.expr) + len(e.prepend) + len(e.append)]:
+        while node is not None and node not in dirty:
+            dirty.add(node)
+            node = parent.get(node)
+    # a statement's own edits (before, after, removed, guarded, wrapped) are made by its block
+    for stmt in keys[len(e.expr) + len(e.prepend) + len(e.append) :]:
+        node = parent.get(stmt)
+        while node is not None and node not in dirty:
+            dirty.add(node)
+            node = parent.get(node)
+    return dirty
 
 
 def _contains(unit, node, originals) -> bool:

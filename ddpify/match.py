@@ -15,11 +15,13 @@ _POSITIONAL = {"Name": ("value",), "SimpleString": ("value",), "ComparisonTarget
 
 class Pattern:
     def __init__(self, cls: type, *args: Any, **fields: Any) -> None:
-        names = _POSITIONAL.get(cls.__name__, ())
-        if len(args) > len(names):
-            raise TypeError(f"{cls.__name__}() takes at most {len(names)} positional patterns")
+        if args:  # (the concerns build patterns in their loops: keep the usual case short)
+            names = _POSITIONAL.get(cls.__name__, ())
+            if len(args) > len(names):
+                raise TypeError(f"{cls.__name__}() takes at most {len(names)} positional patterns")
+            fields = {**dict(zip(names, args)), **fields}
         self.cls = cls
-        self.fields = {**dict(zip(names, args)), **fields}
+        self.fields = fields
 
     def __or__(self, other: "Pattern | OneOf") -> "OneOf":
         return OneOf(self, other)
@@ -73,9 +75,14 @@ def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:
     if isinstance(pattern, OneOf):
         return any(matches(node, o) for o in pattern.options)
     if isinstance(pattern, Pattern):
-        if not isinstance(node, pattern.cls):
+        cls = pattern.cls
+        # the exact type first: isinstance on LibCST's node classes goes through ABCMeta
+        if type(node) is not cls and not isinstance(node, cls):
             return False
-        return all(matches(getattr(node, k, None), v) for k, v in pattern.fields.items())
+        for k, v in pattern.fields.items():
+            if not matches(getattr(node, k, None), v):
+                return False
+        return True
     if isinstance(pattern, (list, tuple)):  # a sequence pattern matches element by element
         seq = list(node) if isinstance(node, (list, tuple)) else None
         return seq is not None and len(seq) == len(pattern) and all(matches(n, p) for n, p in zip(seq, pattern))
