@@ -51,7 +51,18 @@ def _assert_nothing_survives(doc: dict) -> None:
     assert processes_of_run(doc["run_token"]) == []
     for role in ("baseline", "candidate"):
         for pid in (doc.get(role) or {}).get("pids", []):
-            assert not Path(f"/proc/{pid}").exists() or _zombie(pid), f"{role} process {pid} outlived the run"
+            survived = Path(f"/proc/{pid}").exists() and not _zombie(pid) and _carries(pid, doc["run_token"])
+            assert not survived, f"{role} process {pid} outlived the run"
+
+
+def _carries(pid: int, token: str) -> bool:
+    """Whether pid is still one of the run's processes: with pid_max at 32768 and a busy
+    machine, a finished process's pid is soon reused by an unrelated one."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"DDPIFY_VERIFY_RUN={token}".encode() in env
 
 
 def _zombie(pid: int) -> bool:
