@@ -776,6 +776,21 @@ class Analysis:
     def block(self, stmt: cst.CSTNode) -> cst.CSTNode:
         return self.parent[stmt]
 
+    def branch_owner(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
+        """The if (whole elif chain), try or with whose branch holds stmt; None elsewhere,
+        and for the `if __name__ == "__main__":` guard."""
+        block = self.block(stmt)
+        if not isinstance(block, cst.IndentedBlock):
+            return None
+        owner = self.parent.get(block)
+        if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
+            owner = self.parent.get(owner)
+        while isinstance(owner, cst.If) and isinstance(self.parent.get(owner), cst.If):  # elif
+            owner = self.parent.get(owner)
+        if not isinstance(owner, (cst.If, cst.Try, cst.With)) or owner is self.main_guard:
+            return None
+        return owner
+
     def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         return self.ancestor(node, cst.FunctionDef)  # type: ignore[return-value]
 

@@ -59,18 +59,9 @@ class CheckpointTransform(Transform):
         """The barrier goes before the if/try/with that holds the load: every rank must reach
         it, whatever each one finds on its own disk (`if os.path.exists(ckpt)`), and before
         an `open` of the file."""
-        while True:
-            block = a.block(stmt)
-            if not isinstance(block, cst.IndentedBlock):
-                return stmt
-            owner = a.parent.get(block)
-            if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
-                owner = a.parent.get(owner)
-            while isinstance(owner, cst.If) and isinstance(a.parent.get(owner), cst.If):  # elif
-                owner = a.parent.get(owner)
-            if not isinstance(owner, (cst.If, cst.Try, cst.With)) or owner is a.main_guard:
-                return stmt
+        while (owner := a.branch_owner(stmt)) is not None:
             stmt = owner
+        return stmt
 
     @staticmethod
     def _in_dataset(a, call: cst.CSTNode) -> bool:

@@ -85,12 +85,8 @@ class WrappingTransform(Transform):
             rest = list(block.body)[list(block.body).index(stmt) + 1 :]
             if any(isinstance(s, (cst.For, cst.While)) or ctx.a.findall(s, m.For() | m.While()) or self._uses_model(ctx, s, name) for s in rest):
                 return stmt
-            owner = a.parent.get(block)
-            if isinstance(owner, (cst.Else, cst.Finally, cst.ExceptHandler)):
-                owner = a.parent.get(owner)
-            while isinstance(owner, cst.If) and isinstance(a.parent.get(owner), cst.If):  # elif
-                owner = a.parent.get(owner)
-            if not isinstance(owner, (cst.If, cst.Try, cst.With)) or owner is a.main_guard:
+            owner = a.branch_owner(stmt)
+            if owner is None:
                 return stmt
             stmt = owner
 
