@@ -17,14 +17,12 @@ from typing import get_args
 
 import libcst as cst
 import ddpify.match as m
+from ddpify.directives import skipped_lines
 from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
 # nodes that open a scope of their own (class bodies are handled apart: not seen from methods)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-SKIP_RE = re.compile(r"#\s*ddpify:\s*skip\b")
-OFF_RE = re.compile(r"#\s*ddpify:\s*off\b")
-ON_RE = re.compile(r"#\s*ddpify:\s*on\b")
 
 DISTRIBUTED_APIS = (
     "torch.distributed.init_process_group",
@@ -438,7 +436,7 @@ class Analysis:
         self._order: dict[int, int] = {}  # node -> position in a pre-order walk
         self._bytype: dict[type, list[cst.CSTNode]] = {}  # analysed nodes by exact type, in pre-order
         self._index: dict[type, tuple[list[int], list[cst.CSTNode]]] = {}
-        self._skipped_lines = self._find_skipped_lines(text) if "ddpify" in text else set()
+        self._skipped_lines = skipped_lines(text)
 
         self.calls: list[cst.Call] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
@@ -616,19 +614,6 @@ class Analysis:
                 for c in children:
                     parent[c] = node
                 stack.extend(reversed(children))
-
-    @staticmethod
-    def _find_skipped_lines(text: str) -> set[int]:
-        skipped: set[int] = set()
-        off = False
-        for i, line in enumerate(text.splitlines(), start=1):
-            if OFF_RE.search(line):
-                off = True
-            if off or SKIP_RE.search(line):
-                skipped.add(i)
-            if ON_RE.search(line):
-                off = False
-        return skipped
 
     def skipped(self, node: cst.CSTNode) -> bool:
         if not self._skipped_lines:

@@ -1,8 +1,15 @@
-"""Finding codes: what ddpify changed ([*]) or could not change, with the manual fix."""
+"""Finding codes: what ddpify changed ([*]) or could not change, with the manual fix.
+
+Severity: a *blocking* finding means the output would not be a correct DDP program (a model
+not wrapped, training data not sharded, ...): ddpify then leaves the file untouched and exits 2,
+unless the finding is suppressed (`# ddpify: ignore[CODE]` on its line, `ignore` in
+[tool.ddpify], `--ignore CODE`) or `--partial` asks for the partial conversion. Every other
+finding is a *note*: it never blocks.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # code -> (title, example message). The README's table is checked against this registry.
 CODES: dict[str, str] = {
@@ -47,9 +54,22 @@ CODES: dict[str, str] = {
     "DDP095": "amp state saved with the checkpoint and restored after amp.initialize",
     "DDP096": "apex rewrite not applied: fix by hand",
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
+    "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
 }
 
+# Codes that block by default: without the missing piece the output is not a correct DDP program.
+# A call site may still say otherwise for one occurrence (Finding(..., severity="note")).
+BLOCKING: frozenset[str] = frozenset({
+    "DDP022",  # training data not sharded (own sampler)
+    "DDP023",  # training data not sharded (IterableDataset)
+    "DDP024",  # training data not sharded (no DataLoader)
+    "DDP027",  # a shuffling sampler without set_epoch: every epoch repeats the first order
+    "DDP034",  # model not wrapped: ranks train unsynchronised copies
+    "DDP035",  # a CPU model under NCCL: DDP refuses it on GPUs
+    "DDP096",  # an apex part left half-converted
+})
+SEVERITIES = ("blocking", "note")
 
 @dataclass(frozen=True, order=True)
 class Finding:
@@ -58,10 +78,25 @@ class Finding:
     code: str
     message: str
     fixed: bool = False  # True: ddpify changed the code ([*])
+    severity: str = field(default="", compare=False)  # "blocking" | "note"; "" = the code's default
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            sev = "blocking" if self.code in BLOCKING and not self.fixed else "note"
+            object.__setattr__(self, "severity", sev)
+        elif self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "blocking"
 
     def format(self, path: str) -> str:
-        mark = " [*]" if self.fixed else ""
+        mark = " [*]" if self.fixed else " [blocking]" if self.blocking else ""
         return f"{path}:{self.line}:{self.col}: {self.code}{mark} {self.message}"
 
     def to_dict(self) -> dict:
-        return {"line": self.line, "col": self.col, "code": self.code, "message": self.message, "fixed": self.fixed}
+        return {
+            "line": self.line, "col": self.col, "code": self.code, "severity": self.severity,
+            "fixed": self.fixed, "message": self.message,
+        }

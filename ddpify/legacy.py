@@ -344,7 +344,7 @@ class Modernise:
             self.level = level.value.evaluated_value
         else:
             self.level = self.level or "O1"
-            ctx.finding(call, "DDP096", f"opt_level={code(level.value)} is decided at run time: torch.amp fp16 is used; set AMP_DTYPE = None to train in full precision", False)
+            ctx.finding(call, "DDP096", f"opt_level={code(level.value)} is decided at run time: torch.amp fp16 is used; set AMP_DTYPE = None to train in full precision", False, "note")
         stmt = a.statement(call)
         par = a.parent.get(call)
         args = [code(p.value) for p in pos[:2]]

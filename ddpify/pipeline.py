@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
+from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
 from ddpify.transforms import PIPELINE
@@ -33,9 +34,13 @@ class ConversionError(Exception):
 class Result:
     source: str
     changed: bool
-    # converted | already-distributed | legacy | not-training | generated
+    # converted | refused | already-distributed | legacy | not-training | generated
     status: str
     findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.blocking]
 
 
 def parse(source: str) -> cst.Module:
@@ -54,11 +59,31 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     # the young nodes to find nothing (~5% of the time).
     enabled = gc.isenabled()
     gc.disable()
+    options = options or Options()
     try:
-        return _convert_source(source, options or Options())
+        result = _convert_source(source, options)
     finally:
         if enabled:
             gc.enable()
+    return _apply_policy(source, result, options)
+
+
+def _apply_policy(source: str, result: Result, options: Options) -> Result:
+    """Drop suppressed findings; refuse (keep the source as it was) while a blocking one remains."""
+    marks = ignored_codes(source)
+    if marks or options.ignore:
+        def kept(f: Finding) -> bool:
+            if f.code in options.ignore:
+                return False
+            codes = marks.get(f.line, frozenset())
+            return not (codes is None or f.code in codes)
+
+        result.findings = [f for f in result.findings if kept(f)]
+    if result.blocking and not options.partial:
+        # A wrong script is worse than none: nothing is written while a blocking finding remains.
+        # The notes describe a conversion that did not happen: only what blocks it is reported.
+        return Result(source, False, "refused", result.blocking)
+    return result
 
 
 def _convert_source(source: str, options: Options) -> Result:

@@ -98,9 +98,26 @@ class Context:
             node = cache[(kind, text)] = parse(text)
         return node.with_changes()
 
-    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False) -> None:
+    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False, severity: str = "") -> None:
+        """severity "" takes the code's default (findings.BLOCKING)."""
         line, col = self.a.line_col(node) if node is not None else (1, 1)
-        self.findings.append(Finding(line, col, code, message, fixed))
+        self.findings.append(Finding(line, col, code, message, fixed, severity))
+
+    def editable_header(self, compound: cst.CSTNode) -> bool:
+        """For an edit at the top of a loop's body: only the header line and the first body
+        statement count, not a skipped line deeper inside the loop."""
+        skipped = self.a._skipped_lines
+        if not skipped:
+            return True
+        lines = {self.a.pos.start(compound).line}
+        body = getattr(getattr(compound, "body", None), "body", ())
+        if body:
+            lines.add(self.a.pos.start(body[0]).line)
+        return not (lines & skipped)
+
+    def skipped_here(self, node: cst.CSTNode, what: str, blocking: bool = False) -> None:
+        """Say what `# ddpify: skip`/`off` kept ddpify from doing at node (DDP098)."""
+        self.finding(node, "DDP098", f"not done because of `# ddpify: skip`/`off`: {what}", False, "blocking" if blocking else "note")
 
     def editable(self, node: cst.CSTNode) -> bool:
         """False where the user asked ddpify to keep out (# ddpify: skip / off)."""

@@ -114,7 +114,7 @@ class DeviceTransform(Transform):
             stmt = a.statement(call)
             target = a._assign_target(call)
             if target is None or not isinstance(stmt, cst.SimpleStatementLine) or not ctx.editable(stmt):
-                ctx.finding(call, "DDP011", "the --device/--gpu value is not mapped to LOCAL_RANK here: use LOCAL_DEVICE", False)
+                ctx.finding(call, "DDP011", "the --device/--gpu value is not mapped to LOCAL_RANK here: `cuda` is the rank's own GPU (set_device), but a `cuda:N` given on the command line puts every rank on GPU N; use LOCAL_DEVICE", False)
                 continue
             if call.func.attr.value == "parse_known_args":
                 continue

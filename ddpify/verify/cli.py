@@ -56,6 +56,9 @@ def _convert(script: Path, source: str, options, converter: Callable | None) -> 
         ) from None
     if result.status == "not-training":
         raise CannotRun(f"{script}: not a training script (no optimizer step found): nothing to verify")
+    if result.status == "refused":
+        why = "; ".join(f.format(str(script)) for f in result.blocking)
+        raise CannotRun(f"ddpify refused to convert {script} (blocking findings: fix them, or pass --partial): {why}")
     if result.status == "already-distributed" or not result.changed:
         return None, result.status
     return result.source, result.status
