@@ -10,6 +10,7 @@ The closest pyproject.toml that has a [tool.ddpify] table, walking up from the f
     opt-level = "O1"        # apex only
     exclude = ["legacy/", "**/gen_*.py"]
     force-exclude = false   # also exclude matching files named on the command line
+    writers = ["mylib.io.dump_results"]  # functions that write files: rank 0 alone calls them
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     except ImportError:
         tomllib = None
 
-_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude"}
+_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "writers"}
 
 
 class ConfigError(Exception):
@@ -105,6 +106,11 @@ def _parse_table(path: str, table: dict) -> Config:
     for key in ("sync-bn", "shard-eval"):
         if key in norm:
             values[key.replace("-", "_")] = norm[key]
+    writers = norm.get("writers", [])
+    if not isinstance(writers, list) or not all(isinstance(w, str) and w for w in writers):
+        raise ConfigError(path, "[tool.ddpify] writers must be a list of function names (\"mylib.dump_results\")")
+    if writers:
+        values["writers"] = tuple(writers)
     exclude = norm.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(g, str) for g in exclude):
         raise ConfigError(path, "[tool.ddpify] exclude must be a list of glob strings")

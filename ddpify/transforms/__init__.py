@@ -4,6 +4,7 @@ because it emits the imports and set-up code the others asked for."""
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
+from ddpify.transforms.dataprep import DataPrepTransform
 from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.transforms.input_pipeline import InputPipelineTransform
@@ -25,6 +26,7 @@ PIPELINE = (
     AccumulationTransform,
     CheckpointTransform,
     Rank0Transform,
+    DataPrepTransform,
     DecisionTransform,
     LaunchTransform,
 )

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis
 from ddpify.edits import Edits
+from ddpify.effects import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
 
@@ -39,7 +40,9 @@ class Context:
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
+        self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self._alias = self._resolve_aliases()
+        self.effects = Effects(analysis, options.writers)  # which calls write / read files
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
