@@ -89,7 +89,7 @@ def looks_like_path(node: cst.BaseExpression | None) -> bool:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
         return True
     if isinstance(node, cst.Call):
-        name = dotted(node.func) or ""
+        name = dotted(node.func) or (node.func.attr.value if isinstance(node.func, cst.Attribute) else "")
         return name.endswith(("path.join", "Path", "joinpath", "with_suffix", "with_name", "format"))
     name = dotted(node)
     return bool(name) and bool(PATHISH.search(name.rsplit(".", 1)[-1]))

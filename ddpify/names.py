@@ -15,6 +15,7 @@ import re
 from itertools import count
 
 import libcst as cst
+import ddpify.match as m
 
 from ddpify.analysis import codegen
 
@@ -34,6 +35,9 @@ OWN = {
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
     "load_fused_adam_state": r"state",
 }
+
+
+DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state"}
 
 
 class _Names(cst.CSTVisitor):
@@ -74,9 +78,16 @@ def clashes(a, source: str) -> list[str]:
     wanted = set(_ANY.findall(source))
     if not wanted:
         return []
-    v = _Names(wanted)
-    a.module.visit(v)
-    return [n for n in GENERATED if n in v.found and not _own(a, n)]
+    used = set()
+    for node in a.findall(a.module, m.Name()):  # the analysis' index: no second walk of the tree
+        if node.value in wanted and not _member_or_keyword(a, node):
+            used.add(node.value)
+    return [n for n in GENERATED if n in used and not _own(a, n)]
+
+
+def _member_or_keyword(a, node: cst.Name) -> bool:
+    par = a.parent.get(node)
+    return (isinstance(par, cst.Attribute) and par.attr is node) or (isinstance(par, cst.Arg) and par.keyword is node)
 
 
 def _own(a, name: str) -> bool:
@@ -87,8 +98,8 @@ def _own(a, name: str) -> bool:
     binds = a.bindings[None][name]
     defs = [fn for fn in a.functions.get(name, []) if a.function_of(fn) is None and a.class_of(fn) is None]
     values = a._local_values(None, name)
-    if len(binds) != len(defs) + len(values) or not binds:
-        return False
+    if len(binds) != len(defs) + len(values) or not binds or (values if name in DEFINED else defs):
+        return False  # ddpify defines these four as functions, the others as variables
     own = re.compile(OWN[name])
     return all(own.search(codegen(x)) for x in [*defs, *values])
 

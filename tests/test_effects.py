@@ -227,3 +227,21 @@ def test_tracker_used_unguarded_is_reported():
     assert "DDP063" in codes(res)
     ok = convert(TRACKED.format(use="logdir = writer.log_dir if writer is not None else None"))
     assert "DDP063" not in codes(ok)
+
+
+def test_local_variable_named_dist_does_not_hide_torch_distributed():
+    res = convert(LOOP + textwrap.dedent("""
+        def nearest(a, b):
+            dist = ((a - b) ** 2).sum()
+            state = torch.load("centroids.pt")
+            return dist, state
+    """))
+    assert "torch.distributed.barrier()" in res.source and "\ndist." not in res.source
+    assert "import torch.distributed as dist" not in res.source
+
+
+def test_path_open_for_writing_goes_to_devnull_elsewhere():
+    res = convert(LOOP + 'from pathlib import Path\nout = Path("runs")\nwith (out / "log.txt").open("w") as f:\n    f.write("done")\n')
+    assert 'with ((out / "log.txt") if RANK == 0 else type((out / "log.txt"))(os.devnull)).open("w") as f:' in res.source
+    made = convert(LOOP + 'from pathlib import Path\nwith Path("runs").joinpath("x").open("a") as f:\n    f.write("done")\n')
+    assert "DDP064" in codes(made)

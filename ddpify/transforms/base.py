@@ -52,12 +52,14 @@ class Context:
         for name, whats in self.a.bindings.get(None, {}).items():
             bound[name] = set(whats)
         self._bound = bound
+        # a function's own `dist = ...` (a distance) would hide `dist` where ddpify adds dist.barrier()
+        local = {n for scope, names in self.a.bindings.items() if scope is not None for n in names}
         for key, (_stmt, alias) in IMPORTS.items():
             full = QUALIFIED[key]
             existing = [n for n, fulls in bound.items() if full in fulls or (key == "DistributedSampler" and "torch.utils.data.DistributedSampler" in fulls)]
-            if existing:
+            if existing and not (existing[0] in local and key not in ("os", "torch", "contextlib")):
                 out[key] = existing[0]
-            elif alias in bound:
+            elif alias in bound or (alias in local and key not in ("os", "torch", "contextlib")):
                 out[key] = full if key not in ("os", "torch", "contextlib") else alias
             else:
                 out[key] = alias

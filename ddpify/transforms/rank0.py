@@ -249,7 +249,10 @@ class Rank0Transform(Transform):
         for call in a.calls:
             if not ctx.editable(call) or self._in_guarded(a, call, guarded):
                 continue
-            mode = open_mode(call) if m.matches(call.func, m.Name("open")) else None
+            mode = open_mode(call)
+            if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute):
+                self._path_open(ctx, call)
+                continue
             if mode is not None and WRITE_MODE.search(mode) and call.args and call.args[0].keyword is None:
                 path, what = call.args[0].value, "file opened for writing"
             else:
@@ -259,6 +262,16 @@ class Rank0Transform(Transform):
             osname = ctx.name("os")
             ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
             ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
+
+    def _path_open(self, ctx: Context, call: cst.Call) -> None:
+        """(out / "log.txt").open("w"): a Path of the same type to os.devnull on other ranks."""
+        path = call.func.value  # type: ignore[attr-defined]
+        if not all(isinstance(n, (cst.Name, cst.Attribute, cst.SimpleString, cst.BinaryOperation)) for n in ctx.a.findall(path, m.Name() | m.Call())) or ctx.a.findall(path, m.Call()):
+            ctx.finding(call, "DDP064", f"{code(call.func)} writes a file on every rank: open it under `if RANK == 0:` (or a path to os.devnull elsewhere)", False)
+            return
+        osname = ctx.name("os")
+        ctx.edits.replace(path, lambda n, osname=osname: ctx.expr(f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"))
+        ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
 
     @staticmethod
     def _in_guarded(a, node, guarded) -> bool:
