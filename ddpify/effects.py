@@ -54,6 +54,12 @@ PATH_METHODS: dict[str, tuple[int, str]] = {"save": (0, "fp"), "extract": (1, "p
 FILE_HANDLERS = {"logging.FileHandler": (0, "filename"), "logging.handlers.RotatingFileHandler": (0, "filename"),
                  "logging.handlers.TimedRotatingFileHandler": (0, "filename"), "logging.basicConfig": (99, "filename")}
 
+# archives and compressed files opened for writing: (path, mode) arguments; the path becomes
+# os.devnull on other ranks (the code around them runs unchanged)
+FILE_OPENERS = {"tarfile.open": ((0, "name"), (1, "mode")), "zipfile.ZipFile": ((0, "file"), (1, "mode")),
+                "gzip.open": ((0, "filename"), (1, "mode")), "bz2.open": ((0, "filename"), (1, "mode")),
+                "lzma.open": ((0, "filename"), (1, "mode"))}
+
 READERS: dict[str, tuple[int, str]] = {
     "torch.load": (0, "f"), "numpy.load": (0, "file"), "numpy.loadtxt": (0, "fname"), "numpy.genfromtxt": (0, "fname"),
     "pandas.read_csv": (0, "filepath_or_buffer"), "pandas.read_json": (0, "path_or_buf"), "pandas.read_parquet": (0, "path"),
@@ -95,7 +101,7 @@ def looks_like_path(node: cst.BaseExpression | None) -> bool:
     return bool(name) and bool(PATHISH.search(name.rsplit(".", 1)[-1]))
 
 
-def open_mode(call: cst.Call) -> str | None:
+def _open_mode(call: cst.Call) -> str | None:
     """The mode of open(path, mode) / path.open(mode); "r" where none is given; None when it is
     not a literal, or the call is not an open."""
     pos, kw = call_args(call)
@@ -117,6 +123,16 @@ class Effects:
         self.a = a
         self.user = {w for w in user_writers}
         self._writing_functions: set[str] | None = None
+
+    def open_mode(self, call: cst.Call) -> str | None:
+        """The mode of open(path, mode) / path.open(mode) ("r" where none is given); None for
+        other calls, a mode that is not a literal, and a module's open (tarfile.open, gzip.open)."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("io") | m.Name("codecs")):
+            head = (dotted(func.value) or "").split(".")[0]
+            if any(w != "<value>" for names in self.a.bindings.values() for w in names.get(head, ())):
+                return None  # an imported module (or a name imported from one), not a Path
+        return _open_mode(call)
 
     def _user_writer(self, call: cst.Call) -> bool:
         if not self.user:
@@ -163,16 +179,22 @@ class Effects:
         return bool(values) and all(isinstance(v, cst.Call) and a.is_call(v, *MEMORY_BUFFERS) for v in values)
 
     def file_handler(self, call: cst.Call) -> cst.BaseExpression | None:
-        """logging.FileHandler(path) / basicConfig(filename=path): the path argument."""
+        """logging.FileHandler(path) / basicConfig(filename=path) / tarfile.open(path, "w:gz"):
+        the path argument of a file every rank would create."""
         for q in self.a.qualified(call.func):
             if q in FILE_HANDLERS:
                 return _arg(call, FILE_HANDLERS[q])
+            if q in FILE_OPENERS:
+                path, mode = FILE_OPENERS[q]
+                value = _arg(call, mode)
+                if isinstance(value, cst.SimpleString) and WRITE_MODE.search(value.evaluated_value or ""):
+                    return _arg(call, path)
         return None
 
     def written_path(self, call: cst.Call) -> str | None:
         """The path (as code) a writing call writes, where the table knows it."""
         a = self.a
-        mode = open_mode(call)
+        mode = self.open_mode(call)
         if mode is not None:
             if not WRITE_MODE.search(mode):
                 return None
@@ -182,6 +204,8 @@ class Effects:
             if q in WRITERS and WRITERS[q] is not None:
                 node = _arg(call, WRITERS[q])
                 return code(node) if node is not None else None
+            if q in FILE_OPENERS and self.file_handler(call) is not None:
+                return code(self.file_handler(call))
         if isinstance(call.func, cst.Attribute):
             where = WRITE_METHODS.get(call.func.attr.value)
             if where == "self":
@@ -197,7 +221,7 @@ class Effects:
     def read_path(self, call: cst.Call) -> str | None:
         """The path (as code) a reading call reads, where the table knows it."""
         a = self.a
-        mode = open_mode(call)
+        mode = self.open_mode(call)
         if mode is not None:
             if WRITE_MODE.search(mode):
                 return None
@@ -221,7 +245,7 @@ class Effects:
     def _writes(self, c: cst.Call) -> bool:
         if self.downloads(c) or self.writer(c) is not None:
             return True
-        mode = open_mode(c)
+        mode = self.open_mode(c)
         return mode is not None and bool(WRITE_MODE.search(mode))
 
     def prepares(self, node: cst.CSTNode) -> bool:

@@ -245,3 +245,20 @@ def test_path_open_for_writing_goes_to_devnull_elsewhere():
     assert 'with ((out / "log.txt") if RANK == 0 else type((out / "log.txt"))(os.devnull)).open("w") as f:' in res.source
     made = convert(LOOP + 'from pathlib import Path\nwith Path("runs").joinpath("x").open("a") as f:\n    f.write("done")\n')
     assert "DDP064" in codes(made)
+
+
+@pytest.mark.parametrize("line,path", [
+    ('with tarfile.open("ckpt.tar.gz", "w:gz") as tar:\n    tar.add("ckpt")\n', '"ckpt.tar.gz"'),
+    ('with zipfile.ZipFile("preds.zip", mode="w") as z:\n    z.writestr("a.txt", "x")\n', '"preds.zip"'),
+    ('with gzip.open(out_path, "wt") as g:\n    g.write("x")\n', "out_path"),
+])
+def test_archive_opened_for_writing_goes_to_devnull_elsewhere(line, path):
+    res = convert(LOOP + "import tarfile, zipfile, gzip\n" + line)
+    assert f"{path} if RANK == 0 else os.devnull" in res.source
+    read = convert(LOOP + 'import tarfile\nwith tarfile.open("data.tar.gz", "r:gz") as tar:\n    names = tar.getnames()\n')
+    assert "os.devnull" not in read.source
+
+
+def test_io_open_for_writing_goes_to_devnull_elsewhere():
+    res = convert(LOOP + 'import io\nwith io.open("notes.txt", "w") as f:\n    f.write("x")\n')
+    assert 'io.open("notes.txt" if RANK == 0 else os.devnull, "w")' in res.source

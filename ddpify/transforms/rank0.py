@@ -9,7 +9,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
-from ddpify.effects import WRITE_MODE, open_mode
+from ddpify.effects import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
@@ -249,8 +249,8 @@ class Rank0Transform(Transform):
         for call in a.calls:
             if not ctx.editable(call) or self._in_guarded(a, call, guarded):
                 continue
-            mode = open_mode(call)
-            if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute):
+            mode = ctx.effects.open_mode(call)
+            if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
                 self._path_open(ctx, call)
                 continue
             if mode is not None and WRITE_MODE.search(mode) and call.args and call.args[0].keyword is None:
