@@ -160,6 +160,8 @@ class Effects:
             if where is not None:
                 if where == "self" and not self._receiver_is_path(func.value):
                     return None
+                if where != "self" and meth != "extractall" and _arg(call, where) is None:  # type: ignore[arg-type]
+                    return None  # df.to_csv() / to_json() without a path return a string
                 return dotted(func) or meth
             where = PATH_METHODS.get(meth)
             if where is not None and looks_like_path(_arg(call, where)) and not any(q.split(".")[0] in ("json", "pickle", "yaml", "torch") for q in a.qualified(func)):
