@@ -1,7 +1,7 @@
 """Names ddpify generates (RANK, LOCAL_DEVICE, ddp_setup, ...) never collide with the script's.
 
-A script that uses one of them in any scope (its own `RANK = 6`, a parameter, an attribute
-`cfg.RANK`) is converted in three steps: each such name of the script becomes a placeholder of
+A script that uses one of them as a variable in any scope (its own `RANK = 6`, a parameter, a
+class attribute) is converted in three steps: each such name of the script becomes a placeholder of
 the same length (columns of findings stay right) that appears nowhere in the source, the
 placeholder text is converted (every generated name in its output is then ddpify's own), and
 in the output ddpify's names become free ones (DDP_RANK, DDP_RANK_1, ...) and the placeholders
@@ -40,28 +40,6 @@ OWN = {
 DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state"}
 
 
-class _Names(cst.CSTVisitor):
-    """First Name node of each wanted name, attributes (cfg.RANK) and keywords (f(RANK=1)) aside:
-    those are no variable of the script."""
-
-    def __init__(self, wanted: set[str]) -> None:
-        super().__init__()
-        self.wanted = wanted
-        self.found: dict[str, cst.Name] = {}
-        self.skip: set[int] = set()
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.skip.add(id(node.attr))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.skip.add(id(node.keyword))
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.wanted and node.value not in self.found and id(node) not in self.skip:
-            self.found[node.value] = node
-
-
 class _Rename(cst.CSTTransformer):
     def __init__(self, mapping: dict[str, str]) -> None:
         super().__init__()
@@ -72,17 +50,18 @@ class _Rename(cst.CSTTransformer):
         return updated if new is None else updated.with_changes(value=new)
 
 
-def clashes(a, source: str) -> list[str]:
-    """Generated names the script itself uses as a variable (not in strings or comments), except
-    where it defines them as ddpify does (ddpify's own output, a script that reads RANK itself)."""
+def clashes(a, source: str) -> dict[str, cst.Name]:
+    """Generated names the script itself uses as a variable (not in strings, comments, attributes
+    or keywords), with their first use, except where the script defines them as ddpify does
+    (ddpify's own output, a script that reads RANK from the environment itself)."""
     wanted = set(_ANY.findall(source))
     if not wanted:
-        return []
-    used = set()
-    for node in a.findall(a.module, m.Name()):  # the analysis' index: no second walk of the tree
-        if node.value in wanted and not _member_or_keyword(a, node):
-            used.add(node.value)
-    return [n for n in GENERATED if n in used and not _own(a, n)]
+        return {}
+    first: dict[str, cst.Name] = {}
+    for node in a.findall(a.module, m.Name()):  # the analysis' index, in source order
+        if node.value in wanted and node.value not in first and not _member_or_keyword(a, node):
+            first[node.value] = node
+    return {n: first[n] for n in GENERATED if n in first and not _own(a, n)}
 
 
 def _member_or_keyword(a, node: cst.Name) -> bool:
@@ -141,12 +120,6 @@ def free_names(names: list[str], source: str) -> dict[str, str]:
 
 def rename(module: cst.Module, mapping: dict[str, str]) -> cst.Module:
     return module.visit(_Rename(mapping))  # type: ignore[return-value]
-
-
-def first_use(module: cst.Module, name: str) -> cst.Name | None:
-    v = _Names({name})
-    module.visit(v)
-    return v.found.get(name)
 
 
 def unplace(text: str, back: dict[str, str]) -> str:

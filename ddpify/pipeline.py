@@ -76,23 +76,22 @@ def _convert_source(source: str, options: Options) -> Result:
     return _convert_module(source, analysis, options)
 
 
-def _convert_renamed(source: str, original: Analysis, clash: list[str], options: Options) -> Result:
+def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options) -> Result:
     """The script uses names ddpify generates: convert it with its names set aside, then give
     ddpify's names free spellings and the script its own back (see ddpify/names.py)."""
-    hidden = names.placeholders(clash, source)
+    hidden = names.placeholders(list(clash), source)
     renamed = names.rename(original.module, hidden)
     text = codegen(renamed, renamed)
     res = _convert_module(text, Analysis(parse(text), text), options)
     back = {p: n for n, p in hidden.items()}
-    findings = [f.__class__(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
+    findings = [Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
     if not res.changed:
         return Result(source, False, res.status, findings)
-    free = names.free_names(clash, source)
+    free = names.free_names(list(clash), source)
     restored = names.rename(parse(res.source), {**free, **back})
     out = codegen(restored, restored)
-    for name in clash:
-        node = names.first_use(original.module, name)
-        line, col = original.line_col(node) if node is not None else (1, 1)
+    for name, node in clash.items():
+        line, col = original.line_col(node)
         findings.append(Finding(line, col, "DDP004", f"the script uses the name {name}: ddpify's own {name} is named {free[name]} here", True))
     return Result(out, out != source, res.status, sorted(set(findings)))
 
