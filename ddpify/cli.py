@@ -391,6 +391,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="Convert BatchNorm to SyncBatchNorm [default: no].")
 @click.option("--shard-eval/--no-shard-eval", default=None, help="Shard evaluation loaders too [default: no].")
+@click.option("--writers", multiple=True, metavar="FUNC", help="A function that writes files (mylib.dump_results): rank 0 alone calls it; repeatable (overrides [tool.ddpify] writers).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
@@ -406,6 +407,7 @@ def convert_command(
     opt_level: str | None,
     sync_bn: bool | None,
     shard_eval: bool | None,
+    writers: tuple[str, ...],
     exclude: tuple[str, ...],
     force_exclude: bool,
     stdin_filename: str | None,
@@ -431,7 +433,7 @@ def convert_command(
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
     overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval,
-                 "partial": partial or None, "ignore": codes or None}
+                 "partial": partial or None, "ignore": codes or None, "writers": writers or None}
     job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
     for w in warns:
         if not quiet:

@@ -16,8 +16,10 @@ CODES: dict[str, str] = {
     "DDP001": "process-group setup added (ranks from torchrun's environment)",
     "DDP002": "--local-rank/--local_rank accepted for the legacy launcher",
     "DDP003": "process group destroyed when training ends",
+    "DDP004": "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)",
     "DDP010": "device pinned to one GPU index moved to the rank's own GPU",
     "DDP011": "device could not be resolved statically; check it follows LOCAL_RANK",
+    "DDP012": "CUDA_VISIBLE_DEVICES set by the script kept for plain runs only (BLOCKING when not fixed: every rank would see the same GPUs)",
     "DDP020": "DistributedSampler added to the training DataLoader",
     "DDP021": "sampler.set_epoch(epoch) added at the top of the epoch loop",
     "DDP022": "training DataLoader has its own sampler or batch_sampler: shard it by hand",
@@ -42,9 +44,12 @@ CODES: dict[str, str] = {
     "DDP060": "rank-0 guard added",
     "DDP061": "not guarded: the statement runs a collective or the model, so every rank must run it",
     "DDP062": "progress bar disabled on ranks other than 0",
+    "DDP063": "a tracker that exists on rank 0 only is used unguarded on every rank (BLOCKING: None on other ranks)",
+    "DDP064": "a file write on every rank that ddpify cannot guard (BLOCKING: every rank writes the file)",
     "DDP070": "state dict saved from the unwrapped model (no 'module.' prefix)",
     "DDP071": "checkpoint loaded after a barrier, onto the rank's own device",
     "DDP072": "file written by rank 0 and read back by every rank: barrier before the read",
+    "DDP073": "data prepared (downloaded, extracted, written) by rank 0 first; the other ranks wait at a barrier",
     "DDP080": "loop-ending decision taken by rank 0 and shared with every rank",
     "DDP090": "already distributed: left unchanged",
     "DDP091": "distributed the legacy way (apex / torch.distributed.launch)",
@@ -68,6 +73,9 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP034",  # model not wrapped: ranks train unsynchronised copies
     "DDP035",  # a CPU model under NCCL: DDP refuses it on GPUs
     "DDP096",  # an apex part left half-converted
+    "DDP012",  # CUDA_VISIBLE_DEVICES left pinned: under torchrun every rank sees one GPU
+    "DDP063",  # a rank-0-only tracker used on every rank
+    "DDP064",  # a file write that cannot be guarded: every rank would write
 })
 SEVERITIES = ("blocking", "note")
 

@@ -20,8 +20,11 @@ class Options:
     ignore: tuple[str, ...] = ()
     # Convert even when a blocking finding remains (the exit status still says so).
     partial: bool = False
+    # functions that write files, beyond ddpify's table (ddpify/effects.py): "mylib.dump_results"
+    writers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "writers", tuple(self.writers))
         if self.amp not in AMP_CHOICES:
             raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}")
         if self.opt_level not in OPT_LEVELS:

@@ -6,6 +6,7 @@ import gc
 
 import libcst as cst
 
+from ddpify import names
 from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.directives import ignored_codes
@@ -70,6 +71,33 @@ def _convert_source(source: str, options: Options) -> Result:
         finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
         return Result(source, False, "not-training", [finding])
     analysis = Analysis(module, source)
+    clash = names.clashes(analysis, source)
+    if clash:
+        return _convert_renamed(source, analysis, clash, options)
+    return _convert_module(source, analysis, options)
+
+
+def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options) -> Result:
+    """The script uses names ddpify generates: convert it with its names set aside, then give
+    ddpify's names free spellings and the script its own back (see ddpify/names.py)."""
+    hidden = names.placeholders(list(clash), source)
+    renamed = names.rename(original.module, hidden)
+    text = codegen(renamed, renamed)
+    res = _convert_module(text, Analysis(parse(text), text), options)
+    back = {p: n for n, p in hidden.items()}
+    findings = [Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
+    if not res.changed:
+        return Result(source, False, res.status, findings)
+    free = names.free_names(list(clash), source)
+    restored = names.rename(parse(res.source), {**free, **back})
+    out = codegen(restored, restored)
+    for name, node in clash.items():
+        line, col = original.line_col(node)
+        findings.append(Finding(line, col, "DDP004", f"the script uses the name {name}: ddpify's own {name} is named {free[name]} here", True))
+    return Result(out, out != source, res.status, sorted(set(findings)))
+
+
+def _convert_module(source: str, analysis: Analysis, options: Options) -> Result:
     ctx = Context(analysis, options)
     ctx.edits.parent = analysis.parent  # lets the Applier skip subtrees without edits
     try:

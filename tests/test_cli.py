@@ -463,7 +463,10 @@ def option_flags(fixture: Path) -> list[str]:
     flags = []
     for key, value in json.loads(path.read_text()).items():
         name = key.replace("_", "-")
-        flags += [f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool) else [f"--{name}", str(value)]
+        if isinstance(value, list):
+            flags += [x for v in value for x in (f"--{name}", v)]
+        else:
+            flags += [f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool) else [f"--{name}", str(value)]
     return flags
 
 

@@ -6,6 +6,7 @@ runs its convert_legacy instead."""
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
+from ddpify.transforms.dataprep import DataPrepTransform
 from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.transforms.input_pipeline import InputPipelineTransform
@@ -27,6 +28,7 @@ PIPELINE = (
     AccumulationTransform,
     CheckpointTransform,
     Rank0Transform,
+    DataPrepTransform,
     DecisionTransform,
     LaunchTransform,
 )

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis
 from ddpify.edits import Edits
+from ddpify.effects import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
 
@@ -39,7 +40,9 @@ class Context:
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
+        self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self._alias = self._resolve_aliases()
+        self.effects = Effects(analysis, options.writers)  # which calls write / read files
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
@@ -49,12 +52,14 @@ class Context:
         for name, whats in self.a.bindings.get(None, {}).items():
             bound[name] = set(whats)
         self._bound = bound
+        # a function's own `dist = ...` (a distance) would hide `dist` where ddpify adds dist.barrier()
+        local = {n for scope, names in self.a.bindings.items() if scope is not None for n in names}
         for key, (_stmt, alias) in IMPORTS.items():
             full = QUALIFIED[key]
             existing = [n for n, fulls in bound.items() if full in fulls or (key == "DistributedSampler" and "torch.utils.data.DistributedSampler" in fulls)]
-            if existing:
+            if existing and not (existing[0] in local and key not in ("os", "torch", "contextlib")):
                 out[key] = existing[0]
-            elif alias in bound:
+            elif alias in bound or (alias in local and key not in ("os", "torch", "contextlib")):
                 out[key] = full if key not in ("os", "torch", "contextlib") else alias
             else:
                 out[key] = alias

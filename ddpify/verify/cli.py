@@ -238,7 +238,12 @@ def verify_command(script, script_args, nproc, steps, backend, timeout, json_pat
         ddpify verify train.py --nproc 2 -- --epochs 1
     """
     from ddpify import Options
+    from ddpify.config import ConfigError, config_for
 
+    try:  # the writers a pyproject.toml declares: the conversion is the one `ddpify` makes
+        writers = config_for(script).values.get("writers", ())
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     outcome = run_verify(
         script,
         script_args,
@@ -249,7 +254,7 @@ def verify_command(script, script_args, nproc, steps, backend, timeout, json_pat
         json_path=json_path,
         baseline=not no_baseline,
         convert=not no_convert,
-        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval),
+        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers),
         keep=keep,
         min_scaling=min_scaling,
         colour=sys.stdout.isatty(),
