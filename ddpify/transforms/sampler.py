@@ -134,7 +134,7 @@ class SamplerTransform(Transform):
     # -- set_epoch --------------------------------------------------------------------
     def _set_epoch(self, ctx: Context, ld: Loader) -> None:
         a = ctx.a
-        done: set[int] = getattr(ctx, "_epoch_loops_done", set())
+        done: set[tuple[int, str]] = getattr(ctx, "_epoch_loops_done", set())
         ctx._epoch_loops_done = done  # type: ignore[attr-defined]
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
         outer = a.enclosing_loop(ld.stmt)
@@ -166,7 +166,7 @@ class SamplerTransform(Transform):
             return a.returned_as(par.targets[0].target)
         return []
 
-    def _epoch_sites(self, ctx: Context, sites, done: set[int]) -> None:
+    def _epoch_sites(self, ctx: Context, sites, done: set[tuple[int, str]]) -> None:
         a = ctx.a
         for site, used in sites:
             stmt = a.statement(site) if isinstance(site, cst.Call) else site
@@ -174,8 +174,8 @@ class SamplerTransform(Transform):
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
                 # `while` loop: the epoch starts right there
-                if id(stmt) not in done and ctx.editable(stmt):
-                    done.add(id(stmt))
+                if (id(stmt), used) not in done and ctx.editable(stmt):
+                    done.add((id(stmt), used))
                     counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
                     ctx.edits.before[stmt].append(ctx.stmt(f"{used}.sampler.set_epoch({counter})\n"))
                     ctx.finding(stmt, "DDP021", "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently", True)
@@ -183,9 +183,10 @@ class SamplerTransform(Transform):
             for loop, expr in loops:
                 if loop is None:
                     continue
-                if id(loop) in done:
+                # one set_epoch per loader in the loop: zip(l1, l2) has two
+                if (id(loop), expr) in done:
                     continue
-                done.add(id(loop))
+                done.add((id(loop), expr))
                 if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and ctx.editable(loop):
                     ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
