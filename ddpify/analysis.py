@@ -459,6 +459,10 @@ class Analysis:
         self.schedulers: set[str] = set()
         self.models: list[str] = []
         self._find_optimizers_and_models()
+        from ddpify.manual_updates import manual_update_models  # no optimizer: p.data.add_(p.grad, ...)
+
+        self.manual_updates = manual_update_models(self)
+        self.models += [n for n in dict.fromkeys(n for _, n in self.manual_updates) if n not in self.models]
         self.dataparallel_calls = [c for c in self.calls if self.is_call(c, "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")]
         self.functional_dp_calls = [c for c in self.calls if self.is_call(c, "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")]
         for c in self.dataparallel_calls:
@@ -1002,7 +1006,7 @@ class Analysis:
             self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
             for c in self.dataparallel_calls
             if call_args(c)[0]
-        )
+        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates)
 
     # -- what runs the model / a collective -------------------------------------------
     def _is_forward_call(self, call: cst.Call) -> bool:
