@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ddpify import Options, convert_source
 
 HEAD = """\
@@ -111,3 +113,118 @@ for epoch in range(2):
     result = convert_source(src, Options())
     assert "DDP044" not in _codes(result)
     assert "enabled=False" not in result.source
+
+
+# -- data: streams and weighted samplers ---------------------------------------------
+
+STREAM_STEP = """
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+STREAM_HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, IterableDataset
+"""
+
+
+def test_stream_defined_elsewhere_is_refused():
+    src = STREAM_HEAD + "import webdataset as wds\n\nshards = wds.WebDataset('data-{0..9}.tar')\ntrain_loader = DataLoader(shards, batch_size=4)\n" + STREAM_STEP
+    result = convert_source(src, Options())
+    assert "DDP023" in _codes(result, fixed=False)
+    assert "RankShard" not in result.source
+
+
+def test_stream_splitting_its_workers_is_split_by_rank_only():
+    src = STREAM_HEAD + '''
+class Lines(IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start = info.id if info else 0
+        yield from range(start, 100, info.num_workers if info else 1)
+
+
+train_loader = DataLoader(Lines(), batch_size=4)
+''' + STREAM_STEP
+    result = convert_source(src, Options())
+    assert "DataLoader(RankShard(Lines(), split_workers=False), batch_size=4)" in result.source
+    assert "DDP019" in _codes(result, fixed=True)
+
+
+def test_stream_reading_the_rank_itself_is_refused():
+    src = STREAM_HEAD + '''
+class Shards(IterableDataset):
+    def __init__(self, rank=0, world_size=1):
+        self.rank, self.world_size = rank, world_size
+
+    def __iter__(self):
+        yield from range(self.rank, 100, self.world_size)
+
+
+train_loader = DataLoader(Shards(), batch_size=4)
+''' + STREAM_STEP
+    result = convert_source(src, Options())
+    assert "DDP023" in _codes(result, fixed=False)
+    assert "RankShard(" not in result.source
+
+
+def test_sampler_with_no_distributed_equivalent_is_refused():
+    src = STREAM_HEAD + '''from torch.utils.data import SubsetRandomSampler, TensorDataset
+
+ds = TensorDataset(torch.randn(8, 4), torch.rand(8, 1))
+train_loader = DataLoader(ds, batch_size=4, sampler=SubsetRandomSampler(range(6)))
+''' + STREAM_STEP
+    result = convert_source(src, Options())
+    assert "DDP022" in _codes(result, fixed=False)
+    assert "DistributedWeightedSampler" not in result.source
+
+
+def _helper(text: str, rank: int, world: int) -> dict:
+    """Run a generated helper class with this rank's module globals."""
+    import torch
+
+    from ddpify.transforms.launch import SHARD, WEIGHTED
+
+    scope = {"torch": torch, "RANK": rank, "WORLD_SIZE": world}
+    exec({"shard": SHARD, "weighted": WEIGHTED}[text].format(torch="torch"), scope)
+    return scope
+
+
+def test_rank_shard_gives_every_rank_the_same_count_of_distinct_items():
+    pytest.importorskip("torch")
+    got = [list(_helper("shard", r, 3)["RankShard"](range(11))) for r in range(3)]
+    assert got == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 9 and 10: an incomplete round, dropped
+
+
+def test_rank_shard_splits_workers_too():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    per_rank = []
+    for r in range(2):
+        shard = _helper("shard", r, 2)["RankShard"](list(range(20)))
+        # workers are forked processes: the helper's globals go with them
+        per_rank.append(sorted(int(x) for x in DataLoader(shard, batch_size=None, num_workers=2, multiprocessing_context="fork")))
+    assert len(per_rank[0]) == len(per_rank[1]) == 10
+    assert set(per_rank[0]).isdisjoint(per_rank[1])
+
+
+def test_distributed_weighted_sampler_draws_disjoint_shares_that_change_by_epoch():
+    torch = pytest.importorskip("torch")
+    weights = torch.tensor([1.0] * 90 + [9.0] * 10)
+    samplers = [_helper("weighted", r, 2)["DistributedWeightedSampler"](weights, num_samples=100, replacement=True) for r in range(2)]
+    draws = [list(s) for s in samplers]
+    assert [len(d) for d in draws] == [50, 50] == [len(s) for s in samplers]
+    assert set(draws[0]).isdisjoint(draws[1])
+    heavy = sum(i >= 90 for d in draws for i in d)
+    assert 30 <= heavy <= 70  # half the weight sits on the last 10 indices
+    for s in samplers:
+        s.set_epoch(1)
+    assert [list(s) for s in samplers] != draws

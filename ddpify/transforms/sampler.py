@@ -7,6 +7,8 @@ import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.streams import library_stream, shard_stream, stream_class
+from ddpify.transforms.weighted import distribute_weighted
 
 
 class SamplerTransform(Transform):
@@ -36,12 +38,14 @@ class SamplerTransform(Transform):
         call = ld.call
         pos, kw = call_args(call)
         if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
+            if "sampler" in kw and "batch_sampler" not in kw and distribute_weighted(ctx, ld, kw["sampler"].value):
+                return True
             ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
             return False
         if ld.dataset is None:
             return False
         if self._iterable(ctx, ld.dataset):
-            ctx.finding(call, "DDP023", "IterableDataset: a sampler cannot shard it; yield only items i where i % WORLD_SIZE == RANK (and split workers with get_worker_info())", False)
+            shard_stream(ctx, ld)  # no sampler, so no set_epoch: not in ctx.sharded
             return False
         star = [x for x in call.args if x.star == "**"]
         drop_pos_shuffle = None
@@ -116,17 +120,11 @@ class SamplerTransform(Transform):
 
     def _iterable(self, ctx: Context, ds: cst.BaseExpression) -> bool:
         a = ctx.a
-        cls_name = None
-        if isinstance(ds, cst.Call):
-            cls_name = dotted(ds.func)
-        else:
-            name = dotted(ds)
-            for asg in a.assigns:
-                if isinstance(asg, cst.Assign) and any(dotted(t.target) == name for t in asg.targets) and isinstance(asg.value, cst.Call):
-                    cls_name = dotted(asg.value.func)
+        if library_stream(a, ds):
+            return True
+        cls_name, cls = stream_class(a, ds)
         if not cls_name:
             return False
-        cls = a.classes.get(cls_name.rsplit(".", 1)[-1])
         if cls is not None:
             return any("IterableDataset" in code(b.value) for b in cls.bases)
         return "IterableDataset" in cls_name
