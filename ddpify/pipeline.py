@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -11,31 +10,12 @@ from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.findings import Finding
 from ddpify.options import Options
+from ddpify.result import ConversionError, Result
 from ddpify.transforms import PIPELINE
 from ddpify.transforms.base import Context
+from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
 
-
-class ConversionError(Exception):
-    """The source could not be parsed or converted; line/col are 1-based where known."""
-
-    def __init__(self, message: str, line: int = 0, col: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.col = col
-
-    def format(self, path: str) -> str:
-        where = f"{path}:{self.line}:{self.col}" if self.line else path
-        return f"{where}: {self.message}"
-
-
-@dataclass
-class Result:
-    source: str
-    changed: bool
-    # converted | already-distributed | legacy | not-training | generated
-    status: str
-    findings: list[Finding] = field(default_factory=list)
+__all__ = ["ConversionError", "Result", "convert_source", "parse"]
 
 
 def parse(source: str) -> cst.Module:
@@ -79,8 +59,6 @@ def _convert_source(source: str, options: Options) -> Result:
 
 def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
     if analysis.legacy_api is not None:
-        from ddpify.legacy import convert_legacy  # the apex / torch.distributed.launch path
-
         return convert_legacy(source, analysis, ctx)
     if analysis.distributed_api is not None:
         what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"

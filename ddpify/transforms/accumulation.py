@@ -6,7 +6,6 @@ from __future__ import annotations
 import ddpify.match as m
 
 from ddpify.analysis import code
-from ddpify.manual_updates import manual_update_in
 from ddpify.transforms.base import Context, Transform
 
 
@@ -21,7 +20,7 @@ class AccumulationTransform(Transform):
             test = step.accumulation_test
             if test is None or step.forward_first is None or not ctx.editable(step.stmt):
                 continue
-            if manual_update_in(a, step.tail) is not None:
+            if a.manual_update_in(step.tail) is not None:
                 continue  # `if opt: opt.step() else: <update by hand>`: every iteration updates
             body = list(step.block.body)
             if step.forward_first not in body:

@@ -7,7 +7,6 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import code
-from ddpify.manual_updates import manual_update_in
 from ddpify.transforms.amp_safety import inplace_split, plan_float32, unsafe_calls
 from ddpify.transforms.base import Context, Transform
 
@@ -46,7 +45,7 @@ class PrecisionTransform(Transform):
             if first is last and any(a.statement(c) is first for c, _, _ in unsafe):
                 ctx.finding(first, "DDP043", "mixed precision not added: an op that is unsafe to autocast runs in the forward pass's statement: compute it in a statement of its own", False)
                 continue
-            manual = manual_update_in(a, step.tail)
+            manual = a.manual_update_in(step.tail)
             if manual is not None and ctx.opts.amp == "fp16":
                 ctx.finding(manual, "DDP045", "mixed precision not added: fp16 needs a GradScaler and this step updates the parameters by hand, with no optimizer to unscale (use --amp bf16, or unscale the gradients by hand)", False)
                 continue
