@@ -52,6 +52,7 @@ CODES: dict[str, str] = {
     "DDP095": "amp state saved with the checkpoint and restored after amp.initialize",
     "DDP096": "apex rewrite not applied: fix by hand",
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
+    "DDP098": "legacy set-up made device-aware: NCCL and set_device only with CUDA, .cuda() to LOCAL_DEVICE",
     "DDP099": "not a training script: nothing to convert",
 }
 

@@ -228,3 +228,50 @@ def test_distributed_weighted_sampler_draws_disjoint_shares_that_change_by_epoch
     for s in samplers:
         s.set_epoch(1)
     assert [list(s) for s in samplers] != draws
+
+
+# -- legacy scripts: the same device-aware set-up as a fresh conversion ----------------
+
+LEGACY = """\
+import argparse
+
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)
+parser.add_argument("--dist-backend", default="nccl")
+args = parser.parse_args()
+torch.cuda.set_device(args.local_rank)
+torch.distributed.init_process_group(backend=args.dist_backend)
+model = nn.Linear(4, 1).cuda(args.local_rank)
+model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank], output_device=args.local_rank)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4).cuda()).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+"""
+
+
+def test_legacy_launch_script_gets_a_device_aware_setup():
+    result = convert_source(LEGACY, Options())
+    out = result.source
+    assert "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)" in out
+    assert 'init_process_group(backend=args.dist_backend if torch.cuda.is_available() else "gloo")' in out
+    assert "device_ids=[args.local_rank] if torch.cuda.is_available() else None" in out
+    assert "output_device=args.local_rank if torch.cuda.is_available() else None" in out
+    assert ".cuda(" not in out and "nn.Linear(4, 1).to(LOCAL_DEVICE)" in out
+    assert 'LOCAL_DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))' in out
+    assert "import os" in out
+    again = convert_source(out, Options())
+    assert not again.changed  # the set-up it wrote is left alone
+
+
+def test_legacy_setup_already_device_aware_is_left_alone():
+    src = LEGACY.replace("torch.cuda.set_device(args.local_rank)", "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)")
+    src = src.replace('default="nccl"', 'default="nccl" if torch.cuda.is_available() else "gloo"')
+    result = convert_source(src, Options())
+    assert "DDP098" not in " ".join(f.format("x") for f in result.findings if "set_device" in f.message or "backend" in f.message)

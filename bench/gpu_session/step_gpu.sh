@@ -24,6 +24,8 @@ for f in $FIX; do
   run "${f}_auto" pass "fixtures/$f/input.py" --nproc 2 --steps 20 --timeout 120 --backend nccl
   run "${f}_fp16" pass "fixtures/$f/input.py" --nproc 2 --steps 20 --timeout 120 --backend nccl --amp fp16
 done
+# a legacy apex recipe modernised (no apex installed): nccl and set_device with CUDA (DDP098)
+run legacy_77_modernised pass fixtures/77_legacy_apex_nccl/expected.py --no-convert --no-baseline --nproc 2 --steps 20 --timeout 120 --backend nccl
 # before the fix, rebuilt from the expected outputs: the unsafe loss inside autocast must fail;
 # logits.div_() left inside autocast is recorded either way (info)
 B=$(mktemp -d)
