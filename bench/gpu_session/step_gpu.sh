@@ -7,7 +7,7 @@
 set -u
 O=${1:-${OUT:-/tmp/step_gpu}}; mkdir -p "$O"; T=$(mktemp -d)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FIX="70_vae_bce 71_contrastive_inplace 72_word_lm_manual_sgd 75_multilabel_bceloss 76_optional_optimizer_lm 73_semi_supervised_zip"
+FIX="70_vae_bce 71_contrastive_inplace 74_ntxent_loss_function 72_word_lm_manual_sgd 75_multilabel_bceloss 76_optional_optimizer_lm 73_semi_supervised_zip"
 { date -u; nvidia-smi -L; python3 -c 'import torch;print("torch",torch.__version__, "bf16", torch.cuda.is_bf16_supported())'; } > "$O/000_machine.log" 2>&1
 summary="$O/step_gpu_summary.txt"; : > "$summary"
 run() {  # name expect(pass|fail|info) verify-args...

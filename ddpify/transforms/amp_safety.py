@@ -203,19 +203,42 @@ def inplace_targets(a, stmt: cst.BaseStatement, produced: dict[str, cst.BaseExpr
     return out
 
 
+def _helper_inplace(a, stmt: cst.BaseStatement) -> tuple[cst.CSTNode, cst.Call] | None:
+    """(in-place op, call) where stmt calls a function of this file (a loss written as a
+    function, not the model) that changes a tensor in place: its arguments or its own values."""
+    for call in a.findall(stmt, m.Call()):
+        name = dotted(call.func)
+        for fn in a.functions.get(name.rsplit(".", 1)[-1], []) if name else []:
+            if fn.name.value == "forward" or fn.name.value in a.forward_functions:
+                continue  # the model's own in-place ops (ReLU(inplace=True), x += residual) are its business
+            own = {p.name.value: None for p in fn.params.params if p.name.value not in ("self", "cls")}
+            own.update(_assigned(a, fn))
+            found = inplace_targets(a, fn.body, own)
+            if found:
+                return found[0][0], call
+    return None
+
+
 def inplace_split(a, region: list[cst.BaseStatement]):
     """Where autocast must end: (index of the first region statement that changes in place a
-    tensor the region computed, that op, earlier-computed names to continue in float32)."""
+    tensor the region computed, itself or in a function it calls; that op; earlier-computed
+    names to continue in float32)."""
     produced: dict[str, cst.BaseExpression | None] = {}
     for k, stmt in enumerate(region):
         own = {**produced, **_assigned(a, stmt)}  # `out = model(x); out.clamp_(0, 1)`
         found = inplace_targets(a, stmt, own)
-        if found:
+        helper = None if found else _helper_inplace(a, stmt)
+        if found or helper:
             names: list[str] = []
+            if helper is not None:  # the tensors handed to the function go in float32
+                for arg in helper[1].args:
+                    n = arg.value.value if isinstance(arg.value, cst.Name) else None
+                    if n in produced and produced[n] is not None and _tensor_value(produced[n]):
+                        names.append(n)
             for later in region[k:]:
                 for _, name in inplace_targets(a, later, produced):
                     if name not in names:
                         names.append(name)
-            return k, found[0][0], names
+            return k, (found[0][0] if found else helper[0]), names
         produced.update(_assigned(a, stmt))
     return None
