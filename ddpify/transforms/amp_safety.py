@@ -54,7 +54,7 @@ class UnsafeOps:
             value = getattr(asg, "value", None)
             if not isinstance(value, cst.Call):
                 continue
-            spec = next((UNSAFE_MODULES[q] for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
+            spec = next(((q.rsplit(".", 1)[-1], UNSAFE_MODULES[q]) for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
             if spec is None:
                 continue
             targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
@@ -81,8 +81,8 @@ class UnsafeOps:
         fn = a.function_of(call)
         visible = self.bound.get(fn, set()) | self.bound.get(None, set())
         if name in visible:
-            spec = self.instances.get(name) or next(iter(self.instances.values()))
-            return f"{name} (nn.BCELoss)", spec
+            cls, spec = self.instances.get(name) or next(iter(self.instances.values()))
+            return f"{name} (nn.{cls})", spec
         return None
 
     def calls_in(self, nodes: list[cst.CSTNode]) -> list[tuple[cst.Call, str, tuple]]:
