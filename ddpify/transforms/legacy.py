@@ -16,6 +16,7 @@ from ddpify.analysis import Analysis, call_args, code, dotted
 from ddpify.edits import Applier
 from ddpify.result import Result
 from ddpify.transforms.base import Context
+from ddpify.transforms.legacy_devices import plan_device_aware
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.wrapping import WrappingTransform
 
@@ -74,6 +75,7 @@ def convert_legacy(source, analysis, ctx):
     _fix_launch(ctx)
     if ctx.opts.amp != "apex":
         Modernise(ctx).plan()
+        plan_device_aware(ctx, _module_name, _last_import)  # runs on CPU too, as a fresh conversion does
     if ctx.edits.is_empty() and a.distributed_api is not None:
         # already modern (a ddpify output included): the --local_rank flag alone is not legacy
         api = a.call_qualname(a.distributed_api) if isinstance(a.distributed_api, cst.Call) else "a distributed API"
