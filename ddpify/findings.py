@@ -27,6 +27,8 @@ CODES: dict[str, str] = {
     "DDP033": "model attribute reached through .module (the unwrapped model)",
     "DDP034": "no model found: wrap it in DistributedDataParallel by hand",
     "DDP035": "model never moved to a device: it stays on the CPU",
+    "DDP036": "model changed where DDP cannot follow (in training, or later): not wrapped (blocking)",
+    "DDP037": "parameters that may get no gradient: find_unused_parameters=True",
     "DDP040": "forward and loss run under torch.autocast",
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis import dotted
+from ddpify import lifecycle
+from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
 
 # What DDP itself answers the same way as the wrapped module.
@@ -23,6 +24,7 @@ class UnwrapTransform(Transform):
         a = ctx.a
         if not ctx.wrapped:
             return
+        self._mixed: set[cst.FunctionDef] = set()
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
         for attr in a.attributes:
@@ -66,6 +68,46 @@ class UnwrapTransform(Transform):
             ctx.edits.replace(call, unwrap_first)
             ctx.finding(call, "DDP033", f"{call.func.value}({base}, {attr_name!r}) asks the model itself: {base}.module after wrapping", True)
 
+        # copies and traces of the model take the plain module: deepcopy(ddp) carries 'module.'
+        # keys into an EMA, and a traced DDP forward runs collectives on one rank alone
+        for call in a.calls:
+            if not ctx.editable(call):
+                continue
+            for arg in lifecycle.plain_module_args(a, call):
+                base = dotted(arg.value)
+                if base is None or not self._bound(a, bindings, a.function_of(call), base, call) or not self._after_wrap(ctx, call, base):
+                    continue
+                ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+                if not isinstance(call.func, cst.Name) or call.func.value != "getattr":  # (reported above)
+                    ctx.finding(call, "DDP033", f"{code(call.func)}({base}) takes the plain model after wrapping: {base}.module", True)
+        self._unwrap_at_callers(ctx)
+
+    @staticmethod
+    def _passes_rebound(ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
+        """call hands on a wrapped name that holds a new, plain model by then."""
+        return any(
+            dotted(x.value) in ctx.wrapped and lifecycle.rebound_unwrapped(ctx.a, dotted(x.value), anchor, call)  # type: ignore[arg-type]
+            for x in call.args
+        )
+
+    def _unwrap_at_callers(self, ctx: Context) -> None:
+        """A helper called with the wrapped model and, later, with a plain one (a model loaded
+        again for testing) gets the plain module from every caller."""
+        a = ctx.a
+        for fn in self._mixed:
+            if any(a.function_of(s.stmt) is fn for s in a.steps):
+                continue  # it trains: it needs the wrapper (not reached: a training helper runs before the reload)
+            for call in a.callers(fn):
+                for arg in call.args:
+                    name = dotted(arg.value)
+                    anchor = ctx.wrapped.get(name or "")
+                    if anchor is None or not ctx.editable(call) or a.function_of(call) is not a.function_of(anchor):
+                        continue
+                    if a.pos[call].start.line <= a.pos[anchor].end.line or lifecycle.rebound_unwrapped(a, name, anchor, call):  # type: ignore[arg-type]
+                        continue
+                    ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+                    ctx.finding(call, "DDP033", f"{fn.name.value}() also gets a plain model later: it gets {name}.module here", True)
+
     def _bound(self, a, bindings, fn, base, node) -> bool:
         if fn is not None and base in bindings.get(fn, set()):
             return True
@@ -78,7 +120,9 @@ class UnwrapTransform(Transform):
     def _after_wrap(self, ctx: Context, node: cst.CSTNode, base: str) -> bool:
         a = ctx.a
         line = a.pos[node].start.line
-        anchors = [s for n, s in ctx.wrapped.items()]
+        anchors = [s for n, s in ctx.wrapped.items() if n == base or base.startswith(n + ".")] or list(ctx.wrapped.values())
+        if any(lifecycle.rebound_unwrapped(a, base, s, node) for s in anchors):
+            return False  # model = Net(); model.load_state_dict(best): a new, plain model
         fn = a.function_of(node)
         for anchor in anchors:
             afn = a.function_of(anchor)
@@ -93,6 +137,9 @@ class UnwrapTransform(Transform):
             # a function called only after the wrap
             if fn is not None:
                 callers = a.callers(fn)
+                if any(self._passes_rebound(ctx, c, anchor) for c in callers):
+                    self._mixed.add(fn)  # also gets a plain model: its callers unwrap instead
+                    continue
                 if callers and all(a.pos[c].start.line > aend or a.function_of(c) is not afn for c in callers):
                     return True
                 if not callers:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
+from ddpify import lifecycle
 from ddpify.analysis import call_args, dotted
 from ddpify.transforms.base import Context, Transform
 
@@ -99,14 +100,22 @@ class WrappingTransform(Transform):
         block = a.block(bind)
         body = list(block.body)
         anchor = bind
+        # after the last change to the model (placement, init, weights, freezing, compile,
+        # SyncBatchNorm), before the first statement that runs it or hands it on
         for s in body[body.index(bind) + 1 :]:
-            if isinstance(s, (cst.For, cst.While)):
+            if lifecycle.trains(a, s):
                 break
-            if self._uses_model(ctx, s, name):
+            effect = lifecycle.statement_effect(a, s, name)
+            if effect == "use":
                 break
-            if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
+            if effect == "change" or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
                 anchor = s
         if not ctx.editable(anchor):
+            return
+        late = lifecycle.late_changes(a, name, anchor)
+        if late:
+            for node, kind in late:
+                ctx.finding(node, "DDP036", f"`{name}` {lifecycle.WHAT[kind]} here, after the point where it must be wrapped in DistributedDataParallel (before its first training forward), and DDP cannot take that change once it holds the model: not wrapped; make this change before training starts, then wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
             return
         ctx.wrapped[name] = anchor
         if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
@@ -146,12 +155,6 @@ class WrappingTransform(Transform):
                 return True
         # a model built by the script's own function, or unpickled whole, may already be placed
         return any((dotted(x.func) or "").split(".")[0] in a.functions or a.is_call(x, "torch.load") for x in a.findall(bind, m.Call()))
-
-    def _places(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
-        for c in ctx.a.findall(stmt, m.Call(func=m.Attribute())):
-            if c.func.attr.value in PLACEMENT_METHODS and dotted(c.func.value) == name:  # type: ignore[attr-defined]
-                return True
-        return any(ctx.a._assigns(s, name) for s in ctx.a.findall(stmt, m.SimpleStatementLine())) if not isinstance(stmt, cst.SimpleStatementLine) else ctx.a._assigns(stmt, name)
 
     def _uses_model(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
         """The model runs or is handed to other code: it must be wrapped by then."""

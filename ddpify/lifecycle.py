@@ -1,0 +1,364 @@
+"""The model's lifecycle: what changes the model after it is built, and where the DDP wrap goes.
+
+DDP broadcasts rank 0's parameters and fixes the set of parameters that need gradients when it
+is built, and refuses (on GPUs) a module that is not yet on its one device. So the wrap goes
+after the last statement that still changes the model (placement, initialisation, loaded
+weights, freezing, torch.compile, SyncBatchNorm, a new submodule) and before its first training
+forward. A change the wrap cannot be moved after (in the training loop, in a function called
+later) is reported, not guessed around. Every other use that needs the plain module (copies,
+tracing, the model's own attributes) goes through `.module`, unless the name was bound again to
+an unwrapped model since.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+import ddpify.match as m
+from ddpify.analysis import Analysis, _flatten_targets, _inside, call_args, dotted
+
+OWN_CHANGE = re.compile(r"init|reset|freeze|prune|fuse|tie_weights", re.I)
+PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
+# method on the model (or a submodule) -> kind of change
+METHODS = {
+    **{p: "move" for p in PLACEMENT},
+    "apply": "init",
+    "reset_parameters": "init",
+    "load_state_dict": "load",
+    "requires_grad_": "freeze",
+    "add_module": "structure",
+    "register_module": "structure",
+    "register_parameter": "structure",
+}
+# kinds that are wrong once DDP holds the model: its parameter set, device and buffers are fixed
+# (a load is not: every rank loads the same weights, through .module)
+UNSAFE_AFTER_WRAP = {"move", "init", "freeze", "structure", "syncbn"}
+# loaded weights are the same on every rank, before or after the wrap (there through .module):
+# they do not move it (with --amp apex, amp state must be restored after amp.initialize)
+NEUTRAL = {"load"}
+RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_"}
+FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
+WHAT = {
+    "move": "moves it to another device or dtype",
+    "init": "initialises its parameters again",
+    "freeze": "changes which parameters need gradients",
+    "structure": "replaces a submodule or adds parameters",
+    "syncbn": "converts its BatchNorm layers",
+    "load": "loads weights into it",
+    "inplace": "changes its parameters in place",
+    "attr": "sets an attribute on it",
+    "rebind": "binds the name to a new module",
+}
+# calls that want the plain module as their first argument: a copy or a trace of the wrapper
+# carries 'module.' keys, and a traced DDP forward runs collectives on one rank alone
+PLAIN_MODULE_CALLS = (
+    "copy.deepcopy",
+    "torch.optim.swa_utils.AveragedModel",
+    "torch.jit.trace",
+    "torch.jit.script",
+    "torch.onnx.export",
+    "torch.fx.symbolic_trace",
+)
+PLAIN_MODULE_METHODS = ("add_graph",)  # SummaryWriter.add_graph(model, x)
+
+
+def _path(node: cst.CSTNode | None) -> str | None:
+    """dotted() that also goes through subscripts: `model.blocks[0].attn` -> "model.blocks.[].attn"."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _path(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    if isinstance(node, cst.Subscript):
+        base = _path(node.value)
+        return f"{base}.[]" if base else None
+    return None
+
+
+def _under(d: str | None, name: str) -> bool:
+    return d is not None and (d == name or d.startswith(name + "."))
+
+
+def change_in(a: Analysis, node: cst.CSTNode, name: str) -> tuple[cst.CSTNode, str] | None:
+    """The first thing in node's subtree that changes the model `name`, and its kind."""
+    found = changes_in(a, node, name)
+    return found[0] if found else None
+
+
+def changes_in(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.CSTNode, str]]:
+    out: list[tuple[cst.CSTNode, str]] = []
+    for c in a.findall(node, m.Call()):
+        kind = _call_change(a, c, name)
+        if kind:
+            out.append((c, kind))
+    for asg in a.findall(node, m.Assign() | m.AnnAssign() | m.AugAssign()):
+        targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+        for t in targets:
+            kind = _target_change(a, asg, t, name)
+            if kind:
+                out.append((asg, kind))
+    out.sort(key=lambda x: a._order.get(id(x[0]), 0))
+    return out
+
+
+def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
+    f = c.func
+    if isinstance(f, cst.Attribute):
+        base = _path(f.value)
+        attr = f.attr.value
+        if base == name and attr not in METHODS and OWN_CHANGE.search(attr) and attr in a.functions:
+            return "freeze" if "freeze" in attr else "init"  # the model's own init_weights()
+        if attr in METHODS and _under(base, name):
+            if METHODS[attr] == "move" and base != name:
+                return None  # a submodule's buffer or a tensor copy, not the model's placement
+            return METHODS[attr]
+        # in-place on a parameter: model.fc.weight.data.normal_(0, 0.02)
+        if attr.endswith("_") and not attr.startswith("_") and base is not None and base.startswith(name + ".") and ".grad" not in base:
+            return "init" if attr in RANDOM_INPLACE else "inplace"
+    if a.is_call(c, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+        pos, _ = call_args(c)
+        if pos and dotted(pos[0].value) == name:
+            return "syncbn"
+    if any(q.startswith("torch.nn.init.") for q in a.qualified(c.func)):
+        pos, _ = call_args(c)
+        if pos and _under(_path(pos[0].value), name) and _path(pos[0].value) != name:
+            return "inplace" if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT else "init"
+    return None
+
+
+def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: str) -> str | None:
+    for el in _flatten_targets(t):
+        d = _path(el)
+        if d is None:
+            continue
+        if d == name:
+            value = getattr(asg, "value", None)
+            if isinstance(value, cst.Call) and a.is_call(value, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+                return "syncbn"
+            return "rebind"
+        if d.startswith(name + "."):
+            if d.endswith(".requires_grad"):
+                return "freeze"
+            if d.endswith(".training"):
+                return None
+            value = getattr(asg, "value", None)
+            if isinstance(value, cst.Call) and _builds_module(a, value):
+                return "structure"  # model.fc = nn.Linear(...), model.w = nn.Parameter(...)
+            return "attr"
+        # for p in model.backbone.parameters(): p.requires_grad = False
+        if d.endswith(".requires_grad"):
+            head = d.split(".")[0]
+            loop = a.ancestor(asg, cst.For)
+            while loop is not None:
+                if dotted(loop.target) == head or head in {dotted(x) for x in a.findall(loop.target, m.Name())}:
+                    if any(_under(_path(x), name) for x in a.findall(loop.iter, m.Attribute() | m.Name())):
+                        return "freeze"
+                    break
+                loop = a.ancestor(loop, cst.For)
+    return None
+
+
+def _builds_module(a: Analysis, call: cst.Call) -> bool:
+    d = dotted(call.func) or ""
+    last = d.rsplit(".", 1)[-1]
+    return bool(last[:1].isupper()) or any(q.startswith("torch.nn.") for q in a.qualified(call.func))
+
+
+# -- functions of the script that take the model --------------------------------------------------
+def _param_for(fn: cst.FunctionDef, call: cst.Call, name: str) -> str | None:
+    fname = dotted(call.func) or ""
+    params = [p.name.value for p in fn.params.params]
+    offset = 1 if params and params[0] in ("self", "cls") and "." in fname else 0
+    pos, kw = call_args(call)
+    for i, arg in enumerate(pos):
+        if dotted(arg.value) == name and i + offset < len(params):
+            return params[i + offset]
+    for k, arg in kw.items():
+        if dotted(arg.value) == name and k in params:
+            return k
+    return None
+
+
+def helper_effect(a: Analysis, call: cst.Call, name: str, depth: int = 0) -> tuple[str, cst.CSTNode | None, str | None]:
+    """What a call of the script's own function does to the model handed to it:
+    ("use", ...) it runs, returns or hands on the model (it must be wrapped by then);
+    ("change", node, kind) it only changes it (the wrap can go after the call);
+    ("none", ...) it takes no model or only reads it."""
+    fname = dotted(call.func)
+    if not fname:
+        return ("none", None, None)
+    effect: tuple[str, cst.CSTNode | None, str | None] = ("none", None, None)
+    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
+        param = _param_for(fn, call, name)
+        if param is None:
+            continue
+        if depth > 3 or _runs(a, fn, param, depth):
+            return ("use", None, None)
+        ch = change_in(a, fn.body, param)
+        if ch is not None:
+            effect = ("change", ch[0], ch[1])
+    return effect
+
+
+def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
+    for c in a.findall(fn.body, m.Call()):
+        if dotted(c.func) == param:
+            return True
+        if any(dotted(x.value) == param for x in c.args) and helper_effect(a, c, param, depth + 1)[0] == "use":
+            return True
+    for ret in a.findall(fn.body, m.Return()):
+        if ret.value is not None and any(dotted(x) == param for x in a.findall(ret.value, m.Name())):
+            return True  # model = prepare(model): the caller goes on with what it returns
+    return False
+
+
+def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
+    """"use" when stmt runs the model or hands it to code that does (the wrap must come
+    before), "change" when it changes the model (the wrap must come after), else None."""
+    change = False
+    for c in a.findall(stmt, m.Call()):
+        if dotted(c.func) == name:
+            return "use"
+        fname = dotted(c.func)
+        if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+            eff = helper_effect(a, c, name)
+            if eff[0] == "use":
+                return "use"
+            change = change or (eff[0] == "change" and eff[2] not in NEUTRAL)
+        elif a._is_forward_call(c) or a._calls_function_in(c, a.forward_functions):
+            return "use"  # an alias of the model, or train() reaching it as a global
+    if change or any(k not in NEUTRAL for _, k in changes_in(a, stmt, name)):
+        return "change"
+    return None
+
+
+def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
+    """A statement that holds a training step (or is a loop that runs the model)."""
+    return any(s.stmt is stmt or _inside(a, s.stmt, stmt) for s in a.steps) or (
+        isinstance(stmt, (cst.For, cst.While)) and a.runs_model(stmt)
+    )
+
+
+# -- changes the wrap cannot go after ---------------------------------------------------------
+def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tuple[cst.CSTNode, str]]:
+    """Changes DDP cannot take once it holds the model, that run after the wrap: later in the
+    function of the wrap (the training loop included), in functions that get the model after
+    it, and, for `self.model`, in the other methods of its class."""
+    out: list[tuple[cst.CSTNode, str]] = []
+    afn = a.function_of(anchor)
+    scope = afn.body if afn is not None else a.module
+    aend = a.pos[anchor].end.line
+    end = _training_end(a, afn)
+    for s in a.findall(scope, m.SimpleStatementLine()):
+        if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
+            continue
+        if end is not None and a.pos[s].start.line > end:
+            continue  # training is over: the model is only evaluated, exported, ...
+        if rebound_unwrapped(a, name, anchor, s):
+            continue  # the name holds a new, plain model now
+        for node, kind in changes_in(a, s, name):
+            if kind in UNSAFE_AFTER_WRAP:
+                out.append((node, kind))
+        for c in a.findall(s, m.Call()):
+            fname = dotted(c.func)
+            if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+                eff = helper_effect(a, c, name)
+                if eff[0] == "change" and eff[2] in UNSAFE_AFTER_WRAP:
+                    out.append((c, eff[2]))
+                elif eff[0] == "use":
+                    out.extend((c, k) for k in _changes_through(a, c, name, 0))
+    if name.startswith("self.") and afn is not None:
+        cls = a.class_of(afn)
+        for meth in cls.body.body if cls is not None else []:
+            if isinstance(meth, cst.FunctionDef) and meth is not afn and meth.name.value != "__init__":
+                out.extend((n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+    seen: set[int] = set()
+    uniq = []
+    for n, k in out:
+        if id(n) not in seen:
+            seen.add(id(n))
+            uniq.append((n, k))
+    return uniq
+
+
+def _training_end(a: Analysis, fn: cst.FunctionDef | None) -> int | None:
+    """Last line of fn that still trains: the end of the outermost loop (or statement) around a
+    training step in fn, or around a call of a function that holds one. None: not found."""
+    trainers = {f.name.value for s in a.steps if (f := a.function_of(s.stmt)) is not None and f is not fn}
+    nodes: list[cst.CSTNode] = [s.stmt for s in a.steps if a.function_of(s.stmt) is fn]
+    nodes += [c for c in a.calls if a.function_of(c) is fn and (dotted(c.func) or "").rsplit(".", 1)[-1] in trainers]
+    end = None
+    for node in nodes:
+        outer = a.statement(node)
+        cur = a.parent.get(node)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, (cst.For, cst.While)):
+                outer = cur
+            cur = a.parent.get(cur)
+        line = a.pos[outer].end.line
+        end = line if end is None else max(end, line)
+    return end
+
+
+def _changes_through(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
+    """Unsafe changes made by a function that also runs the model (train(model) that unfreezes
+    the backbone at some epoch)."""
+    kinds: list[str] = []
+    fname = dotted(call.func) or ""
+    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
+        param = _param_for(fn, call, name)
+        if param is None or depth > 3:
+            continue
+        kinds.extend(k for _, k in changes_in(a, fn.body, param) if k in UNSAFE_AFTER_WRAP)
+        for c in a.findall(fn.body, m.Call()):
+            if any(dotted(x.value) == param for x in c.args) and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions:
+                kinds.extend(_changes_through(a, c, param, depth + 1))
+    return kinds
+
+
+# -- uses after the wrap -------------------------------------------------------------------------
+def rebound_unwrapped(a: Analysis, name: str, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """The name was bound to a new (unwrapped) model between the wrap and node, in the same
+    function: `model = Net(); model.load_state_dict(torch.load(best))` after training."""
+    fn = a.function_of(node)
+    if a.function_of(anchor) is not fn:
+        return False
+    start, end = a.pos[anchor].end.line, a.pos[node].start.line
+    for asg in a.assigns:
+        if a.function_of(asg) is not fn or not isinstance(asg, (cst.Assign, cst.AnnAssign)):
+            continue
+        line = a.pos[asg].start.line
+        if not start < line < end:
+            continue
+        targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+        if any(dotted(t) == name for t in targets) and not _keeps_wrapper(asg.value, name):
+            return True
+    return False
+
+
+def _keeps_wrapper(value: cst.BaseExpression | None, name: str) -> bool:
+    """`model = model.to(x)`, `model = torch.compile(model)`: still the wrapped model."""
+    if value is None:
+        return True
+    return any(dotted(n) == name for n in m.findall(value, m.Name() | m.Attribute()))
+
+
+def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
+    """Arguments of call that must be the plain module if they are the wrapped model."""
+    pos, _ = call_args(call)
+    if not pos:
+        return []
+    if a.is_call(call, *PLAIN_MODULE_CALLS):
+        return [pos[0]]
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in PLAIN_MODULE_METHODS:
+        return [pos[0]]
+    # getattr(model, "_orig_mod", model): the default is the model too
+    if (
+        isinstance(call.func, cst.Name) and call.func.value == "getattr" and len(pos) == 3
+        and isinstance(pos[1].value, cst.SimpleString) and pos[1].value.evaluated_value == "_orig_mod"
+        and dotted(pos[2].value) == dotted(pos[0].value)
+    ):
+        return [pos[2]]
+    return []

@@ -1,0 +1,137 @@
+"""The model's lifecycle: where the wrap goes, changes it cannot be placed after (DDP036), and
+uses after the wrap that need the plain module. Blocking cases have no fixture pair (their output
+is the unchanged input once blocking findings leave the file untouched), so they are here."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddpify import Options, convert_source
+
+HEAD = """\
+import copy
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+
+
+def fit(net, opt, epochs=2):
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = (net(x) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+"""
+
+
+def convert(body: str):
+    src = HEAD + textwrap.dedent(body)
+    return convert_source(src, Options(), path="t.py")
+
+
+def codes(result) -> list[str]:
+    return [f.code for f in result.findings]
+
+
+def line_of(result, text: str) -> int:
+    return next(i for i, ln in enumerate(result.source.splitlines(), 1) if text in ln)
+
+
+UNFREEZE = """
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1)).to(device)
+    model[0].requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        if epoch == 1:
+            model[0].requires_grad_(True)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+"""
+
+
+def test_unfreeze_in_training_loop_is_blocking():
+    r = convert(UNFREEZE)
+    assert "DDP036" in codes(r)
+    assert "DDP030" not in codes(r) and "DDP(" not in r.source
+    f = next(f for f in r.findings if f.code == "DDP036")
+    assert (HEAD + textwrap.dedent(UNFREEZE)).splitlines()[f.line - 1].strip() == "model[0].requires_grad_(True)"
+    assert "changes which parameters need gradients" in f.message
+
+
+def test_freeze_by_parameter_loop_in_later_function_is_blocking():
+    r = convert("""
+        def unfreeze(net):
+            for p in net.parameters():
+                p.requires_grad = True
+
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        unfreeze(model)
+        fit(model, opt)
+    """)
+    assert "DDP036" in codes(r) and "DDP(" not in r.source
+
+
+def test_trainer_method_that_moves_the_model_later_is_blocking():
+    r = convert("""
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(4, 1).to(device)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def to_half(self):
+                self.model.half()
+
+            def fit(self):
+                for x, y in loader:
+                    self.opt.zero_grad()
+                    loss = (self.model(x) - y).pow(2).mean()
+                    loss.backward()
+                    self.opt.step()
+
+        Trainer().fit()
+    """)
+    assert "DDP036" in codes(r) and "DDP(" not in r.source
+
+
+def test_changes_before_training_move_the_wrap_after_them():
+    r = convert("""
+        def init(m):
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight)
+
+        def load_pretrained(net, path=None):
+            if path:
+                net.load_state_dict(torch.load(path))
+            for p in net[0].parameters():
+                p.requires_grad = False
+
+        model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1)).to(device)
+        model.apply(init)
+        load_pretrained(model)
+        model[1].weight.data.normal_(0, 0.02)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+    """)
+    assert "DDP036" not in codes(r)
+    wrap = line_of(r, "model = DDP(model")
+    assert wrap == line_of(r, "model[1].weight.data.normal_") + 1
+    assert "model.module" not in r.source
+
+
+def test_load_after_training_is_not_a_late_change():
+    r = convert("""
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        model.load_state_dict(torch.load("best.pt"))
+    """)
+    assert "DDP036" not in codes(r) and "model.module.load_state_dict" in r.source
