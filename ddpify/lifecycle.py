@@ -42,7 +42,7 @@ RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_"
 FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
 WHAT = {
     "move": "moves it to another device or dtype",
-    "init": "initialises its parameters again",
+    "init": "initialises its parameters",
     "freeze": "changes which parameters need gradients",
     "structure": "replaces a submodule or adds parameters",
     "syncbn": "converts its BatchNorm layers",
@@ -50,6 +50,7 @@ WHAT = {
     "inplace": "changes its parameters in place",
     "attr": "sets an attribute on it",
     "rebind": "binds the name to a new module",
+    "compile": "compiles it with torch.compile",
 }
 # calls that want the plain module as their first argument: a copy or a trace of the wrapper
 # carries 'module.' keys, and a traced DDP forward runs collectives on one rank alone
@@ -137,6 +138,8 @@ def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: s
             value = getattr(asg, "value", None)
             if isinstance(value, cst.Call) and a.is_call(value, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
                 return "syncbn"
+            if isinstance(value, cst.Call) and a.is_call(value, "torch.compile"):
+                return "compile"  # (after the wrap it compiles DDP itself, which DDP supports)
             return "rebind"
         if d.startswith(name + "."):
             if d.endswith(".requires_grad"):
@@ -232,6 +235,19 @@ def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
     if change or any(k not in NEUTRAL for _, k in changes_in(a, stmt, name)):
         return "change"
     return None
+
+
+def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
+    """What the statement the wrap follows does to the model, where that is more than building
+    or placing it (the finding then says why the wrap is there)."""
+    kinds = [k for _, k in changes_in(a, anchor, name) if k not in ("move", "rebind", "attr")]
+    for c in a.findall(anchor, m.Call()):
+        if any(dotted(x.value) == name for x in c.args):
+            eff = helper_effect(a, c, name)
+            if eff[0] == "change" and eff[2]:
+                kinds.append(eff[2])
+    kinds = [k for k in kinds if k not in NEUTRAL]
+    return WHAT[kinds[-1]] if kinds else None
 
 
 def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
@@ -362,3 +378,90 @@ def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
     ):
         return [pos[2]]
     return []
+
+
+# -- models the wrap cannot name -------------------------------------------------------------------
+def container_models(a: Analysis) -> list[tuple[cst.Call, str]]:
+    """Optimizers over a model held in a dict or list (`nets["G"].parameters()`): ddpify does not
+    rewrite every use of a container's entry, so these are for a manual wrap."""
+    from ddpify.analysis import code
+
+    out: list[tuple[cst.Call, str]] = []
+    for call in a.optimizers.values():
+        for c in a.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+            base = c.func.value  # type: ignore[attr-defined]
+            if isinstance(base, cst.Subscript) or (_path(base) or "").find(".[]") >= 0:
+                out.append((call, code(base)))
+    return out
+
+
+# -- parameters that may get no gradient ----------------------------------------------------------
+PARAM_FREE = re.compile(r"^(ReLU\d*|GELU|SiLU|Mish|LeakyReLU|ELU|Tanh|Sigmoid|Softmax|LogSoftmax|Dropout\d?d?|Identity|Flatten|Unflatten|"
+                        r"(Adaptive)?(Max|Avg)Pool\dd|Upsample|ZeroPad\dd|Softplus|Hardswish|Hardtanh)$")
+
+
+def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
+    """Why some parameters of the model built in `bind` may get no gradient in a step, where its
+    class is defined in this file: a submodule or parameter its forward never reaches, one run
+    under torch.no_grad() in forward. Empty where none is seen (or the class is elsewhere)."""
+    cls = next((a.classes[n] for c in a.findall(bind, m.Call()) if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes), None)
+    if cls is None:
+        return []
+    methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return []
+    owned: dict[str, cst.CSTNode] = {}
+    for asg in a.findall(init, m.Assign()):
+        for t in asg.targets:
+            d = dotted(t.target)
+            if d and d.startswith("self.") and d.count(".") == 1 and isinstance(asg.value, cst.Call) and _builds_module(a, asg.value):
+                if not PARAM_FREE.match((dotted(asg.value.func) or "").rsplit(".", 1)[-1]):
+                    owned[d] = asg
+    # what forward reaches, through the methods it calls on self
+    reached: set[str] = set()
+    no_grad: set[str] = set()
+    todo, seen = [forward], set()
+    while todo:
+        fn = todo.pop()
+        if fn.name.value in seen:
+            continue
+        seen.add(fn.name.value)
+        for attr in a.findall(fn, m.Attribute()):
+            d = dotted(attr)
+            if d and d.startswith("self.") and d.count(".") == 1:
+                reached.add(d)
+                if d[5:] in methods:
+                    todo.append(methods[d[5:]])
+                if any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for w in _withs_around(a, attr, fn) for i in w.items):
+                    no_grad.add(d)
+    why = [f"{d} is not used in forward" for d in owned if d not in reached]
+    why += [f"{d} runs under torch.no_grad() in forward" for d in owned if d in no_grad]
+    return why
+
+
+def _withs_around(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> list[cst.With]:
+    out = []
+    cur = a.parent.get(node)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, cst.With):
+            out.append(cur)
+        cur = a.parent.get(cur)
+    return out
+
+
+def instance_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, cst.CSTNode]:
+    """`self.model` wrapped in Trainer.__init__: `trainer = Trainer(...)` makes `trainer.model`
+    the wrapped model too, from that assignment on (a callback saving trainer.model.state_dict())."""
+    out: dict[str, cst.CSTNode] = {}
+    for name, anchor in wrapped.items():
+        fn = a.function_of(anchor)
+        cls = a.class_of(fn) if fn is not None and fn.name.value == "__init__" else None
+        if not name.startswith("self.") or cls is None:
+            continue
+        for asg in a.assigns:
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or not isinstance(asg.targets[0].target, cst.Name):
+                continue
+            if isinstance(asg.value, cst.Call) and (dotted(asg.value.func) or "").rsplit(".", 1)[-1] == cls.name.value:
+                out[f"{asg.targets[0].target.value}.{name[5:]}"] = asg
+    return out

@@ -135,3 +135,53 @@ def test_load_after_training_is_not_a_late_change():
         model.load_state_dict(torch.load("best.pt"))
     """)
     assert "DDP036" not in codes(r) and "model.module.load_state_dict" in r.source
+
+
+def test_model_in_a_dict_is_named_for_a_manual_wrap():
+    r = convert("""
+        nets = {"G": nn.Linear(4, 4).to(device), "D": nn.Linear(4, 1).to(device)}
+        opt_g = torch.optim.Adam(nets["G"].parameters(), lr=1e-3)
+        for x, y in loader:
+            opt_g.zero_grad()
+            loss = nets["D"](nets["G"](x)).mean()
+            loss.backward()
+            opt_g.step()
+    """)
+    f = next(f for f in r.findings if f.code == "DDP034")
+    assert 'nets["G"]' in f.message and "DDP(" not in r.source
+
+
+def test_reloaded_model_is_plain_and_its_helper_unwraps_at_the_caller():
+    r = convert("""
+        def width(net):
+            return net.out_features
+
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        print(width(model))
+        model = nn.Linear(4, 1)
+        model.load_state_dict(torch.load("m.pt"))
+        print(width(model), model.out_features)
+    """)
+    assert "print(width(model.module))" in r.source
+    assert "print(width(model), model.out_features)" in r.source and "net.module" not in r.source
+
+
+def test_trainer_instance_model_is_unwrapped_outside_the_class():
+    r = convert("""
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(4, 1).to(device)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self):
+                fit(self.model, self.opt)
+
+        trainer = Trainer()
+        trainer.fit()
+        torch.save(trainer.model.state_dict(), "last.pt")
+        print(trainer.model.out_features)
+    """)
+    assert "self.model = DDP(self.model" in r.source
+    assert "trainer.model.module.state_dict()" in r.source and "trainer.model.module.out_features" in r.source

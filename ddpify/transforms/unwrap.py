@@ -27,6 +27,9 @@ class UnwrapTransform(Transform):
         self._mixed: set[cst.FunctionDef] = set()
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
+        self._aliases = lifecycle.instance_aliases(a, ctx.wrapped)
+        for alias, asg in self._aliases.items():
+            bindings.setdefault(a.function_of(asg), set()).add(alias)  # type: ignore[arg-type]
         for attr in a.attributes:
             if attr.attr.value in PASSTHROUGH or not ctx.editable(attr):
                 continue
@@ -120,6 +123,9 @@ class UnwrapTransform(Transform):
     def _after_wrap(self, ctx: Context, node: cst.CSTNode, base: str) -> bool:
         a = ctx.a
         line = a.pos[node].start.line
+        made = self._aliases.get(base)
+        if made is not None:  # trainer.model: wrapped once trainer is built
+            return a.function_of(made) is a.function_of(node) and line > a.pos[made].end.line
         anchors = [s for n, s in ctx.wrapped.items() if n == base or base.startswith(n + ".")] or list(ctx.wrapped.values())
         if any(lifecycle.rebound_unwrapped(a, base, s, node) for s in anchors):
             return False  # model = Net(); model.load_state_dict(best): a new, plain model

@@ -19,8 +19,11 @@ class WrappingTransform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         dp_stmts = self._replace_dataparallel(ctx)
+        held = lifecycle.container_models(a)
+        for call, what in held:
+            ctx.finding(call, "DDP034", f"the model `{what}` is held in a dict or list: wrap each trained one by hand after its last change, {what} = DDP({what}, device_ids=[LOCAL_RANK]), and use {what}.module where the plain model is needed", False)
         if not a.models:
-            if a.steps:
+            if a.steps and not held:
                 ctx.finding(a.steps[0].backward, "DDP034", "no model found (no optimizer over model.parameters()): wrap it with DDP(model, device_ids=[LOCAL_RANK]) by hand", False)
             return
         for name in a.models:
@@ -115,7 +118,7 @@ class WrappingTransform(Transform):
         late = lifecycle.late_changes(a, name, anchor)
         if late:
             for node, kind in late:
-                ctx.finding(node, "DDP036", f"`{name}` {lifecycle.WHAT[kind]} here, after the point where it must be wrapped in DistributedDataParallel (before its first training forward), and DDP cannot take that change once it holds the model: not wrapped; make this change before training starts, then wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
+                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped in DistributedDataParallel (before its first training forward), and DDP cannot follow that change once it holds the model: not wrapped; make the change before training starts (or rebuild DDP after it), then wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
             return
         ctx.wrapped[name] = anchor
         if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
@@ -128,10 +131,18 @@ class WrappingTransform(Transform):
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if LOCAL_DEVICE.type == "cuda" else {name}\n'
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
+        unused = lifecycle.unused_parameters(a, bind)
+        extra = ", find_unused_parameters=True" if unused else ""
         ctx.edits.after[anchor].append(
-            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n')
+            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None{extra})\n')
         )
-        ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
+        if unused:
+            ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
+        why = lifecycle.last_change(a, anchor, name) if anchor is not bind else None
+        if why:
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why})", True)
+        else:
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
         if not self._ever_placed(ctx, name, bind):
             ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, so it stays on the CPU: on GPUs, DDP refuses a CPU module with device_ids; move it (and its batches) with .to(LOCAL_DEVICE)", False)
 
