@@ -82,6 +82,22 @@ def _under(d: str | None, name: str) -> bool:
     return d is not None and (d == name or d.startswith(name + "."))
 
 
+def _resolve(a: Analysis, path: str | None, at: cst.CSTNode, name: str) -> str | None:
+    """path as a part of the model where it is one: itself, or through a loop over the model's
+    parts (`for m in model.modules(): nn.init.normal_(m.weight)` gives "model.[].weight")."""
+    if path is None or _under(path, name):
+        return path
+    head, _, rest = path.partition(".")
+    loop = a.ancestor(at, cst.For)
+    while loop is not None:
+        if head in {x.value for x in a.findall(loop.target, m.Name())}:
+            if any(_under(_path(x), name) for x in a.findall(loop.iter, m.Attribute() | m.Name())):
+                return f"{name}.[]" + (f".{rest}" if rest else "")
+            return path
+        loop = a.ancestor(loop, cst.For)
+    return path
+
+
 def change_in(a: Analysis, node: cst.CSTNode, name: str) -> tuple[cst.CSTNode, str] | None:
     """The first thing in node's subtree that changes the model `name`, and its kind."""
     found = changes_in(a, node, name)
@@ -107,7 +123,7 @@ def changes_in(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.CSTN
 def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
     f = c.func
     if isinstance(f, cst.Attribute):
-        base = _path(f.value)
+        base = _resolve(a, _path(f.value), c, name)
         attr = f.attr.value
         if base == name and attr not in METHODS and OWN_CHANGE.search(attr) and attr in a.functions:
             return "freeze" if "freeze" in attr else "init"  # the model's own init_weights()
@@ -124,14 +140,15 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
             return "syncbn"
     if any(q.startswith("torch.nn.init.") for q in a.qualified(c.func)):
         pos, _ = call_args(c)
-        if pos and _under(_path(pos[0].value), name) and _path(pos[0].value) != name:
+        arg = _resolve(a, _path(pos[0].value), c, name) if pos else None
+        if _under(arg, name) and arg != name:
             return "inplace" if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT else "init"
     return None
 
 
 def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: str) -> str | None:
     for el in _flatten_targets(t):
-        d = _path(el)
+        d = _resolve(a, _path(el), asg, name)
         if d is None:
             continue
         if d == name:
@@ -150,16 +167,6 @@ def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: s
             if isinstance(value, cst.Call) and _builds_module(a, value):
                 return "structure"  # model.fc = nn.Linear(...), model.w = nn.Parameter(...)
             return "attr"
-        # for p in model.backbone.parameters(): p.requires_grad = False
-        if d.endswith(".requires_grad"):
-            head = d.split(".")[0]
-            loop = a.ancestor(asg, cst.For)
-            while loop is not None:
-                if dotted(loop.target) == head or head in {dotted(x) for x in a.findall(loop.target, m.Name())}:
-                    if any(_under(_path(x), name) for x in a.findall(loop.iter, m.Attribute() | m.Name())):
-                        return "freeze"
-                    break
-                loop = a.ancestor(loop, cst.For)
     return None
 
 
@@ -212,7 +219,8 @@ def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
         if any(dotted(x.value) == param for x in c.args) and helper_effect(a, c, param, depth + 1)[0] == "use":
             return True
     for ret in a.findall(fn.body, m.Return()):
-        if ret.value is not None and any(dotted(x) == param for x in a.findall(ret.value, m.Name())):
+        items = ret.value.elements if isinstance(ret.value, cst.Tuple) else [ret.value] if ret.value is not None else []
+        if any(dotted(getattr(x, "value", x)) == param for x in items):
             return True  # model = prepare(model): the caller goes on with what it returns
     return False
 
