@@ -17,7 +17,7 @@ import re
 import libcst as cst
 
 import ddpify.match as m
-from ddpify.analysis import Analysis, _flatten_targets, _inside, call_args, dotted
+from ddpify.analysis import Analysis, _flatten_targets, _inside, call_args, code, dotted
 
 OWN_CHANGE = re.compile(r"init|reset|freeze|prune|fuse|tie_weights", re.I)
 PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
@@ -240,9 +240,38 @@ def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
             change = change or (eff[0] == "change" and eff[2] not in NEUTRAL)
         elif a._is_forward_call(c) or a._calls_function_in(c, a.forward_functions):
             return "use"  # an alias of the model, or train() reaching it as a global
+        elif name.startswith("self.") and fname and fname.startswith("self.") and fname.count(".") == 1:
+            eff2 = _method_effect(a, c, name, 0)  # self._setup_model() in __init__
+            if eff2 == "use":
+                return "use"
+            change = change or eff2 == "change"
     if change or any(k not in NEUTRAL for _, k in changes_in(a, stmt, name)):
         return "change"
     return None
+
+
+def _method_of(a: Analysis, call: cst.Call) -> cst.FunctionDef | None:
+    """The method of the caller's own class that `self.meth(...)` calls."""
+    fn = a.function_of(call)
+    cls = a.class_of(fn) if fn is not None else None
+    meth = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    return next((f for f in (cls.body.body if cls is not None else []) if isinstance(f, cst.FunctionDef) and f.name.value == meth), None)
+
+
+def _method_effect(a: Analysis, call: cst.Call, name: str, depth: int) -> str | None:
+    meth = _method_of(a, call)
+    if meth is None or depth > 3:
+        return None
+    change = False
+    for c in a.findall(meth.body, m.Call()):
+        if dotted(c.func) == name or any(dotted(x.value) == name for x in c.args) and helper_effect(a, c, name)[0] == "use":
+            return "use"
+        if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "").count(".") == 1:
+            inner = _method_effect(a, c, name, depth + 1)
+            if inner == "use":
+                return "use"
+            change = change or inner == "change"
+    return "change" if change or any(k not in NEUTRAL for _, k in changes_in(a, meth.body, name)) else None
 
 
 def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
@@ -254,8 +283,10 @@ def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
             eff = helper_effect(a, c, name)
             if eff[0] == "change" and eff[2]:
                 kinds.append(eff[2])
+        elif name.startswith("self.") and (dotted(c.func) or "").startswith("self.") and (meth := _method_of(a, c)) is not None:
+            kinds += [k for _, k in changes_in(a, meth.body, name) if k not in ("move", "rebind", "attr")]
     kinds = [k for k in kinds if k not in NEUTRAL]
-    return WHAT[kinds[-1]] if kinds else None
+    return "; ".join(WHAT[k] for k in dict.fromkeys(kinds)) or None
 
 
 def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
@@ -275,6 +306,8 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
     scope = afn.body if afn is not None else a.module
     aend = a.pos[anchor].end.line
     end = _training_end(a, afn)
+    # `model.to(device)` again each epoch: the same placement, a no-op for DDP
+    placed = {_move_key(c) for c in a.findall(scope, m.Call(func=m.Attribute())) if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT}  # type: ignore[attr-defined]
     for s in a.findall(scope, m.SimpleStatementLine()):
         if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
             continue
@@ -283,7 +316,7 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
         if rebound_unwrapped(a, name, anchor, s):
             continue  # the name holds a new, plain model now
         for node, kind in changes_in(a, s, name):
-            if kind in UNSAFE_AFTER_WRAP:
+            if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
                 out.append((node, kind))
         for c in a.findall(s, m.Call()):
             fname = dotted(c.func)
@@ -297,6 +330,9 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
         cls = a.class_of(afn)
         for meth in cls.body.body if cls is not None else []:
             if isinstance(meth, cst.FunctionDef) and meth is not afn and meth.name.value != "__init__":
+                callers = a.callers(meth)
+                if callers and all(a.function_of(c) is afn and a.pos[c].end.line <= aend for c in callers):
+                    continue  # set-up methods __init__ calls before the wrap
                 out.extend((n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
     seen: set[int] = set()
     uniq = []
@@ -305,6 +341,10 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
             seen.add(id(n))
             uniq.append((n, k))
     return uniq
+
+
+def _move_key(call: cst.Call) -> str:
+    return code(call.func.attr) + "(" + ", ".join(code(x) for x in call.args) + ")"  # type: ignore[attr-defined]
 
 
 def _training_end(a: Analysis, fn: cst.FunctionDef | None) -> int | None:
@@ -392,8 +432,6 @@ def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
 def container_models(a: Analysis) -> list[tuple[cst.Call, str]]:
     """Optimizers over a model held in a dict or list (`nets["G"].parameters()`): ddpify does not
     rewrite every use of a container's entry, so these are for a manual wrap."""
-    from ddpify.analysis import code
-
     out: list[tuple[cst.Call, str]] = []
     for call in a.optimizers.values():
         for c in a.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):

@@ -185,3 +185,35 @@ def test_trainer_instance_model_is_unwrapped_outside_the_class():
     """)
     assert "self.model = DDP(self.model" in r.source
     assert "trainer.model.module.state_dict()" in r.source and "trainer.model.module.out_features" in r.source
+
+
+def test_setup_method_called_in_init_moves_the_wrap_after_it():
+    r = convert("""
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(4, 1)
+                self._place_model()
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def _place_model(self):
+                self.model.to(device)
+                nn.init.normal_(self.model.weight)
+
+            def fit(self):
+                fit(self.model, self.opt)
+
+        Trainer().fit()
+    """)
+    assert "DDP036" not in codes(r)
+    assert line_of(r, "self.model = DDP(self.model") == line_of(r, "self._place_model()") + 1
+
+
+def test_same_placement_again_in_the_loop_is_not_a_late_change():
+    r = convert("""
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            model.to(device)
+            fit(model, opt, epochs=1)
+    """)
+    assert "DDP036" not in codes(r) and "model = DDP(model" in r.source

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The model's lifecycle on 2 GPUs (NCCL): `ddpify verify --nproc 2` on fixtures 50-57, whose wrap
+# The model's lifecycle on 2 GPUs (NCCL): `ddpify verify --nproc 2` on fixtures 50-58, whose wrap
 # now follows the last change to the model. GPU-only: a wrap before the move to the GPU raises
 # only with device_ids on GPUs, so 57 is also run as the converter of main 5a90351 wrote it
 # (wrap right after `Block()`, on the CPU): that run is expected to FAIL
@@ -8,7 +8,7 @@
 set -u
 R=$PWD; O=${1:-/tmp/lifecycle_gpu}; mkdir -p $O; T=$(mktemp -d); OLD=$(mktemp -d)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FIX="50_apply_init_after_move 51_trainer_move_in_init 52_finetune_frozen_backbone 53_compile_orig_mod 54_ema_swa_copies 55_reload_unwrapped_for_test 56_unused_head_no_grad 57_init_helper_before_move"
+FIX="50_apply_init_after_move 51_trainer_move_in_init 52_finetune_frozen_backbone 53_compile_orig_mod 54_ema_swa_copies 55_reload_unwrapped_for_test 56_unused_head_no_grad 57_init_helper_before_move 58_trainer_setup_freeze_ema"
 run() {  # log-name expect(PASS|FAIL) verify-args...
   local name=$1 want=$2; shift 2
   { echo "=== $name"; echo "\$ ddpify verify $*"; } > $T/$name.log
