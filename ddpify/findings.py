@@ -29,6 +29,7 @@ CODES: dict[str, str] = {
     "DDP035": "model never moved to a device: it stays on the CPU",
     "DDP036": "model changed where DDP cannot follow (in training, or later): not wrapped (blocking)",
     "DDP037": "parameters that may get no gradient: find_unused_parameters=True",
+    "DDP038": "model run through a list or dict that holds it: not wrapped (blocking)",
     "DDP040": "forward and loss run under torch.autocast",
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",

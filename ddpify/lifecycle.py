@@ -511,3 +511,41 @@ def instance_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, 
             if isinstance(asg.value, cst.Call) and (dotted(asg.value.func) or "").rsplit(".", 1)[-1] == cls.name.value:
                 out[f"{asg.targets[0].target.value}.{name[5:]}"] = asg
     return out
+
+
+def forward_through_container(a: Analysis, name: str) -> tuple[cst.CSTNode, str] | None:
+    """`nets = [encoder, decoder]` then `nets[0](x)` or `for net in nets: net(x)`: the container
+    keeps the module itself, so its forwards bypass a wrap of the name (no gradient sync), while
+    its state dicts need the plain module: no single wrap serves both. (The container assignment
+    and the forward through it, if any.)"""
+    for asg in a.assigns:
+        if not isinstance(asg, cst.Assign) or len(asg.targets) != 1:
+            continue
+        holder = dotted(asg.targets[0].target)
+        if holder is None or holder == name:
+            continue
+        held = [el for el in a.findall(asg.value, m.Name() | m.Attribute()) if dotted(el) == name and _is_element(a, el)]
+        if not held:
+            continue
+        for c in a.calls:
+            if isinstance(c.func, cst.Subscript) and dotted(c.func.value) == holder or dotted(c.func) == holder:
+                return asg, holder
+        for loop in a.fors:
+            if any(dotted(x) == holder for x in a.findall(loop.iter, m.Name() | m.Attribute())):
+                targets = {x.value for x in a.findall(loop.target, m.Name())}
+                if any(dotted(c.func) in targets for c in a.findall(loop.body, m.Call())):
+                    return asg, holder
+    return None
+
+
+MODULE_CONTAINERS = ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
+
+
+def _is_element(a: Analysis, node: cst.CSTNode) -> bool:
+    """node is held as it is: an element of a list, tuple, set or dict, or an argument of
+    nn.Sequential (a copy, as AveragedModel makes, is not)."""
+    par = a.parent.get(node)
+    if isinstance(par, (cst.Element, cst.DictElement)) and getattr(par, "value", None) is node:
+        return True
+    call = a.parent.get(par) if isinstance(par, cst.Arg) else None
+    return isinstance(call, cst.Call) and a.is_call(call, *MODULE_CONTAINERS)

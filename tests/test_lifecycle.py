@@ -217,3 +217,48 @@ def test_same_placement_again_in_the_loop_is_not_a_late_change():
             fit(model, opt, epochs=1)
     """)
     assert "DDP036" not in codes(r) and "model = DDP(model" in r.source
+
+
+def test_model_run_through_a_list_that_holds_it_is_blocking():
+    r = convert("""
+        encoder, decoder = nn.Linear(4, 2).to(device), nn.Linear(2, 1).to(device)
+        nets = [encoder, decoder]
+        opt = torch.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=1e-3)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = (nets[1](nets[0](x)) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+    """)
+    assert codes(r).count("DDP038") == 2 and "DDP(" not in r.source
+
+
+def test_list_only_read_after_training_keeps_the_wrap():
+    r = convert("""
+        encoder, decoder = nn.Linear(4, 2).to(device), nn.Linear(2, 1).to(device)
+        parts = {"enc": encoder, "dec": decoder}
+        ae = nn.Sequential(encoder, decoder)
+        opt = torch.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=1e-3)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = (decoder(encoder(x)) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+        for k, part in parts.items():
+            torch.save(part.state_dict(), k + ".pt")
+    """)
+    assert "DDP038" not in codes(r) and "encoder = DDP(encoder" in r.source and "decoder = DDP(decoder" in r.source
+
+
+def test_traces_and_graphs_take_the_plain_module():
+    r = convert("""
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter()
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        writer.add_graph(model, torch.randn(1, 4))
+        traced = torch.jit.trace(model, torch.randn(1, 4))
+    """)
+    assert "writer.add_graph(model.module, torch.randn(1, 4))" in r.source
+    assert "torch.jit.trace(model.module, torch.randn(1, 4))" in r.source

@@ -115,6 +115,10 @@ class WrappingTransform(Transform):
                 anchor = s
         if not ctx.editable(anchor):
             return
+        held = lifecycle.forward_through_container(a, name)
+        if held is not None:
+            ctx.finding(held[0], "DDP038", f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrap of `{name}` (no gradient sync), and its state dicts need the plain module: not wrapped; put the wrapped model in `{held[1]}` (DDP({name}, device_ids=[LOCAL_RANK])) and use .module for its state dict", False)
+            return
         late = lifecycle.late_changes(a, name, anchor)
         if late:
             for node, kind in late:
