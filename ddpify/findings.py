@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "DDP036": "model changed where DDP cannot follow (in training, or later): not wrapped (blocking)",
     "DDP037": "parameters that may get no gradient: find_unused_parameters=True",
     "DDP038": "model run through a list or dict that holds it: not wrapped (blocking)",
+    "DDP039": "model with every parameter frozen: not wrapped",
     "DDP040": "forward and loss run under torch.autocast",
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",

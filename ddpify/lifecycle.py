@@ -549,3 +549,29 @@ def _is_element(a: Analysis, node: cst.CSTNode) -> bool:
         return True
     call = a.parent.get(par) if isinstance(par, cst.Arg) else None
     return isinstance(call, cst.Call) and a.is_call(call, *MODULE_CONTAINERS)
+
+
+def fully_frozen(a: Analysis, name: str, stmts: list[cst.CSTNode]) -> cst.CSTNode | None:
+    """The statement among stmts (those up to the wrap) that freezes every parameter of the
+    model, and nothing after it unfreezes any: `name.requires_grad_(False)`, or `p.requires_grad
+    = False` for each p in `name.parameters()`. DDP refuses such a module."""
+    frozen = None
+    for stmt in stmts:
+        for node, kind in changes_in(a, stmt, name):
+            if kind != "freeze":
+                continue
+            if isinstance(node, cst.Call) and dotted(node.func) == f"{name}.requires_grad_":
+                pos, kw = call_args(node)
+                value = pos[0].value if pos else kw["requires_grad"].value if "requires_grad" in kw else None
+                frozen = node if m.matches(value, m.Name("False")) else None
+            elif isinstance(node, cst.Assign) and m.matches(node.value, m.Name("False")):
+                loop = a.ancestor(node, cst.For)
+                whole = loop is not None and m.matches(loop.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))) and dotted(loop.iter.func.value) == name  # type: ignore[attr-defined]
+                direct = whole and a.ancestor(node, cst.If, cst.For) is loop
+                frozen = node if direct else frozen
+            else:
+                frozen = None  # a part unfrozen again, or frozen by a rule
+    if frozen is None:
+        return None
+    later = [k for s in a.findall(a.function_of(frozen) or a.module, m.SimpleStatementLine()) if a.pos[s].start.line > a.pos[frozen].start.line for _, k in changes_in(a, s, name)]
+    return None if "freeze" in later else frozen

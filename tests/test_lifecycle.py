@@ -262,3 +262,32 @@ def test_traces_and_graphs_take_the_plain_module():
     """)
     assert "writer.add_graph(model.module, torch.randn(1, 4))" in r.source
     assert "torch.jit.trace(model.module, torch.randn(1, 4))" in r.source
+
+
+def test_fully_frozen_backbone_is_not_wrapped_and_the_head_is():
+    r = convert("""
+        torch.manual_seed(0)
+        backbone = nn.Linear(4, 8).to(device)
+        for p in backbone.parameters():
+            p.requires_grad = False
+        head = nn.Linear(8, 1).to(device)
+        opt = torch.optim.SGD(list(backbone.parameters()) + list(head.parameters()), lr=0.1)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = (head(backbone(x)) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+    """)
+    assert "DDP039" in codes(r) and "backbone = DDP(" not in r.source and "head = DDP(head" in r.source
+
+
+def test_partly_frozen_model_is_wrapped():
+    r = convert("""
+        model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1)).to(device)
+        for name, p in model.named_parameters():
+            if name.startswith("0."):
+                p.requires_grad = False
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+    """)
+    assert "DDP039" not in codes(r) and "model = DDP(model" in r.source

@@ -115,6 +115,10 @@ class WrappingTransform(Transform):
                 anchor = s
         if not ctx.editable(anchor):
             return
+        frozen = lifecycle.fully_frozen(a, name, body[body.index(bind) : body.index(anchor) + 1])
+        if frozen is not None:
+            ctx.finding(frozen, "DDP039", f"every parameter of `{name}` is frozen here, and DDP refuses a module with nothing to train: not wrapped (its weights must be the same on every rank: loaded, or built after the same seed)", True)
+            return
         held = lifecycle.forward_through_container(a, name)
         if held is not None:
             ctx.finding(held[0], "DDP038", f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrap of `{name}` (no gradient sync), and its state dicts need the plain module: not wrapped; put the wrapped model in `{held[1]}` (DDP({name}, device_ids=[LOCAL_RANK])) and use .module for its state dict", False)
