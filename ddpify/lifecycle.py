@@ -467,6 +467,8 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
     # what forward reaches, through the methods it calls on self
     reached: set[str] = set()
     no_grad: set[str] = set()
+    branch: set[str] = set()  # reached in forward only under an if (a head used on some steps)
+    always: set[str] = set()
     todo, seen = [forward], set()
     while todo:
         fn = todo.pop()
@@ -481,9 +483,25 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
                     todo.append(methods[d[5:]])
                 if any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for w in _withs_around(a, attr, fn) for i in w.items):
                     no_grad.add(d)
+                if fn is forward and _under_branch(a, attr, fn):
+                    branch.add(d)
+                elif fn is forward:
+                    always.add(d)
     why = [f"{d} is not used in forward" for d in owned if d not in reached]
     why += [f"{d} runs under torch.no_grad() in forward" for d in owned if d in no_grad]
+    why += [f"{d} is used in forward only under an if" for d in owned if d in branch and d not in always and d not in no_grad]
     return why
+
+
+def _under_branch(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> bool:
+    """node sits in an if (or a conditional expression) of fn, other than `if self.training`
+    (every training step takes that one)."""
+    cur = a.parent.get(node)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, (cst.If, cst.IfExp)) and dotted(cur.test) != "self.training":
+            return True
+        cur = a.parent.get(cur)
+    return False
 
 
 def _withs_around(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> list[cst.With]:

@@ -291,3 +291,29 @@ def test_partly_frozen_model_is_wrapped():
         fit(model, opt)
     """)
     assert "DDP039" not in codes(r) and "model = DDP(model" in r.source
+
+
+def test_head_used_on_some_steps_sets_find_unused_parameters():
+    r = convert("""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 8)
+                self.head = nn.Linear(8, 1)
+                self.aux = nn.Linear(8, 1)
+
+            def forward(self, x, use_aux=False):
+                h = self.body(x)
+                if self.training:
+                    h = h * 1.0
+                if use_aux:
+                    return self.aux(h)
+                return self.head(h)
+
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+    """)
+    f = next(f for f in r.findings if f.code == "DDP037")
+    assert "self.aux is used in forward only under an if" in f.message and "self.body" not in f.message
+    assert "find_unused_parameters=True)" in r.source
