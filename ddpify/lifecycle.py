@@ -2,10 +2,10 @@
 
 DDP broadcasts rank 0's parameters and fixes the set of parameters that need gradients when it
 is built, and refuses (on GPUs) a module that is not yet on its one device. So the wrap goes
-after the last statement that still changes the model (placement, initialisation, loaded
-weights, freezing, torch.compile, SyncBatchNorm, a new submodule) and before its first training
-forward. A change the wrap cannot be moved after (in the training loop, in a function called
-later) is reported, not guessed around. Every other use that needs the plain module (copies,
+after the last statement that still changes the model (placement, initialisation, freezing,
+torch.compile, SyncBatchNorm, a new submodule; loaded weights are the same on every rank and do
+not move it) and before its first training forward. A change the wrap cannot be moved after (in
+the training loop, in a function called later) is reported, not guessed around. Every other use that needs the plain module (copies,
 tracing, the model's own attributes) goes through `.module`, unless the name was bound again to
 an unwrapped model since.
 """
