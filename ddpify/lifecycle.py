@@ -219,8 +219,8 @@ def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
         if any(dotted(x.value) == param for x in c.args) and helper_effect(a, c, param, depth + 1)[0] == "use":
             return True
     for ret in a.findall(fn.body, m.Return()):
-        items = ret.value.elements if isinstance(ret.value, cst.Tuple) else [ret.value] if ret.value is not None else []
-        if any(dotted(getattr(x, "value", x)) == param for x in items):
+        items = [e.value for e in ret.value.elements] if isinstance(ret.value, cst.Tuple) else [ret.value] if ret.value is not None else []
+        if any(dotted(x) == param for x in items):
             return True  # model = prepare(model): the caller goes on with what it returns
     return False
 

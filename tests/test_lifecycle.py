@@ -317,3 +317,19 @@ def test_head_used_on_some_steps_sets_find_unused_parameters():
     f = next(f for f in r.findings if f.code == "DDP037")
     assert "self.aux is used in forward only under an if" in f.message and "self.body" not in f.message
     assert "find_unused_parameters=True)" in r.source
+
+
+def test_helper_called_before_and_after_the_wrap_gets_the_plain_module():
+    r = convert("""
+        def width(net):
+            return net.out_features
+
+        model = nn.Linear(4, 1)
+        print(width(model))
+        model.to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        print(width(model))
+    """)
+    assert r.source.index("print(width(model))") < r.source.index("model = DDP(model") < r.source.index("print(width(model.module))")
+    assert "net.module" not in r.source

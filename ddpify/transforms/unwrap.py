@@ -86,16 +86,24 @@ class UnwrapTransform(Transform):
         self._unwrap_at_callers(ctx)
 
     @staticmethod
-    def _passes_rebound(ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
-        """call hands on a wrapped name that holds a new, plain model by then."""
+    def _passes_plain(ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
+        """call hands on a wrapped name while it holds the plain model: before the wrap, or
+        bound again to a new model since."""
+        a = ctx.a
+        before = a.function_of(call) is a.function_of(anchor) and a.pos[call].start.line <= a.pos[anchor].end.line
         return any(
-            dotted(x.value) in ctx.wrapped and lifecycle.rebound_unwrapped(ctx.a, dotted(x.value), anchor, call)  # type: ignore[arg-type]
+            ctx.wrapped.get(dotted(x.value) or "") is anchor and (before or lifecycle.rebound_unwrapped(a, dotted(x.value), anchor, call))  # type: ignore[arg-type]
             for x in call.args
         )
 
+    @classmethod
+    def _passes_wrapped(cls, ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
+        a = ctx.a
+        return any(ctx.wrapped.get(dotted(x.value) or "") is anchor for x in call.args) and not cls._passes_plain(ctx, call, anchor)
+
     def _unwrap_at_callers(self, ctx: Context) -> None:
-        """A helper called with the wrapped model and, later, with a plain one (a model loaded
-        again for testing) gets the plain module from every caller."""
+        """A helper called with the wrapped model and with a plain one (before the wrap, or a
+        model loaded again for testing) gets the plain module from every caller."""
         a = ctx.a
         for fn in self._mixed:
             if any(a.function_of(s.stmt) is fn for s in a.steps):
@@ -143,7 +151,7 @@ class UnwrapTransform(Transform):
             # a function called only after the wrap
             if fn is not None:
                 callers = a.callers(fn)
-                if any(self._passes_rebound(ctx, c, anchor) for c in callers):
+                if any(self._passes_plain(ctx, c, anchor) for c in callers) and any(self._passes_wrapped(ctx, c, anchor) for c in callers):
                     self._mixed.add(fn)  # also gets a plain model: its callers unwrap instead
                     continue
                 if callers and all(a.pos[c].start.line > aend or a.function_of(c) is not afn for c in callers):
