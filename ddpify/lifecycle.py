@@ -467,8 +467,8 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
     # what forward reaches, through the methods it calls on self
     reached: set[str] = set()
     no_grad: set[str] = set()
-    branch: set[str] = set()  # reached in forward only under an if (a head used on some steps)
     always: set[str] = set()
+    sides: dict[str, set[tuple[int, bool]]] = {}
     todo, seen = [forward], set()
     while todo:
         fn = todo.pop()
@@ -483,25 +483,29 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
                     todo.append(methods[d[5:]])
                 if any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for w in _withs_around(a, attr, fn) for i in w.items):
                     no_grad.add(d)
-                if fn is forward and _under_branch(a, attr, fn):
-                    branch.add(d)
-                elif fn is forward:
-                    always.add(d)
+                if fn is forward:
+                    side = _branch_of(a, attr, fn)
+                    if side is None:
+                        always.add(d)
+                    elif (side[0], not side[1]) in sides.get(d, set()):
+                        always.add(d)  # in the if and in its else: every step
+                    else:
+                        sides.setdefault(d, set()).add(side)
     why = [f"{d} is not used in forward" for d in owned if d not in reached]
     why += [f"{d} runs under torch.no_grad() in forward" for d in owned if d in no_grad]
-    why += [f"{d} is used in forward only under an if" for d in owned if d in branch and d not in always and d not in no_grad]
+    why += [f"{d} is used in forward only under an if" for d in owned if d in sides and d not in always and d not in no_grad]
     return why
 
 
-def _under_branch(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> bool:
-    """node sits in an if (or a conditional expression) of fn, other than `if self.training`
-    (every training step takes that one)."""
-    cur = a.parent.get(node)
+def _branch_of(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> tuple[int, bool] | None:
+    """(id of the innermost if of fn around node, whether node is in its else); None outside any
+    if other than `if self.training` (every training step takes that one)."""
+    child, cur = node, a.parent.get(node)
     while cur is not None and cur is not fn:
-        if isinstance(cur, (cst.If, cst.IfExp)) and dotted(cur.test) != "self.training":
-            return True
-        cur = a.parent.get(cur)
-    return False
+        if isinstance(cur, (cst.If, cst.IfExp)) and dotted(cur.test) != "self.training" and child is not cur.test:
+            return id(cur), child is cur.orelse
+        child, cur = cur, a.parent.get(cur)
+    return None
 
 
 def _withs_around(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> list[cst.With]:

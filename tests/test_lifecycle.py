@@ -333,3 +333,20 @@ def test_helper_called_before_and_after_the_wrap_gets_the_plain_module():
     """)
     assert r.source.index("print(width(model))") < r.source.index("model = DDP(model") < r.source.index("print(width(model.module))")
     assert "net.module" not in r.source
+
+
+def test_function_reading_the_global_model_before_and_after_a_reload():
+    r = convert("""
+        def evaluate():
+            with torch.no_grad():
+                return model(torch.randn(2, 4)).sum().item() + model.out_features
+
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            fit(model, opt, epochs=1)
+            print(evaluate())
+        model = torch.load("whole_model.pt")
+        print(evaluate())
+    """)
+    assert 'getattr(model, "module", model).out_features' in r.source

@@ -25,6 +25,7 @@ class UnwrapTransform(Transform):
         if not ctx.wrapped:
             return
         self._mixed: set[cst.FunctionDef] = set()
+        self._either: set[cst.FunctionDef] = set()  # read the global model wrapped and plain
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
         self._aliases = lifecycle.instance_aliases(a, ctx.wrapped)
@@ -43,6 +44,12 @@ class UnwrapTransform(Transform):
             if not self._bound(a, bindings, fn, base, attr):
                 continue
             if not self._after_wrap(ctx, attr, base):
+                continue
+            if fn in self._either:
+                # a function reading the global model while it is the wrapper and, after it was
+                # bound again to a plain model, while it is not
+                ctx.edits.replace(attr, lambda n: n.with_changes(value=ctx.expr(f'getattr({code(n.value)}, "module", {code(n.value)})')))
+                ctx.finding(attr, "DDP033", f"{fn.name.value}() reads `{base}` both while it is wrapped and after it is bound again to a plain model: getattr({base}, \"module\", {base}).{attr.attr.value}", True)
                 continue
             ctx.edits.replace(attr, lambda n: n.with_changes(value=cst.Attribute(value=n.value, attr=cst.Name("module"))))
             if attr.attr.value in ("state_dict", "load_state_dict"):
@@ -151,6 +158,12 @@ class UnwrapTransform(Transform):
             # a function called only after the wrap
             if fn is not None:
                 callers = a.callers(fn)
+                if callers and not a._is_local(fn, base.split(".")[0]):
+                    rebound = [lifecycle.rebound_unwrapped(a, base, anchor, c) for c in callers]
+                    if all(rebound):
+                        continue  # reads the global model, only called once it was bound again to a plain one
+                    if any(rebound):
+                        self._either.add(fn)
                 if any(self._passes_plain(ctx, c, anchor) for c in callers) and any(self._passes_wrapped(ctx, c, anchor) for c in callers):
                     self._mixed.add(fn)  # also gets a plain model: its callers unwrap instead
                     continue
