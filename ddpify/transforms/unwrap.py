@@ -87,7 +87,10 @@ class UnwrapTransform(Transform):
                 base = dotted(arg.value)
                 if base is None or not self._bound(a, bindings, a.function_of(call), base, call) or not self._after_wrap(ctx, call, base):
                     continue
-                ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+                if a.function_of(call) in self._either:
+                    ctx.edits.replace(arg.value, lambda n: ctx.expr(f'getattr({code(n)}, "module", {code(n)})'))
+                else:
+                    ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
                 if not isinstance(call.func, cst.Name) or call.func.value != "getattr":  # (reported above)
                     ctx.finding(call, "DDP033", f"{code(call.func)}({base}) takes the plain model after wrapping: {base}.module", True)
         self._unwrap_at_callers(ctx)
@@ -105,7 +108,6 @@ class UnwrapTransform(Transform):
 
     @classmethod
     def _passes_wrapped(cls, ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
-        a = ctx.a
         return any(ctx.wrapped.get(dotted(x.value) or "") is anchor for x in call.args) and not cls._passes_plain(ctx, call, anchor)
 
     def _unwrap_at_callers(self, ctx: Context) -> None:
