@@ -350,3 +350,22 @@ def test_function_reading_the_global_model_before_and_after_a_reload():
         print(evaluate())
     """)
     assert 'getattr(model, "module", model).out_features' in r.source
+
+
+def test_syncbn_conversion_before_training_moves_the_wrap_and_after_it_blocks():
+    before = convert("""
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)).to(device)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+    """)
+    assert line_of(before, "model = DDP(model") == line_of(before, "convert_sync_batchnorm(model)") + 1
+    after = convert("""
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        fit(model, opt)
+    """)
+    f = next(f for f in after.findings if f.code == "DDP036")
+    assert "converts its BatchNorm layers" in f.message and "DDP(" not in after.source
