@@ -597,3 +597,19 @@ def fully_frozen(a: Analysis, name: str, stmts: list[cst.CSTNode]) -> cst.CSTNod
         return None
     later = [k for s in a.findall(a.function_of(frozen) or a.module, m.SimpleStatementLine()) if a.pos[s].start.line > a.pos[frozen].start.line for _, k in changes_in(a, s, name)]
     return None if "freeze" in later else frozen
+
+
+def discarded_outputs(a: Analysis, name: str) -> list[cst.CSTNode]:
+    """Training forwards of the model whose outputs are partly thrown away (`validity, _, _ =
+    D(x)` before a backward in the same block): the parameters behind the discarded ones get no
+    gradient from that loss."""
+    out: list[cst.CSTNode] = []
+    for step in a.steps:
+        body = list(step.block.body)  # type: ignore[attr-defined]
+        for s in body[: body.index(step.stmt)]:
+            for c in a.findall(s, m.Call()):
+                par = a.parent.get(c)
+                if dotted(c.func) == name and isinstance(par, cst.Assign) and isinstance(par.targets[0].target, (cst.Tuple, cst.List)):
+                    if any(isinstance(e.value, cst.Name) and e.value.value.strip("_") == "" for e in par.targets[0].target.elements):
+                        out.append(c)
+    return out

@@ -369,3 +369,27 @@ def test_syncbn_conversion_before_training_moves_the_wrap_and_after_it_blocks():
     """)
     f = next(f for f in after.findings if f.code == "DDP036")
     assert "converts its BatchNorm layers" in f.message and "DDP(" not in after.source
+
+
+def test_discarded_training_outputs_set_find_unused_parameters():
+    r = convert("""
+        class TwoOut(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(4, 1)
+                self.b = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.a(x), self.b(x)
+
+        model = TwoOut().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            opt.zero_grad()
+            out, _ = model(x)
+            loss = (out - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+    """)
+    f = next(f for f in r.findings if f.code == "DDP037")
+    assert "outputs of model(...) are discarded" in f.message and "find_unused_parameters=True)" in r.source

@@ -140,6 +140,9 @@ class WrappingTransform(Transform):
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
         unused = lifecycle.unused_parameters(a, bind)
+        dropped = lifecycle.discarded_outputs(a, name)
+        if dropped:
+            unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
         extra = ", find_unused_parameters=True" if unused else ""
         ctx.edits.after[anchor].append(
             ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None{extra})\n')
