@@ -86,6 +86,8 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP012",  # CUDA_VISIBLE_DEVICES left pinned: under torchrun every rank sees one GPU
     "DDP063",  # a rank-0-only tracker used on every rank
     "DDP064",  # a file write that cannot be guarded: every rank would write
+    "DDP036",  # the model changes after the wrap point in a way DDP cannot follow
+    "DDP038",  # the model runs through a container that holds it: not wrapped
 })
 SEVERITIES = ("blocking", "note")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify import lifecycle
+from ddpify.analysis import lifecycle
 from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
 

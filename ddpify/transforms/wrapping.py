@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify import lifecycle
+from ddpify.analysis import lifecycle
 from ddpify.analysis import call_args, dotted
 from ddpify.transforms.base import Context, Transform
 

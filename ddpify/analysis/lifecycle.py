@@ -17,7 +17,8 @@ import re
 import libcst as cst
 
 import ddpify.match as m
-from ddpify.analysis import Analysis, _flatten_targets, _inside, call_args, code, dotted
+from ddpify.analysis.core import Analysis
+from ddpify.analysis.tree import _flatten_targets, _inside, call_args, code, dotted
 
 OWN_CHANGE = re.compile(r"init|reset|freeze|prune|fuse|tie_weights", re.I)
 PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
@@ -245,7 +246,7 @@ def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
             if eff2 == "use":
                 return "use"
             change = change or eff2 == "change"
-    if change or any(k not in NEUTRAL for _, k in changes_in(a, stmt, name)):
+    if change or any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
         return "change"
     return None
 
@@ -307,6 +308,7 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
     aend = a.pos[anchor].end.line
     end = _training_end(a, afn)
     # `model.to(device)` again each epoch: the same placement, a no-op for DDP
+    parts = model_parts(a, name)  # `backbone` in `model = nn.Sequential(backbone, head)`
     placed = {_move_key(c) for c in a.findall(scope, m.Call(func=m.Attribute())) if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT}  # type: ignore[attr-defined]
     for s in a.findall(scope, m.SimpleStatementLine()):
         if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
@@ -315,9 +317,10 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
             continue  # training is over: the model is only evaluated, exported, ...
         if rebound_unwrapped(a, name, anchor, s):
             continue  # the name holds a new, plain model now
-        for node, kind in changes_in(a, s, name):
-            if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
-                out.append((node, kind))
+        for part in (name, *parts):
+            for node, kind in changes_in(a, s, part):
+                if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
+                    out.append((node, kind))
         for c in a.findall(s, m.Call()):
             fname = dotted(c.func)
             if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
@@ -341,6 +344,33 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
             seen.add(id(n))
             uniq.append((n, k))
     return uniq
+
+
+def model_parts(a: Analysis, name: str) -> list[str]:
+    """Modules the model is built from, held under names of their own: a change made through
+    `backbone` (freezing it, moving it) changes `model = nn.Sequential(backbone, head)` too."""
+    parts: list[str] = []
+    for asg in a.assigns:
+        if not isinstance(asg, cst.Assign) or asg.value is None:
+            continue
+        if not any(dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)):
+            continue
+        args = [x for c in a.findall(asg.value, m.Call()) for x in c.args]
+        for arg in args:
+            part = dotted(arg.value) if isinstance(arg.value, cst.Name) else None
+            if part and part != name and part not in parts and _is_module(a, part):
+                parts.append(part)
+    return parts
+
+
+def _is_module(a: Analysis, var: str) -> bool:
+    """var is bound to an nn module built in the script (torch.nn.X(...) or a class of its own)."""
+    for asg in a.assigns:
+        if isinstance(asg, cst.Assign) and isinstance(asg.value, cst.Call) and any(dotted(t.target) == var for t in asg.targets):
+            q = a.call_qualname(asg.value) or ""
+            if q.startswith("torch.nn.") or (dotted(asg.value.func) or "").rsplit(".", 1)[-1] in a.classes:
+                return True
+    return False
 
 
 def _move_key(call: cst.Call) -> str:
