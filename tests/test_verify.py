@@ -387,6 +387,36 @@ def test_stack_parsing_finds_the_collective_and_the_guarding_if(tmp_path):
     assert C._enclosing_rank_if(str(script), 7) is None
 
 
+def test_a_ddp_forward_inside_a_rank0_branch_is_named(tmp_path):
+    from ddpify.verify.runner import RunResult
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "def main(model, rank, x, dist):\n"
+        "    model(x).sum().backward()\n"
+        "    if rank == 0:\n"
+        "        model(x)\n"
+        "    dist.barrier()\n"
+    )
+    ddp = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/site-packages/torch/nn/parallel/distributed.py", line 1700 in _pre_forward\n'
+        '  File "/site-packages/torch/nn/parallel/distributed.py", line 1886 in forward\n'
+        f'  File "{script}", line 4 in main\n'
+    )
+    barrier = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        f'  File "{script}", line 5 in main\n'
+    )
+    run = RunResult("candidate", 2, tmp_path, hang={"ranks": [0, 1], "timeout": 20.0, "stacks": {0: ddp, 1: barrier}})
+    hang = C.check_hang(C.Context(run, None, 2, 6, str(script), timeout=20.0))
+    assert hang.status == C.FAIL
+    assert hang.cause.startswith(
+        "rank 0 waits in the DDP forward (buffer broadcast) at line 4, inside `if rank == 0:` (line 3)"
+    ), hang.cause
+
+
 def test_loop_left_by_break_and_the_guard_around_it(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

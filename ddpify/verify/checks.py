@@ -667,7 +667,6 @@ def _reached_lines(ctx: Context) -> set[int]:
 
 
 def check_saved(ctx: Context) -> Check:
-    recs = ctx.candidate.records
     base = _baseline_writes(ctx)
     cand = _candidate_writes(ctx)
     # 1. Every file the baseline wrote, the candidate wrote too (the same name, or one of the same

@@ -70,7 +70,6 @@ class Probe:
             "local_rank": self.local_rank,
             "world_size": self.world_size,
             "node": _env_int("GROUP_RANK", 0),
-            "cwd": os.getcwd(),
             "pid": os.getpid(),
             "t_start": time.time(),
             "status": "running",
@@ -172,7 +171,10 @@ class Probe:
         if full.startswith(("/dev/", "/proc/", "/sys/")):
             return None
         run_dir = os.path.realpath(RUN_DIR) if RUN_DIR else ""
-        cwd = os.path.realpath(os.getcwd())
+        try:
+            cwd = os.path.realpath(os.getcwd())
+        except OSError:  # the script removed its own working directory
+            cwd = "/nonexistent"
         # Under --nnodes each node's working directory lies in the run directory: its files are the script's.
         if run_dir and full.startswith(run_dir + os.sep) and not full.startswith(cwd + os.sep):
             return None
@@ -352,10 +354,11 @@ class Probe:
                 continue
             keys = {k: list(v.shape) for k, v in sd.items()}
             info = {"at": where, "keys": len(keys), "sample": list(keys)[:3], "verdict": "unknown"}
-            for model in models:
-                info.update(_compare_keys(keys, model))
-                if info["verdict"] != "unknown":
-                    break
+            # Several models (a GAN's two): judged against the one it fits best.
+            verdicts = [_compare_keys(keys, model) for model in models]
+            rank = {"loads": 0, "partial": 1, "module-prefix": 2, "mismatch": 3, "unknown": 4}
+            if verdicts:
+                info.update(min(verdicts, key=lambda v: (rank[v["verdict"]], v.get("n_missing", 0) + v.get("n_unexpected", 0) + len(v.get("shapes", [])))))
             out.append(info)
         return out
 
