@@ -159,7 +159,8 @@ def test_collective_in_rank0_branch_is_reported_as_a_hang(tmp_path):
 
 def test_uneven_batches_name_the_imbalance_and_the_rank_that_died_first(tmp_path):
     """Rank 1 (7 batches) reaches the epoch's all_reduce while rank 0 (9) is in a gradient all-reduce:
-    gloo aborts rank 1 in C++ (SIGABRT); rank 0 then sees "connection reset by peer"."""
+    gloo aborts rank 1 in C++ (SIGABRT); rank 0 then sees "connection reset by peer" (or torchrun
+    stops it before)."""
     outcome, text = _verify(tmp_path, "uneven_batches.py", steps=10)
     assert outcome.exit_code == 1, text
     checks = {c.name: c for c in outcome.checks}
@@ -168,7 +169,8 @@ def test_uneven_batches_name_the_imbalance_and_the_rank_that_died_first(tmp_path
     assert "DistributedSampler" in checks["even-batches"].cause
     cause = checks["ranks"].cause
     assert cause.startswith("rank 1 failed first, at step 7: aborted (SIGABRT) in C++ code, in all_reduce at uneven_batches.py:55"), cause
-    assert "(then rank 0 failed: RuntimeError:" in cause and "see even-batches" in cause
+    # Rank 0 then either fails on its own ("connection reset by peer") or is stopped by torchrun first.
+    assert "see even-batches" in cause and "rank 0 failed first" not in cause
     assert checks["loss"].status == C.NA  # a crashed run has no loss curve to pass
     assert outcome.document["candidate"]["exits"][1]["signal"] == "SIGABRT"
     _assert_nothing_survives(outcome.document)

@@ -41,7 +41,8 @@ PY
 v() {  # NAME verify-args...
   local name=$1; shift
   echo "\$ ddpify verify $*" > "$T/$name.log"
-  ( cd "$W" && timeout 400 python3 -m ddpify.verify "$@" --json "$T/$name.json" ) >> "$T/$name.log" 2>&1
+  # --json before the script: what follows `--` goes to the script.
+  ( cd "$W" && timeout 400 python3 -m ddpify.verify --json "$T/$name.json" "$@" ) >> "$T/$name.log" 2>&1
   echo "exit status $?" >> "$T/$name.log"
 }
 R=$PWD
