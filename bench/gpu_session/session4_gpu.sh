@@ -9,7 +9,7 @@ set -u
 PART=$1; O=$2; mkdir -p "$O"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{ date -u; nvidia-smi -L; python3 -c 'import torch, libcst; print("torch", torch.__version__, "libcst", libcst.__version__)'; } > "$O/000_machine.log" 2>&1
+{ date -u; nvidia-smi -L; python3 -c 'import torch, libcst._version as v; print("torch", torch.__version__, "libcst", v.__version__)'; } > "$O/000_machine.log" 2>&1
 fargs() { [ -f fixtures/$1/args.txt ] && echo -- $(cat fixtures/$1/args.txt); }
 if [ "$PART" = 1 ]; then
   mkdir -p "$O/lifecycle"
