@@ -60,16 +60,6 @@ def rank0_decides(flag):
     {dist}.broadcast(DECISION, src=0)
     return bool(DECISION.item())
 '''
-# A gloo thread that frees the last reference to a finished collective (its thread-local state
-# holds a Python object since torch 2.13's backward) needs the GIL; if the script ends before it gets
-# it, Python ends that thread during finalization and the process aborts (bench/teardown/). Waiting
-# on one more collective releases the GIL while the gloo threads must get through their queue lock;
-# its tensor is a module-level name, so Python owns it until finalization.
-TEARDOWN = [
-    "ddp_done = {torch}.zeros(1, device=LOCAL_DEVICE)",
-    "{dist}.all_reduce(ddp_done)  # ddpify: gloo's threads finish their work before the interpreter exits",
-    "{dist}.destroy_process_group()",
-]
 
 
 class LaunchTransform(Transform):
@@ -126,7 +116,7 @@ class LaunchTransform(Transform):
         dist = ctx.name("dist")
         guard = a.main_guard
         setup = ctx.stmt("ddp_setup()\n")
-        destroy = [ctx.stmt(line.format(torch=ctx.name("torch"), dist=dist) + "\n") for line in TEARDOWN]
+        destroy = ctx.stmt(f"{dist}.destroy_process_group()\n")
         if guard is not None and not self._module_level_work(ctx, guard):
             ctx.edits.prepend[guard].append(setup)
             body = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
@@ -134,7 +124,7 @@ class LaunchTransform(Transform):
             if last is not None and self._exits(last):
                 self._exit_after_destroy(ctx, last, destroy)
             else:
-                ctx.edits.append[guard].extend(destroy)
+                ctx.edits.append[guard].append(destroy)
             ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
             return
         if prelude is not None:
@@ -143,9 +133,7 @@ class LaunchTransform(Transform):
         if self._exits(last):
             self._exit_after_destroy(ctx, last, destroy)
         else:
-            if not isinstance(last, cst.SimpleStatementLine):
-                destroy[0] = destroy[0].with_changes(leading_lines=[cst.EmptyLine()])
-            ctx.edits.after[last].extend(destroy)
+            ctx.edits.after[last].append(destroy.with_changes(leading_lines=[cst.EmptyLine()]) if not isinstance(last, cst.SimpleStatementLine) else destroy)
         ctx.finding(last, "DDP003", "process group destroyed when training ends", True)
 
     def _exit_after_destroy(self, ctx: Context, last: cst.SimpleStatementLine, destroy) -> None:
@@ -153,10 +141,10 @@ class LaunchTransform(Transform):
         call = last.body[0].value
         arg = call.args[0].value if call.args else None
         if arg is None:
-            ctx.edits.before[last].extend(destroy)
+            ctx.edits.before[last].append(destroy)
             return
         ctx.edits.before[last].append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("exit_status"))], arg)]))
-        ctx.edits.before[last].extend(destroy)
+        ctx.edits.before[last].append(destroy)
         ctx.edits.replace(arg, cst.Name("exit_status"))
 
     @staticmethod
