@@ -8,9 +8,10 @@ while the rank runs straight to the end of the script holding the GIL.
 Each run does 20 all-reduces the way backward does (stash a Python object in the thread-local
 state, collective, remove), then ends; --last-allreduce adds the last all_reduce that was tried as a
 teardown and reverted (it does not prevent the abort), --no-destroy leaves out
-destroy_process_group (which happens to give the GIL away here).
+destroy_process_group (which happens to give the GIL away here), --sleep sleeps 0.2 s at the end.
 """
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -25,5 +26,7 @@ for _ in range(20):
 if "--last-allreduce" in sys.argv:
     ddp_done = torch.zeros(1)
     dist.all_reduce(ddp_done)  # the reverted teardown
+if "--sleep" in sys.argv:
+    time.sleep(0.2)  # the GIL and the CPU are free for gloo's threads
 if "--no-destroy" not in sys.argv:
     dist.destroy_process_group()
