@@ -50,11 +50,15 @@ def ddp_setup():
 DECIDES = '''\
 
 
+# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: abort at exit).
+DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
+
+
 def rank0_decides(flag):
     """Every rank follows rank 0's decision, so no rank leaves a loop alone."""
-    decision = {torch}.tensor([int(bool(flag))], device=LOCAL_DEVICE)
-    {dist}.broadcast(decision, src=0)
-    return bool(decision.item())
+    DECISION.fill_(int(bool(flag)))
+    {dist}.broadcast(DECISION, src=0)
+    return bool(DECISION.item())
 '''
 
 SHARD = '''\
