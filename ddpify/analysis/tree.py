@@ -204,3 +204,16 @@ class TreeMixin:
 
     def scope_key(self, node: cst.CSTNode) -> cst.CSTNode:
         return self.function_of(node) or self.module
+
+
+def _path(node: cst.CSTNode | None) -> str | None:
+    """dotted() that also goes through subscripts: `model.blocks[0].attn` -> "model.blocks.[].attn"."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _path(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    if isinstance(node, cst.Subscript):
+        base = _path(node.value)
+        return f"{base}.[]" if base else None
+    return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis import lifecycle
+from ddpify.analysis import model_uses
 from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
 
@@ -28,7 +28,7 @@ class UnwrapTransform(Transform):
         self._either: set[cst.FunctionDef] = set()  # read the global model wrapped and plain
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
-        self._aliases = lifecycle.instance_aliases(a, ctx.wrapped)
+        self._aliases = model_uses.instance_aliases(a, ctx.wrapped)
         for alias, asg in self._aliases.items():
             bindings.setdefault(a.function_of(asg), set()).add(alias)  # type: ignore[arg-type]
         for attr in a.attributes:
@@ -83,7 +83,7 @@ class UnwrapTransform(Transform):
         for call in a.calls:
             if not ctx.editable(call):
                 continue
-            for arg in lifecycle.plain_module_args(a, call):
+            for arg in model_uses.plain_module_args(a, call):
                 base = dotted(arg.value)
                 if base is None or not self._bound(a, bindings, a.function_of(call), base, call) or not self._after_wrap(ctx, call, base):
                     continue
@@ -102,7 +102,7 @@ class UnwrapTransform(Transform):
         a = ctx.a
         before = a.function_of(call) is a.function_of(anchor) and a.pos[call].start.line <= a.pos[anchor].end.line
         return any(
-            ctx.wrapped.get(dotted(x.value) or "") is anchor and (before or lifecycle.rebound_unwrapped(a, dotted(x.value), anchor, call))  # type: ignore[arg-type]
+            ctx.wrapped.get(dotted(x.value) or "") is anchor and (before or model_uses.rebound_unwrapped(a, dotted(x.value), anchor, call))  # type: ignore[arg-type]
             for x in call.args
         )
 
@@ -123,7 +123,7 @@ class UnwrapTransform(Transform):
                     anchor = ctx.wrapped.get(name or "")
                     if anchor is None or not ctx.editable(call) or a.function_of(call) is not a.function_of(anchor):
                         continue
-                    if a.pos[call].start.line <= a.pos[anchor].end.line or lifecycle.rebound_unwrapped(a, name, anchor, call):  # type: ignore[arg-type]
+                    if a.pos[call].start.line <= a.pos[anchor].end.line or model_uses.rebound_unwrapped(a, name, anchor, call):  # type: ignore[arg-type]
                         continue
                     ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
                     ctx.finding(call, "DDP033", f"{fn.name.value}() also gets a plain model later: it gets {name}.module here", True)
@@ -144,7 +144,7 @@ class UnwrapTransform(Transform):
         if made is not None:  # trainer.model: wrapped once trainer is built
             return a.function_of(made) is a.function_of(node) and line > a.pos[made].end.line
         anchors = [s for n, s in ctx.wrapped.items() if n == base or base.startswith(n + ".")] or list(ctx.wrapped.values())
-        if any(lifecycle.rebound_unwrapped(a, base, s, node) for s in anchors):
+        if any(model_uses.rebound_unwrapped(a, base, s, node) for s in anchors):
             return False  # model = Net(); model.load_state_dict(best): a new, plain model
         fn = a.function_of(node)
         for anchor in anchors:
@@ -161,7 +161,7 @@ class UnwrapTransform(Transform):
             if fn is not None:
                 callers = a.callers(fn)
                 if callers and not a._is_local(fn, base.split(".")[0]):
-                    rebound = [lifecycle.rebound_unwrapped(a, base, anchor, c) for c in callers]
+                    rebound = [model_uses.rebound_unwrapped(a, base, anchor, c) for c in callers]
                     if all(rebound):
                         continue  # reads the global model, only called once it was bound again to a plain one
                     if any(rebound):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import lifecycle
+from ddpify.analysis import gradients, lifecycle, model_uses
 from ddpify.analysis import call_args, dotted
 from ddpify.transforms.base import Context, Transform
 
@@ -19,7 +19,7 @@ class WrappingTransform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         dp_stmts = self._replace_dataparallel(ctx)
-        held = lifecycle.container_models(a)
+        held = model_uses.container_models(a)
         for call, what in held:
             ctx.finding(call, "DDP034", f"the model `{what}` is held in a dict or list: wrap each trained one by hand after its last change, {what} = DDP({what}, device_ids=[LOCAL_RANK]), and use {what}.module where the plain model is needed", False)
         if not a.models:
@@ -116,11 +116,11 @@ class WrappingTransform(Transform):
         if not ctx.editable(anchor):
             ctx.skipped_here(anchor, f"`{name}` not wrapped in DistributedDataParallel: the ranks would train unsynchronised copies", blocking=True)
             return
-        frozen = lifecycle.fully_frozen(a, name, body[body.index(bind) : body.index(anchor) + 1])
+        frozen = gradients.fully_frozen(a, name, body[body.index(bind) : body.index(anchor) + 1])
         if frozen is not None:
             ctx.finding(frozen, "DDP039", f"every parameter of `{name}` is frozen here, and DDP refuses a module with nothing to train: not wrapped (its weights must be the same on every rank: loaded, or built after the same seed)", True)
             return
-        held = lifecycle.forward_through_container(a, name)
+        held = model_uses.forward_through_container(a, name)
         if held is not None:
             ctx.finding(held[0], "DDP038", f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrap of `{name}` (no gradient sync), and its state dicts need the plain module: not wrapped; put the wrapped model in `{held[1]}` (DDP({name}, device_ids=[LOCAL_RANK])) and use .module for its state dict", False)
             return
@@ -140,8 +140,8 @@ class WrappingTransform(Transform):
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if LOCAL_DEVICE.type == "cuda" else {name}\n'
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
-        unused = lifecycle.unused_parameters(a, bind)
-        dropped = lifecycle.discarded_outputs(a, name)
+        unused = gradients.unused_parameters(a, bind)
+        dropped = gradients.discarded_outputs(a, name)
         if dropped:
             unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
         extra = ", find_unused_parameters=True" if unused else ""
