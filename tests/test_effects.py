@@ -265,3 +265,9 @@ def test_archive_opened_for_writing_goes_to_devnull_elsewhere(line, path):
 def test_io_open_for_writing_goes_to_devnull_elsewhere():
     res = convert(LOOP + 'import io\nwith io.open("notes.txt", "w") as f:\n    f.write("x")\n')
     assert 'io.open("notes.txt" if RANK == 0 else os.devnull, "w")' in res.source
+
+
+def test_tracker_used_through_an_attribute_chain_is_reported():
+    # seen on a real script: `experiment.config.update(...)` on every rank with experiment None there
+    res = convert(TRACKED.format(use="writer.file_writer.flush()"))
+    assert "DDP063" in codes(res)

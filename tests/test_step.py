@@ -278,3 +278,11 @@ def test_legacy_setup_already_device_aware_is_left_alone():
     src = src.replace('default="nccl"', 'default="nccl" if torch.cuda.is_available() else "gloo"')
     result = convert_source(src, CPU_OK)
     assert "DDP013" not in " ".join(f.format("x") for f in result.findings if "set_device" in f.message or "backend" in f.message)
+
+
+def test_old_autocast_positional_enabled_becomes_a_keyword():
+    # torch.cuda.amp.autocast(flag): flag is `enabled`; torch.autocast's second parameter is dtype
+    src = MANUAL.replace("import torch\n", "import torch\nuse_amp = False\n", 1)
+    body = "with torch.cuda.amp.autocast(use_amp):\n    pass\n"
+    result = convert_source(src + body, CPU_OK)
+    assert 'torch.autocast("cuda", enabled=use_amp)' in result.source

@@ -131,10 +131,25 @@ class PrecisionTransform(Transform):
                 continue
             if a.is_call(call, "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"):
                 dev = '"cuda"' if a.is_call(call, "torch.cuda.amp.autocast") else '"cpu"'
-                ctx.edits.replace(call, lambda n, dev=dev: n.with_changes(func=ctx.expr("torch.autocast"), args=[cst.Arg(ctx.expr(dev), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if n.args else cst.MaybeSentinel.DEFAULT), *n.args]))
+                ctx.edits.replace(call, lambda n, dev=dev: n.with_changes(func=ctx.expr("torch.autocast"), args=[cst.Arg(ctx.expr(dev), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if n.args else cst.MaybeSentinel.DEFAULT), *_as_keywords(n.args)]))
                 ctx.require("torch")
                 ctx.finding(call, "DDP042", f"torch.{'cuda' if 'cuda' in dev else 'cpu'}.amp.autocast is deprecated: torch.autocast({dev}, ...)", True)
             elif a.is_call(call, "torch.cuda.amp.GradScaler"):
                 ctx.edits.replace(call, lambda n: n.with_changes(func=ctx.expr("torch.amp.GradScaler"), args=[cst.Arg(ctx.expr('"cuda"'), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if n.args else cst.MaybeSentinel.DEFAULT), *n.args]))
                 ctx.require("torch")
                 ctx.finding(call, "DDP042", 'torch.cuda.amp.GradScaler is deprecated: torch.amp.GradScaler("cuda", ...)', True)
+
+
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled) by position; torch.autocast takes
+# (device_type, dtype, enabled, ...): kept positional, `enabled` would land on dtype.
+_OLD_AUTOCAST_ARGS = ("enabled", "dtype", "cache_enabled")
+
+
+def _as_keywords(args) -> list[cst.Arg]:
+    out = []
+    for i, arg in enumerate(args):
+        if arg.keyword is None and not arg.star and i < len(_OLD_AUTOCAST_ARGS):
+            arg = arg.with_changes(keyword=cst.Name(_OLD_AUTOCAST_ARGS[i]), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        out.append(arg)
+    return out

@@ -82,7 +82,10 @@ class Rank0Transform(Transform):
         if not names:
             return
         for attr in a.attributes:
-            base = dotted(attr.value)
+            root = attr.value
+            while isinstance(root, cst.Attribute):  # run.config.update(...): the tracker is `run`
+                root = root.value
+            base = dotted(root)
             if base not in names or not ctx.editable(attr) or isinstance(a.parent.get(attr), cst.Attribute):
                 continue
             fn = a.function_of(attr)
