@@ -1,7 +1,8 @@
 """ddpify's command line: `ddpify PATH...` rewrites files in place, like black and ruff.
 
 Exit codes: 0 success or nothing to do; 1 a file would change (--check); 2 a file could not be read,
-parsed or converted (the other files are still processed). `ddpify verify ...` and
+parsed or converted, or was refused because a blocking finding remains (the other files are
+still processed). `ddpify verify ...` and
 `ddpify launch ...` are dispatched to their own commands.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import json
 import os
 import re
 import sys
@@ -54,18 +56,21 @@ class Job:
     options: Options | None = None
     error: str | None = None  # found while collecting paths: reported as is
     stdin: bool = False
+    passthrough: bool = False  # stdin excluded by --force-exclude: echoed unchanged, like black
 
 
 @dataclass
 class Report:
     path: str
-    outcome: str = "unchanged"  # changed | unchanged | error
+    outcome: str = "unchanged"  # changed | unchanged | refused | error
     status: str = ""  # the converter's status, or empty / generated
-    # (kind, text): kind is error | note | fixed | finding (fixed findings are hidden by --quiet)
+    # (kind, text): kind is error | blocking | note | fixed | finding; --quiet shows error and blocking
     messages: list[tuple[str, str]] = field(default_factory=list)
     diff: str = ""
     stdout: bytes | None = None
     stdin: bool = False
+    findings: list = field(default_factory=list)  # Finding objects, for --output-format json
+    blocked: bool = False  # a blocking finding remains (refused, or written anyway with --partial)
 
     def fail(self, text: str) -> None:
         self.outcome = "error"
@@ -147,8 +152,23 @@ def _convert(src: SourceFile, options: Options, path: str, report: Report) -> by
         where = f"{path}:{exc.line}:{exc.col}" if exc.line else path
         raise _Failed(f"{where}: error: {exc.message}") from None
     report.status = result.status
-    for finding in sorted(result.findings):
-        report.messages.append(("fixed" if finding.fixed else "finding", finding.format(path)))
+    report.findings = sorted(result.findings)
+    for finding in report.findings:
+        kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+        report.messages.append((kind, finding.format(path)))
+    if result.blocking:
+        report.blocked = True
+        n = len(result.blocking)
+        what = f"{n} blocking finding{'' if n == 1 else 's'}"
+        if result.status == "refused":
+            kept = "the input was echoed unchanged" if report.stdin else "the file was left unchanged"
+            report.messages.append(("blocking", (
+                f"{path}: refused: {what} above would make the output a wrong DDP program, so {kept}. "
+                "Fix them by hand, suppress one with `# ddpify: ignore[CODE]` on its line, "
+                "or write the partial conversion with --partial."
+            )))
+        else:
+            report.messages.append(("blocking", f"{path}: converted with --partial: {what} above still need(s) a hand fix"))
     if result.status == "generated":
         report.messages.append(("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged"))
     out = fileio.encode_source(src, result.source)
@@ -174,6 +194,12 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
     if job.error is not None:
         report.fail(job.error)
         return report
+    if job.passthrough:
+        data = stdin_data if stdin_data is not None else sys.stdin.buffer.read()
+        report.status = "excluded"
+        if settings.write:
+            report.stdout = data
+        return report
     data = b""
     try:
         if job.stdin:
@@ -185,7 +211,7 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
         src = fileio.decode_source(data)
         out = _convert(src, job.options or Options(), job.path, report)
         changed = out != src.data
-        report.outcome = "changed" if changed else "unchanged"
+        report.outcome = "changed" if changed else "refused" if report.status == "refused" else "unchanged"
         if settings.diff and changed:
             encoding = src.encoding
             report.diff = unified_diff(src.data.decode(encoding), out.decode(encoding), job.path)
@@ -208,7 +234,7 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
             f"{job.path}: error: internal error ({type(exc).__name__}: {exc}); "
             "the file was left unchanged. Please report this bug."
         )
-    if report.outcome == "error" and job.stdin and settings.write:
+    if report.outcome in ("error", "refused") and job.stdin and settings.write:
         report.stdout = data  # echo the input so `ddpify - < a > b` never loses code
     return report
 
@@ -258,7 +284,9 @@ def collect(
             if "-" not in jobs:
                 try:
                     cfg = config_for(stdin_filename) if stdin_filename else config_for(None)
-                    jobs["-"] = Job(stdin_filename or "-", options=cfg.options(**overrides), stdin=True)
+                    excluded = bool(stdin_filename) and (force_exclude or cfg.force_exclude) and (
+                        matches_any(stdin_filename, cli_exclude, cwd) or cfg.excludes(stdin_filename))
+                    jobs["-"] = Job(stdin_filename or "-", options=cfg.options(**overrides), stdin=True, passthrough=excluded)
                 except ConfigError as exc:
                     jobs["-"] = Job(stdin_filename or "-", error=f"{exc}", stdin=True)
             continue
@@ -310,32 +338,38 @@ def _plural(n: int, word: str = "file") -> str:
 def summary(reports: list[Report], settings: Settings) -> str:
     changed = sum(r.outcome == "changed" for r in reports)
     unchanged = sum(r.outcome == "unchanged" for r in reports)
+    refused = sum(r.outcome == "refused" for r in reports)
+    partial = sum(r.outcome == "changed" and r.blocked for r in reports)
     failed = sum(r.outcome == "error" for r in reports)
     parts = []
     if settings.write:
         if changed:
-            parts.append(f"{_plural(changed)} converted")
+            parts.append(f"{_plural(changed)} converted" + (f" ({partial} partially, with --partial)" if partial else ""))
         if unchanged:
             parts.append(f"{_plural(unchanged)} left unchanged")
+        if refused:
+            parts.append(f"{_plural(refused)} refused (blocking findings)")
         if failed:
             parts.append(f"{_plural(failed)} failed to convert")
     else:
         if changed:
-            parts.append(f"{_plural(changed)} would be converted")
+            parts.append(f"{_plural(changed)} would be converted" + (f" ({partial} partially, with --partial)" if partial else ""))
         if unchanged:
             parts.append(f"{_plural(unchanged)} would be left unchanged")
+        if refused:
+            parts.append(f"{_plural(refused)} would be refused (blocking findings)")
         if failed:
             parts.append(f"{_plural(failed)} would fail to convert")
     return ", ".join(parts) + "."
 
 
-def run_command(path: str) -> str | None:
-    """The command that runs a converted script on every GPU of this machine (None until the launcher lands)."""
-    try:
-        from ddpify.launcher import single_node_command
-    except ImportError:
-        return None
-    return single_node_command(path, [])
+def run_commands(path: str) -> list[str]:
+    """The lines that run a converted script on this machine: one process per GPU, or on CPUs."""
+    from ddpify.launcher import single_node_command
+
+    # torchrun's "gpu" fails where there is no GPU: the CPU line (gloo) says how many instead.
+    return [f"{single_node_command(path, [])}  (one process per GPU)",
+            f"{single_node_command(path, [], nproc='2')}  (no GPU: 2 processes, gloo)"]
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -347,11 +381,17 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--diff", is_flag=True, help="Print a unified diff of the changes; write nothing.")
 @click.option("--color/--no-color", default=None, help="Color the diff [default: when stdout is a terminal].")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Files converted in parallel (0: one per CPU).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors and findings that need a manual fix.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors and blocking findings (what needs a hand fix).")
+@click.option("--partial", is_flag=True, help="Write the conversion even when a blocking finding remains (still exits 2).")
+@click.option("--ignore", "ignore", multiple=True, metavar="CODES", help="Never report these codes (comma-separated; adds to [tool.ddpify] ignore).")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON document on stdout with every file's outcome and findings (severity, code, line, col).")
+@click.option("--json", "json_flag", is_flag=True, help="Same as --output-format json.")
 @click.option("--amp", type=click.Choice(AMP_CHOICES), default=None, help="Mixed precision to add [default: auto].")
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="Convert BatchNorm to SyncBatchNorm [default: no].")
 @click.option("--shard-eval/--no-shard-eval", default=None, help="Shard evaluation loaders too [default: no].")
+@click.option("--writers", multiple=True, metavar="FUNC", help="A function that writes files (mylib.dump_results): rank 0 alone calls it; repeatable (overrides [tool.ddpify] writers).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
@@ -367,22 +407,33 @@ def convert_command(
     opt_level: str | None,
     sync_bn: bool | None,
     shard_eval: bool | None,
+    writers: tuple[str, ...],
     exclude: tuple[str, ...],
     force_exclude: bool,
     stdin_filename: str | None,
+    partial: bool,
+    ignore: tuple[str, ...],
+    output_format: str,
+    json_flag: bool,
 ) -> None:
     """Convert single-GPU PyTorch training scripts to DistributedDataParallel, in place.
 
     PATHS are files or directories (recursed into for *.py); `-` reads stdin and writes to stdout.
-    Exit status: 0 success, 1 a file would change (--check), 2 a file could not be converted.
+    Exit status: 0 success, 1 a file would change (--check), 2 a file could not be converted or
+    was refused (a blocking finding remains: the output would not be a correct DDP program).
     """
     if not paths:
         sys.exit(0)
+    as_json = json_flag or output_format == "json"
     find_config.cache_clear()
     settings = Settings(check=check, diff=diff)
+    if as_json and settings.write and "-" in paths:
+        raise click.UsageError("--output-format json writes JSON to stdout: with `-`, add --check or --diff")
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval}
+    codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
+    overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval,
+                 "partial": partial or None, "ignore": codes or None, "writers": writers or None}
     job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
     for w in warns:
         if not quiet:
@@ -393,11 +444,14 @@ def convert_command(
             fileio.clean_stale_temps(d)
 
     reports = _run(job_list, settings, jobs)
-    for report in reports:
-        _print_report(report, settings, quiet, color)
-    if reports and not quiet:
-        click.echo(summary(reports, settings), err=True)
-    if any(r.outcome == "error" for r in reports):
+    if as_json:
+        click.echo(json.dumps(json_document(reports, settings), indent=2))
+    else:
+        for report in reports:
+            _print_report(report, settings, quiet, color)
+        if reports and not quiet:
+            click.echo(summary(reports, settings), err=True)
+    if any(r.outcome == "error" or r.blocked for r in reports):
         sys.exit(2)
     if check and any(r.outcome == "changed" for r in reports):
         sys.exit(1)
@@ -428,15 +482,33 @@ def _print_report(report: Report, settings: Settings, quiet: bool, color: bool) 
         sys.stdout.buffer.write(report.stdout)
         sys.stdout.buffer.flush()
     for kind, text in report.messages:
-        if quiet and kind in ("fixed", "note"):
+        if quiet and kind not in ("error", "blocking"):
             continue
         click.echo(text, err=True)
     if report.outcome == "changed" and not quiet:
         click.echo(f"{'converted' if settings.write else 'would convert'} {report.path}", err=True)
         if settings.write and not report.stdin:
-            cmd = run_command(report.path)
-            if cmd:
-                click.echo(f"  run it with: {cmd}", err=True)
+            first, *rest = run_commands(report.path)
+            click.echo(f"  run it with: {first}", err=True)
+            for line in rest:
+                click.echo(f"           or: {line}", err=True)
+
+
+def json_document(reports: list[Report], settings: Settings) -> dict:
+    """--output-format json: every file's outcome, findings and errors, for editors and CI."""
+    files = []
+    for r in reports:
+        files.append({
+            "path": r.path,
+            "outcome": r.outcome,  # changed | unchanged | refused | error
+            "status": r.status,
+            "blocking": r.blocked,
+            "findings": [f.to_dict() for f in r.findings],
+            "errors": [text for kind, text in r.messages if kind == "error"],
+            **({"diff": r.diff} if r.diff else {}),
+        })
+    return {"version": __version__, "mode": "write" if settings.write else "check" if settings.check else "diff",
+            "files": files, "summary": summary(reports, settings)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,11 +10,14 @@ The closest pyproject.toml that has a [tool.ddpify] table, walking up from the f
     opt-level = "O1"        # apex only
     exclude = ["legacy/", "**/gen_*.py"]
     force-exclude = false   # also exclude matching files named on the command line
+    ignore = ["DDP027"]     # codes never reported (so never blocking), like ruff's ignore
+    writers = ["mylib.io.dump_results"]  # functions that write files: rank 0 alone calls them
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -30,7 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     except ImportError:
         tomllib = None
 
-_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude"}
+_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers"}
 
 
 class ConfigError(Exception):
@@ -50,7 +53,10 @@ class Config:
     def options(self, **overrides) -> Options:
         """Options from this config; overrides that are not None win (the command line)."""
         values = dict(self.values)
+        extra = overrides.get("ignore") or ()
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if extra:  # --ignore adds to the config's list, like ruff's --extend-ignore
+            values["ignore"] = tuple(self.values.get("ignore", ())) + tuple(extra)
         return Options(**values)
 
     def excludes(self, path: str) -> bool:
@@ -105,6 +111,16 @@ def _parse_table(path: str, table: dict) -> Config:
     for key in ("sync-bn", "shard-eval"):
         if key in norm:
             values[key.replace("-", "_")] = norm[key]
+    if "ignore" in norm:
+        codes = norm["ignore"]
+        if not isinstance(codes, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c.strip().upper()) for c in codes):
+            raise ConfigError(path, "[tool.ddpify] ignore must be a list of codes such as \"DDP027\"")
+        values["ignore"] = tuple(codes)
+    writers = norm.get("writers", [])
+    if not isinstance(writers, list) or not all(isinstance(w, str) and w for w in writers):
+        raise ConfigError(path, "[tool.ddpify] writers must be a list of function names (\"mylib.dump_results\")")
+    if writers:
+        values["writers"] = tuple(writers)
     exclude = norm.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(g, str) for g in exclude):
         raise ConfigError(path, "[tool.ddpify] exclude must be a list of glob strings")

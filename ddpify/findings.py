@@ -1,16 +1,25 @@
-"""Finding codes: what ddpify changed ([*]) or could not change, with the manual fix."""
+"""Finding codes: what ddpify changed ([*]) or could not change, with the manual fix.
+
+Severity: a *blocking* finding means the output would not be a correct DDP program (a model
+not wrapped, training data not sharded, ...): ddpify then leaves the file untouched and exits 2,
+unless the finding is suppressed (`# ddpify: ignore[CODE]` on its line, `ignore` in
+[tool.ddpify], `--ignore CODE`) or `--partial` asks for the partial conversion. Every other
+finding is a *note*: it never blocks.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # code -> (title, example message). The README's table is checked against this registry.
 CODES: dict[str, str] = {
     "DDP001": "process-group setup added (ranks from torchrun's environment)",
     "DDP002": "--local-rank/--local_rank accepted for the legacy launcher",
     "DDP003": "process group destroyed when training ends",
+    "DDP004": "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)",
     "DDP010": "device pinned to one GPU index moved to the rank's own GPU",
     "DDP011": "device could not be resolved statically; check it follows LOCAL_RANK",
+    "DDP012": "CUDA_VISIBLE_DEVICES set by the script kept for plain runs only (BLOCKING when not fixed: every rank would see the same GPUs)",
     "DDP020": "DistributedSampler added to the training DataLoader",
     "DDP021": "sampler.set_epoch(epoch) added at the top of the epoch loop",
     "DDP022": "training DataLoader has its own sampler or batch_sampler: shard it by hand",
@@ -35,9 +44,12 @@ CODES: dict[str, str] = {
     "DDP060": "rank-0 guard added",
     "DDP061": "not guarded: the statement runs a collective or the model, so every rank must run it",
     "DDP062": "progress bar disabled on ranks other than 0",
+    "DDP063": "a tracker that exists on rank 0 only is used unguarded on every rank (BLOCKING: None on other ranks)",
+    "DDP064": "a file write on every rank that ddpify cannot guard (BLOCKING: every rank writes the file)",
     "DDP070": "state dict saved from the unwrapped model (no 'module.' prefix)",
     "DDP071": "checkpoint loaded after a barrier, onto the rank's own device",
     "DDP072": "file written by rank 0 and read back by every rank: barrier before the read",
+    "DDP073": "data prepared (downloaded, extracted, written) by rank 0 first; the other ranks wait at a barrier",
     "DDP080": "loop-ending decision taken by rank 0 and shared with every rank",
     "DDP090": "already distributed: left unchanged",
     "DDP091": "distributed the legacy way (apex / torch.distributed.launch)",
@@ -47,9 +59,25 @@ CODES: dict[str, str] = {
     "DDP095": "amp state saved with the checkpoint and restored after amp.initialize",
     "DDP096": "apex rewrite not applied: fix by hand",
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
+    "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
 }
 
+# Codes that block by default: without the missing piece the output is not a correct DDP program.
+# A call site may still say otherwise for one occurrence (Finding(..., severity="note")).
+BLOCKING: frozenset[str] = frozenset({
+    "DDP022",  # training data not sharded (own sampler)
+    "DDP023",  # training data not sharded (IterableDataset)
+    "DDP024",  # training data not sharded (no DataLoader)
+    "DDP027",  # a shuffling sampler without set_epoch: every epoch repeats the first order
+    "DDP034",  # model not wrapped: ranks train unsynchronised copies
+    "DDP035",  # a CPU model under NCCL: DDP refuses it on GPUs
+    "DDP096",  # an apex part left half-converted
+    "DDP012",  # CUDA_VISIBLE_DEVICES left pinned: under torchrun every rank sees one GPU
+    "DDP063",  # a rank-0-only tracker used on every rank
+    "DDP064",  # a file write that cannot be guarded: every rank would write
+})
+SEVERITIES = ("blocking", "note")
 
 @dataclass(frozen=True, order=True)
 class Finding:
@@ -58,10 +86,25 @@ class Finding:
     code: str
     message: str
     fixed: bool = False  # True: ddpify changed the code ([*])
+    severity: str = field(default="", compare=False)  # "blocking" | "note"; "" = the code's default
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            sev = "blocking" if self.code in BLOCKING and not self.fixed else "note"
+            object.__setattr__(self, "severity", sev)
+        elif self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "blocking"
 
     def format(self, path: str) -> str:
-        mark = " [*]" if self.fixed else ""
+        mark = " [*]" if self.fixed else " [blocking]" if self.blocking else ""
         return f"{path}:{self.line}:{self.col}: {self.code}{mark} {self.message}"
 
     def to_dict(self) -> dict:
-        return {"line": self.line, "col": self.col, "code": self.code, "message": self.message, "fixed": self.fixed}
+        return {
+            "line": self.line, "col": self.col, "code": self.code, "severity": self.severity,
+            "fixed": self.fixed, "message": self.message,
+        }

@@ -3,39 +3,21 @@
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ddpify import names
 from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
+from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
+from ddpify.result import ConversionError, Result
 from ddpify.transforms import PIPELINE
 from ddpify.transforms.base import Context
+from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
 
-
-class ConversionError(Exception):
-    """The source could not be parsed or converted; line/col are 1-based where known."""
-
-    def __init__(self, message: str, line: int = 0, col: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.col = col
-
-    def format(self, path: str) -> str:
-        where = f"{path}:{self.line}:{self.col}" if self.line else path
-        return f"{where}: {self.message}"
-
-
-@dataclass
-class Result:
-    source: str
-    changed: bool
-    # converted | already-distributed | legacy | not-training | generated
-    status: str
-    findings: list[Finding] = field(default_factory=list)
+__all__ = ["ConversionError", "Result", "convert_source", "parse"]
 
 
 def parse(source: str) -> cst.Module:
@@ -54,11 +36,31 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     # the young nodes to find nothing (~5% of the time).
     enabled = gc.isenabled()
     gc.disable()
+    options = options or Options()
     try:
-        return _convert_source(source, options or Options())
+        result = _convert_source(source, options)
     finally:
         if enabled:
             gc.enable()
+    return _apply_policy(source, result, options)
+
+
+def _apply_policy(source: str, result: Result, options: Options) -> Result:
+    """Drop suppressed findings; refuse (keep the source as it was) while a blocking one remains."""
+    marks = ignored_codes(source)
+    if marks or options.ignore:
+        def kept(f: Finding) -> bool:
+            if f.code in options.ignore:
+                return False
+            codes = marks.get(f.line, frozenset())
+            return not (codes is None or f.code in codes)
+
+        result.findings = [f for f in result.findings if kept(f)]
+    if result.blocking and not options.partial:
+        # A wrong script is worse than none: nothing is written while a blocking finding remains.
+        # The notes describe a conversion that did not happen: only what blocks it is reported.
+        return Result(source, False, "refused", result.blocking)
+    return result
 
 
 def _convert_source(source: str, options: Options) -> Result:
@@ -69,6 +71,33 @@ def _convert_source(source: str, options: Options) -> Result:
         finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
         return Result(source, False, "not-training", [finding])
     analysis = Analysis(module, source)
+    clash = names.clashes(analysis, source)
+    if clash:
+        return _convert_renamed(source, analysis, clash, options)
+    return _convert_module(source, analysis, options)
+
+
+def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options) -> Result:
+    """The script uses names ddpify generates: convert it with its names set aside, then give
+    ddpify's names free spellings and the script its own back (see ddpify/names.py)."""
+    hidden = names.placeholders(list(clash), source)
+    renamed = names.rename(original.module, hidden)
+    text = codegen(renamed, renamed)
+    res = _convert_module(text, Analysis(parse(text), text), options)
+    back = {p: n for n, p in hidden.items()}
+    findings = [Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
+    if not res.changed:
+        return Result(source, False, res.status, findings)
+    free = names.free_names(list(clash), source)
+    restored = names.rename(parse(res.source), {**free, **back})
+    out = codegen(restored, restored)
+    for name, node in clash.items():
+        line, col = original.line_col(node)
+        findings.append(Finding(line, col, "DDP004", f"the script uses the name {name}: ddpify's own {name} is named {free[name]} here", True))
+    return Result(out, out != source, res.status, sorted(set(findings)))
+
+
+def _convert_module(source: str, analysis: Analysis, options: Options) -> Result:
     ctx = Context(analysis, options)
     ctx.edits.parent = analysis.parent  # lets the Applier skip subtrees without edits
     try:
@@ -79,8 +108,6 @@ def _convert_source(source: str, options: Options) -> Result:
 
 def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
     if analysis.legacy_api is not None:
-        from ddpify.legacy import convert_legacy  # the apex / torch.distributed.launch path
-
         return convert_legacy(source, analysis, ctx)
     if analysis.distributed_api is not None:
         what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"

@@ -17,6 +17,11 @@ def fixture_args(d: Path) -> list[str]:
     return f.read_text().split() if f.exists() else []
 
 
+def is_refused(d: Path) -> bool:
+    """ddpify refuses the input (a blocking finding): the expected output is the input itself."""
+    return "[blocking]" in (d / "expected.txt").read_text() and not fixture_options(d).get("partial")
+
+
 def needs_cuda(d: Path) -> bool:
     return (d / "input.py").read_text().startswith("# requires: cuda")
 

@@ -89,6 +89,9 @@ def run_script(forkrun, path: Path, workdir: Path):
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.parent.name)
 def test_fixture_runs_on_cpu(path: Path, forkrun, tmp_path: Path):
+    first = path.read_text(encoding="utf-8").splitlines()[0].strip()
+    if first.startswith("# requires: "):  # an optional package the script logs with (tensorboard)
+        pytest.importorskip(first.split(":", 1)[1].strip())
     proc, before, after = run_script(forkrun, path, tmp_path)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     # tqdm and logging may write to stderr; the loss may be in either stream

@@ -1,9 +1,12 @@
 """One module per concern. The pipeline runs them in PIPELINE order; launch runs last
-because it emits the imports and set-up code the others asked for."""
+because it emits the imports and set-up code the others asked for. legacy.py is not in
+PIPELINE: for a script distributed the legacy way (apex, torch.distributed.launch) the pipeline
+runs its convert_legacy instead."""
 
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
+from ddpify.transforms.dataprep import DataPrepTransform
 from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.transforms.input_pipeline import InputPipelineTransform
@@ -25,6 +28,7 @@ PIPELINE = (
     AccumulationTransform,
     CheckpointTransform,
     Rank0Transform,
+    DataPrepTransform,
     DecisionTransform,
     LaunchTransform,
 )

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis
 from ddpify.edits import Edits
+from ddpify.effects import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
 
@@ -39,7 +40,9 @@ class Context:
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
+        self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self._alias = self._resolve_aliases()
+        self.effects = Effects(analysis, options.writers)  # which calls write / read files
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
@@ -49,12 +52,14 @@ class Context:
         for name, whats in self.a.bindings.get(None, {}).items():
             bound[name] = set(whats)
         self._bound = bound
+        # a function's own `dist = ...` (a distance) would hide `dist` where ddpify adds dist.barrier()
+        local = {n for scope, names in self.a.bindings.items() if scope is not None for n in names}
         for key, (_stmt, alias) in IMPORTS.items():
             full = QUALIFIED[key]
             existing = [n for n, fulls in bound.items() if full in fulls or (key == "DistributedSampler" and "torch.utils.data.DistributedSampler" in fulls)]
-            if existing:
+            if existing and not (existing[0] in local and key not in ("os", "torch", "contextlib")):
                 out[key] = existing[0]
-            elif alias in bound:
+            elif alias in bound or (alias in local and key not in ("os", "torch", "contextlib")):
                 out[key] = full if key not in ("os", "torch", "contextlib") else alias
             else:
                 out[key] = alias
@@ -98,9 +103,26 @@ class Context:
             node = cache[(kind, text)] = parse(text)
         return node.with_changes()
 
-    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False) -> None:
+    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False, severity: str = "") -> None:
+        """severity "" takes the code's default (findings.BLOCKING)."""
         line, col = self.a.line_col(node) if node is not None else (1, 1)
-        self.findings.append(Finding(line, col, code, message, fixed))
+        self.findings.append(Finding(line, col, code, message, fixed, severity))
+
+    def editable_header(self, compound: cst.CSTNode) -> bool:
+        """For an edit at the top of a loop's body: only the header line and the first body
+        statement count, not a skipped line deeper inside the loop."""
+        skipped = self.a._skipped_lines
+        if not skipped:
+            return True
+        lines = {self.a.pos.start(compound).line}
+        body = getattr(getattr(compound, "body", None), "body", ())
+        if body:
+            lines.add(self.a.pos.start(body[0]).line)
+        return not (lines & skipped)
+
+    def skipped_here(self, node: cst.CSTNode, what: str, blocking: bool = False) -> None:
+        """Say what `# ddpify: skip`/`off` kept ddpify from doing at node (DDP098)."""
+        self.finding(node, "DDP098", f"not done because of `# ddpify: skip`/`off`: {what}", False, "blocking" if blocking else "note")
 
     def editable(self, node: cst.CSTNode) -> bool:
         """False where the user asked ddpify to keep out (# ddpify: skip / off)."""

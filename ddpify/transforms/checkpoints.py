@@ -3,18 +3,11 @@ and map storage onto the rank's own device; a whole pickled model is saved unwra
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis import call_args, dotted
+from ddpify.effects import same_file
 from ddpify.transforms.base import Context, Transform, append_kwarg
-
-WRITE_MODE = re.compile(r"[wax+]")
-WRITERS = {"torch.save": 1, "numpy.save": 0, "numpy.savez": 0, "numpy.savetxt": 0}  # call -> path argument
-READERS = {"numpy.load": 0, "numpy.loadtxt": 0, "pandas.read_csv": 0, "pandas.read_json": 0}
-READ_METHODS = {"read_text", "read_bytes"}
-WRITE_METHODS = {"write_text", "write_bytes", "to_csv", "to_json"}
 
 
 class CheckpointTransform(Transform):
@@ -52,6 +45,7 @@ class CheckpointTransform(Transform):
         if id(stmt) in self._barriers or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
             return
         self._barriers.add(id(stmt))
+        ctx.barrier_stmts.append(stmt)
         ctx.edits.before[stmt].append(ctx.stmt(f"{ctx.name('dist')}.barrier()  # {why}\n"))
 
     @staticmethod
@@ -82,45 +76,26 @@ class CheckpointTransform(Transform):
         a = ctx.a
         writes: list[tuple[cst.Call, str]] = []
         reads: list[tuple[cst.Call, str]] = []
+        eff = ctx.effects
         for call in a.calls:
-            path = self._path(a, call, write=True)
+            path = eff.written_path(call)
             if path is not None:
                 writes.append((call, path))
                 continue
-            path = self._path(a, call, write=False)
+            path = eff.read_path(call)
             if path is not None and not self._per_item(a, call):
                 reads.append((call, path))
         for rcall, rpath in reads:
             rline = a.pos[rcall].start.line
             fn = a.function_of(rcall)
             for wcall, wpath in writes:
-                if wpath != rpath or a.function_of(wcall) is not fn or a.pos[wcall].start.line >= rline:
+                if not same_file(wpath, rpath) or a.function_of(wcall) is not fn or a.pos[wcall].start.line >= rline:
                     continue
                 stmt = self._outer_in_common_block(a, a.statement(wcall), a.statement(rcall))
                 if stmt is not None and ctx.editable(stmt):
                     self._barrier_before(ctx, stmt, "rank 0 writes this file above")
                     ctx.finding(rcall, "DDP072", f"{rpath} is written by rank 0 above and read by every rank: dist.barrier() before the read", True)
                 break
-
-    @staticmethod
-    def _path(a, call: cst.Call, write: bool) -> str | None:
-        pos, kw = call_args(call)
-        if isinstance(call.func, cst.Name) and call.func.value == "open" and pos:
-            mode = pos[1].value if len(pos) > 1 else (kw["mode"].value if "mode" in kw else None)
-            if mode is not None and not isinstance(mode, cst.SimpleString):
-                return None
-            writing = mode is not None and bool(WRITE_MODE.search(mode.evaluated_value))
-            return code(pos[0].value) if writing == write else None
-        table = WRITERS if write else READERS
-        for name, i in table.items():
-            if a.is_call(call, name) and len(pos) > i:
-                return code(pos[i].value)
-        methods = WRITE_METHODS if write else READ_METHODS
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
-            if call.func.attr.value in ("to_csv", "to_json"):
-                return code(pos[0].value) if pos else None
-            return code(call.func.value)
-        return None
 
     @staticmethod
     def _outer_in_common_block(a, wstmt: cst.CSTNode, rstmt: cst.CSTNode) -> cst.CSTNode | None:

@@ -13,6 +13,7 @@ from ddpify.transforms.base import Context, Transform
 PINNED = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 BARE = re.compile(r"""^(?P<q>['"])cuda(?P=q)$""")
 DEVICE_FLAGS = ("--device",)
+VISIBLE = "CUDA_VISIBLE_DEVICES"
 GPU_FLAGS = ("--gpu", "--gpu-id", "--gpu_id", "--gpu-index", "--cuda-device")
 
 
@@ -61,6 +62,26 @@ class DeviceTransform(Transform):
                 ctx.edits.replace(node, ctx.expr('f"cuda:{LOCAL_RANK}"'))
                 ctx.finding(node, "DDP010", f"{node.value} pinned every rank to one GPU; now cuda:LOCAL_RANK", True)
         self._flags(ctx)
+        self._visible_devices(ctx)
+
+    def _visible_devices(self, ctx: Context) -> None:
+        """os.environ["CUDA_VISIBLE_DEVICES"] = "0" in the script: under torchrun every rank would
+        see that one GPU (rank 1: `device_id cuda:1 is out of range`). It is kept for a plain
+        `python` run only; under torchrun the launching shell chooses the GPUs."""
+        a = ctx.a
+        for stmt, env in _visible_device_settings(a):
+            if not ctx.editable(stmt):
+                continue
+            if env is None:
+                ctx.finding(stmt, "DDP012", "CUDA_VISIBLE_DEVICES is set together with other variables here: under torchrun every rank would see only those GPUs; set it only when \"LOCAL_RANK\" not in os.environ", False)
+                continue
+            ctx.edits.before[stmt].append(cst.If(
+                test=ctx.expr(f'"LOCAL_RANK" not in {env}'),
+                body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=())]),
+                leading_lines=stmt.leading_lines,
+            ))
+            ctx.edits.removed.add(stmt)
+            ctx.finding(stmt, "DDP012", "CUDA_VISIBLE_DEVICES set for a plain run only: under torchrun each rank uses GPU LOCAL_RANK of those the shell makes visible", True)
 
     def _inside_torch_device(self, ctx: Context, node: cst.CSTNode) -> bool:
         par = ctx.a.parent.get(ctx.a.parent.get(node))
@@ -114,7 +135,7 @@ class DeviceTransform(Transform):
             stmt = a.statement(call)
             target = a._assign_target(call)
             if target is None or not isinstance(stmt, cst.SimpleStatementLine) or not ctx.editable(stmt):
-                ctx.finding(call, "DDP011", "the --device/--gpu value is not mapped to LOCAL_RANK here: use LOCAL_DEVICE", False)
+                ctx.finding(call, "DDP011", "the --device/--gpu value is not mapped to LOCAL_RANK here: `cuda` is the rank's own GPU (set_device), but a `cuda:N` given on the command line puts every rank on GPU N; use LOCAL_DEVICE", False)
                 continue
             if call.func.attr.value == "parse_known_args":
                 continue
@@ -126,6 +147,49 @@ class DeviceTransform(Transform):
                 new.append(ctx.stmt(f"{target}.{flags['gpu']} = LOCAL_RANK\n"))
             ctx.edits.after[stmt].extend(new)
             ctx.finding(call, "DDP010", "--device/--gpu now name this rank's GPU (LOCAL_RANK)", True)
+
+
+def _visible_device_settings(a) -> list[tuple[cst.SimpleStatementLine, str | None]]:
+    """Statements that set CUDA_VISIBLE_DEVICES in os.environ: (statement, the environ
+    expression) where that is all they do, (statement, None) where they set more."""
+    out: list[tuple[cst.SimpleStatementLine, str | None]] = []
+
+    def environ(node) -> str | None:
+        name = dotted(node)
+        return name if name is not None and any(q == "os.environ" for q in a.qualified(node)) else None
+
+    def key(node) -> bool:
+        return isinstance(node, cst.SimpleString) and node.evaluated_value == VISIBLE
+
+    for asg in a.assigns:
+        if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.targets[0].target, cst.Subscript):
+            sub = asg.targets[0].target
+            el = sub.slice[0].slice if len(sub.slice) == 1 else None
+            env = environ(sub.value)
+            if env and isinstance(el, cst.Index) and key(el.value):
+                stmt = a.statement(asg)
+                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                    out.append((stmt, env))
+    for call in a.calls:
+        if not isinstance(call.func, cst.Attribute) or call.func.attr.value not in ("setdefault", "update", "putenv"):
+            continue
+        meth = call.func.attr.value
+        env = environ(call.func.value) if meth != "putenv" else (dotted(call.func.value) + ".environ" if a.is_call(call, "os.putenv") else None)
+        if not env:
+            continue
+        pos, kw = call_args(call)
+        if meth in ("setdefault", "putenv"):
+            hit, alone = bool(pos) and key(pos[0].value), True
+        else:
+            items = pos[0].value.elements if pos and isinstance(pos[0].value, cst.Dict) else []
+            keys = [e.key for e in items if isinstance(e, cst.DictElement)] + [cst.SimpleString(repr(k)) for k in kw]
+            hit = any(key(k) for k in keys)
+            alone = len(keys) == 1 and len(call.args) == 1
+        stmt = a.statement(call)
+        if hit:
+            single = isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            out.append((stmt, env if alone and single else None))
+    return out
 
 
 def _commas(args: list[cst.Arg]) -> list[cst.Arg]:

@@ -159,6 +159,7 @@ class LaunchTransform(Transform):
         anchors = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])]
         anchors += [a.statement(c) for c in a.calls if a.is_call(c, "torch.load")]
         anchors += [s.stmt for s in a.steps]
+        anchors += ctx.barrier_stmts
         for s in anchors:
             if a.function_of(s) is None and not _inside(a, s, guard):
                 return True

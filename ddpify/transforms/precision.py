@@ -13,6 +13,14 @@ AUTOCAST = "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE
 CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_")
 
 
+# What DDP040 says each --amp choice does at run time.
+PRECISION_SAID = {
+    "auto": "bf16 where the GPU has it, else fp16; off on CPU",
+    "bf16": "bf16 on GPUs, chosen by --amp bf16; off on CPU",
+    "fp16": "fp16 with loss scaling on GPUs, chosen by --amp fp16; off on CPU",
+}
+
+
 class PrecisionTransform(Transform):
     name = "precision"
 
@@ -40,7 +48,7 @@ class PrecisionTransform(Transform):
                 done_blocks.add((id(first), id(last)))
                 ctx.edits.wraps.append((first, last, ctx.expr(AUTOCAST)))
                 ctx.helpers.add("amp")
-                ctx.finding(first, "DDP040", "forward pass and loss run under torch.autocast (bf16 where the GPU has it, else fp16; off on CPU)", True)
+                ctx.finding(first, "DDP040", f"forward pass and loss run under torch.autocast ({PRECISION_SAID[ctx.opts.amp]})", True)
             if scaled:
                 self._scale(ctx, step)
 

@@ -9,21 +9,14 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
+from ddpify.effects import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
-WRITE_CALLS = (
-    "torch.save", "numpy.save", "numpy.savez", "numpy.savetxt", "numpy.savez_compressed", "shutil.copy",
-    "shutil.copyfile", "shutil.copy2", "shutil.move", "shutil.rmtree", "json.dump", "pickle.dump",
-    "matplotlib.pyplot.savefig", "yaml.dump", "yaml.safe_dump",
-)
-WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "write_text", "write_bytes", "save_pretrained", "writerow", "writerows"}
 MKDIR = ("os.makedirs", "os.mkdir")
-MEMORY_BUFFERS = ("io.BytesIO", "io.StringIO")
 TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm")
 TRACKER_PREFIXES = ("wandb.", "mlflow.", "neptune.", "comet_ml.")
 SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter")
-WRITE_MODE = re.compile(r"[wax+]")
 PURE_BUILTINS = {"round", "len", "str", "int", "float", "abs", "min", "max", "sum", "format", "repr", "bool"}
 
 
@@ -33,10 +26,14 @@ class Rank0Transform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         loggers = self._bound_to(ctx, lambda c: a.is_call(c, "logging.getLogger"))
-        writers = self._bound_to(ctx, lambda c: a.is_call(c, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in a.qualified(c.func)))
+        writers = self._bound_to(ctx, lambda c: self._creates(a, c))
+        # a tracker (None on other ranks) passed to a function: its parameter there is one too
+        self._trackers = a._propagate(sorted(writers)) if writers else {}
+        self._homes = {(id(a.function_of(c)), a._assign_target(c)) for c in a.calls if self._creates(a, c) and a._assign_target(c)}
         bars = self._bound_to(ctx, lambda c: a.is_call(c, *TQDM))
         csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
         guarded: set[cst.BaseStatement] = set()
+        unguarded: list[tuple[cst.Call, str]] = []  # file writes in statements a guard cannot hold
         for call in a.calls:
             if not ctx.editable(call):
                 continue
@@ -49,7 +46,11 @@ class Rank0Transform(Transform):
             if reason is None:
                 continue
             stmt = a.statement(call)
-            if stmt in guarded or not self._guardable(ctx, stmt, call):
+            if stmt in guarded:
+                continue
+            if not self._guardable(ctx, stmt, call):
+                if ctx.effects.writer(call) is not None:
+                    unguarded.append((call, reason))
                 continue
             if a.runs_collective(stmt) and self._hoist(ctx, stmt, call, reason):
                 guarded.add(stmt)
@@ -62,7 +63,47 @@ class Rank0Transform(Transform):
             ctx.edits.guarded.add(stmt)
             ctx.finding(call, "DDP060", f"{reason} on global rank 0 only", True)
         self._open_for_write(ctx, guarded)
+        self._tracker_uses(ctx, guarded)
+        for call, reason in unguarded:
+            if not self._in_guarded(a, call, guarded):
+                ctx.finding(call, "DDP064", f"{reason} writes a file on every rank, and this statement cannot be put under a guard as it is: write it as its own statement under `if RANK == 0:`", False)
         ctx.edits.guard_test = ctx.expr("RANK == 0")
+
+    def _tracker(self, a, node: cst.CSTNode, name: str | None) -> bool:
+        """name is, where node is, a tracker that exists on rank 0 only."""
+        fn = a.function_of(node)
+        return name is not None and fn is not None and name in self._trackers.get(fn, ())
+
+    def _tracker_uses(self, ctx: Context, guarded: set) -> None:
+        """A tracker is None on other ranks: a use left outside a rank-0 guard (an assignment
+        from it, an argument to a call ddpify does not guard) would fail there."""
+        a = ctx.a
+        names = {n for ns in self._trackers.values() for n in ns}
+        if not names:
+            return
+        for attr in a.attributes:
+            base = dotted(attr.value)
+            if base not in names or not ctx.editable(attr) or isinstance(a.parent.get(attr), cst.Attribute):
+                continue
+            fn = a.function_of(attr)
+            home = (id(fn), base) in self._homes or (fn is not None and (id(None), base) in self._homes and not a._is_local(fn, base))
+            if not home and base not in self._trackers.get(fn, ()):
+                continue  # another variable of the same name
+            if self._in_guarded(a, attr, guarded) or self._checked(a, attr, base):
+                continue
+            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank: put it under `if {base} is not None:`", False)
+
+    @staticmethod
+    def _checked(a, node: cst.CSTNode, name: str) -> bool:
+        """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test."""
+        cur = a.parent.get(node)
+        while cur is not None:
+            if isinstance(cur, (cst.If, cst.IfExp)) and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w(])|\bRANK\b", code(cur.test)):
+                return True
+            if isinstance(cur, cst.BooleanOperation) and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w(])", code(cur.left)):
+                return True
+            cur = a.parent.get(cur)
+        return False
 
     def _hoist(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call, reason: str) -> bool:
         """print(..., evaluate(model)): every rank evaluates (DDP's forward syncs buffers),
@@ -124,10 +165,9 @@ class Rank0Transform(Transform):
         func = call.func
         if m.matches(func, m.Name("print")):
             return "print"
-        if a.is_call(call, *WRITE_CALLS):
-            if self._to_memory(a, call):
-                return None  # torch.save(obj, io.BytesIO()): every rank needs its own bytes
-            return f"{dotted(func) or 'write'}"
+        what = ctx.effects.writer(call)  # the one table of file writers (ddpify/effects.py)
+        if what is not None:
+            return what
         if a.is_call(call, *MKDIR):
             _, kw = call_args(call)
             if "exist_ok" in kw and m.matches(kw["exist_ok"].value, m.Name("True")):
@@ -143,32 +183,24 @@ class Rank0Transform(Transform):
                 return "logging"
             if base in loggers and meth in LOG_METHODS:
                 return "logging"
-            if base in writers:
+            if base in writers or self._tracker(a, call, base):
                 return f"{base}.{meth}"
             if base in csv_writers:
                 return f"{base}.{meth}"
             if meth == "write" and (base in bars or any(q in ("tqdm.tqdm.write", "tqdm.auto.tqdm.write") for q in qs)):
                 return "progress-bar write"
-            if meth in ("savefig",):
-                return meth
             if meth == "mkdir" and not any(k.keyword and k.keyword.value == "exist_ok" and m.matches(k.value, m.Name("True")) for k in call.args):
                 return None if base is None else None
         return None
-
-    @staticmethod
-    def _to_memory(a, call: cst.Call) -> bool:
-        """The file argument is an in-memory buffer (io.BytesIO / io.StringIO), not a file."""
-        pos, kw = call_args(call)
-        target = kw["f"].value if "f" in kw else (kw["file"].value if "file" in kw else (pos[1].value if len(pos) > 1 else None))
-        values = [target] if target is not None else []
-        if isinstance(target, cst.Name):
-            values = a._local_values(a.function_of(call), target.value)
-        return bool(values) and all(isinstance(v, cst.Call) and a.is_call(v, *MEMORY_BUFFERS) for v in values)
 
     def _guardable(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call) -> bool:
         a = ctx.a
         if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
             return False
+        if isinstance(stmt, cst.If) and isinstance(stmt.body, cst.SimpleStatementSuite) and stmt.orelse is None:
+            # `if best: torch.save(...)` on one line: the whole if goes under the guard
+            body = stmt.body.body
+            return len(body) == 1 and isinstance(body[0], cst.Expr) and (body[0].value is call or self._within(a, call, body[0].value))
         if isinstance(stmt, cst.SimpleStatementLine):
             if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Expr):
                 return False
@@ -184,12 +216,14 @@ class Rank0Transform(Transform):
             cur = a.parent.get(cur)
         return False
 
+    @staticmethod
+    def _creates(a, call: cst.Call) -> bool:
+        return a.is_call(call, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in a.qualified(call.func))
+
     def _creates_tracker(self, ctx: Context, call: cst.Call) -> bool:
         """writer = SummaryWriter(...) / run = wandb.init(...): None on other ranks."""
         a = ctx.a
-        qs = a.qualified(call.func)
-        is_writer = a.is_call(call, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in qs)
-        if not is_writer:
+        if not self._creates(a, call):
             return False
         par = a.parent.get(call)
         if isinstance(par, (cst.Assign, cst.AnnAssign)):
@@ -209,21 +243,35 @@ class Rank0Transform(Transform):
 
     def _open_for_write(self, ctx: Context, guarded: set) -> None:
         """open(path, "w") on other ranks writes to os.devnull: the code around it runs
-        unchanged on every rank, and only rank 0's file reaches the disk."""
+        unchanged on every rank, and only rank 0's file reaches the disk. The same for the
+        file of a logging.FileHandler / basicConfig(filename=...)."""
         a = ctx.a
         for call in a.calls:
-            if not m.matches(call.func, m.Name("open")) or not ctx.editable(call):
+            if not ctx.editable(call) or self._in_guarded(a, call, guarded):
                 continue
-            pos, kw = call_args(call)
-            mode = pos[1].value if len(pos) > 1 else (kw["mode"].value if "mode" in kw else None)
-            if not (isinstance(mode, cst.SimpleString) and WRITE_MODE.search(mode.evaluated_value)):
+            mode = ctx.effects.open_mode(call)
+            if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
+                self._path_open(ctx, call)
                 continue
-            if not pos or self._in_guarded(a, call, guarded):
-                continue
-            path = pos[0].value
+            if mode is not None and WRITE_MODE.search(mode) and call.args and call.args[0].keyword is None:
+                path, what = call.args[0].value, "file opened for writing"
+            else:
+                path, what = ctx.effects.file_handler(call), f"{dotted(call.func)} file"
+                if path is None:
+                    continue
             osname = ctx.name("os")
             ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
-            ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
+            ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
+
+    def _path_open(self, ctx: Context, call: cst.Call) -> None:
+        """(out / "log.txt").open("w"): a Path of the same type to os.devnull on other ranks."""
+        path = call.func.value  # type: ignore[attr-defined]
+        if not all(isinstance(n, (cst.Name, cst.Attribute, cst.SimpleString, cst.BinaryOperation)) for n in ctx.a.findall(path, m.Name() | m.Call())) or ctx.a.findall(path, m.Call()):
+            ctx.finding(call, "DDP064", f"{code(call.func)} writes a file on every rank: open it under `if RANK == 0:` (or a path to os.devnull elsewhere)", False)
+            return
+        osname = ctx.name("os")
+        ctx.edits.replace(path, lambda n, osname=osname: ctx.expr(f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"))
+        ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
 
     @staticmethod
     def _in_guarded(a, node, guarded) -> bool:

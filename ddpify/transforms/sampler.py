@@ -21,6 +21,8 @@ class SamplerTransform(Transform):
         ctx.sharded = []  # type: ignore[attr-defined]
         for ld in a.loaders:
             if not ctx.editable(ld.call):
+                if ld.role == "train":
+                    ctx.skipped_here(ld.call, "DistributedSampler not added: every rank trains on the full data set", blocking=True)
                 continue
             if ld.role == "eval" and not ctx.opts.shard_eval:
                 ctx.finding(ld.call, "DDP025", "evaluation DataLoader left unsharded: every rank evaluates the full set, so metrics stay exact", False)
@@ -106,6 +108,8 @@ class SamplerTransform(Transform):
             return node.with_changes(args=fixed)
 
         ctx.edits.replace(call, fn)
+        # without set_epoch a shuffling sampler repeats its first order: see _epoch_severity
+        ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): shuffle_text != "False"}  # type: ignore[attr-defined]
         what = "training" if ld.role == "train" else "evaluation"
         ctx.finding(call, "DDP020", f"DistributedSampler added to the {what} DataLoader (shuffle={shuffle_text})", True)
         if ld.role == "train":
@@ -143,7 +147,7 @@ class SamplerTransform(Transform):
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
             return
         if not ld.target:
-            ctx.finding(ld.call, "DDP027", "epoch loop not found for this loader: call <loader>.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+            ctx.finding(ld.call, "DDP027", "epoch loop not found for this loader: call <loader>.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
             return
         before = len(done)
         returned = a.returned_as(ld.call)  # `return DataLoader(...), ...`: the caller's names
@@ -154,9 +158,9 @@ class SamplerTransform(Transform):
             # train_loader = DataLoader(...); return train_loader, ... : follow it to the caller
             for name, caller in self._returned(a, ld):
                 sites += a.loader_iteration_sites(name, caller)
-        self._epoch_sites(ctx, sites, done)
+        self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
         if len(done) == before and not sites:
-            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
 
     @staticmethod
     def _returned(a, ld: Loader):
@@ -166,7 +170,7 @@ class SamplerTransform(Transform):
             return a.returned_as(par.targets[0].target)
         return []
 
-    def _epoch_sites(self, ctx: Context, sites, done: set[int]) -> None:
+    def _epoch_sites(self, ctx: Context, sites, done: set[int], severity: str) -> None:
         a = ctx.a
         for site, used in sites:
             stmt = a.statement(site) if isinstance(site, cst.Call) else site
@@ -174,7 +178,10 @@ class SamplerTransform(Transform):
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
                 # `while` loop: the epoch starts right there
-                if id(stmt) not in done and ctx.editable(stmt):
+                if id(stmt) not in done and not ctx.editable(stmt):
+                    done.add(id(stmt))
+                    ctx.skipped_here(stmt, f"{used}.sampler.set_epoch(...) where this pass over the loader starts", severity == "blocking")
+                elif id(stmt) not in done:
                     done.add(id(stmt))
                     counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
                     ctx.edits.before[stmt].append(ctx.stmt(f"{used}.sampler.set_epoch({counter})\n"))
@@ -186,11 +193,13 @@ class SamplerTransform(Transform):
                 if id(loop) in done:
                     continue
                 done.add(id(loop))
-                if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and ctx.editable(loop):
+                if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and not ctx.editable_header(loop):
+                    ctx.skipped_here(loop, f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop", severity == "blocking")
+                elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
                     ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
                 else:
-                    ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False)
+                    ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, severity)
 
     @staticmethod
     def _starts_an_epoch(a, stmt: cst.CSTNode, loops) -> bool:
@@ -282,3 +291,8 @@ def _unique(a, base: str) -> str:
     while name in names:
         name, k = f"{base}_{k}", k + 1
     return name
+
+
+def _epoch_severity(ctx: Context, ld: Loader) -> str:
+    """A missing set_epoch blocks only where the sampler shuffles (else the order is fixed anyway)."""
+    return "blocking" if getattr(ctx, "shuffled", {}).get(id(ld.call), True) else "note"

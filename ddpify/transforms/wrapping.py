@@ -107,6 +107,7 @@ class WrappingTransform(Transform):
             if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
                 anchor = s
         if not ctx.editable(anchor):
+            ctx.skipped_here(anchor, f"`{name}` not wrapped in DistributedDataParallel: the ranks would train unsynchronised copies", blocking=True)
             return
         ctx.wrapped[name] = anchor
         if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP

@@ -56,6 +56,9 @@ def _convert(script: Path, source: str, options, converter: Callable | None) -> 
         ) from None
     if result.status == "not-training":
         raise CannotRun(f"{script}: not a training script (no optimizer step found): nothing to verify")
+    if result.status == "refused":
+        why = "; ".join(f.format(str(script)) for f in result.blocking)
+        raise CannotRun(f"ddpify refused to convert {script} (blocking findings: fix them, or pass --partial): {why}")
     if result.status == "already-distributed" or not result.changed:
         return None, result.status
     return result.source, result.status
@@ -235,7 +238,12 @@ def verify_command(script, script_args, nproc, steps, backend, timeout, json_pat
         ddpify verify train.py --nproc 2 -- --epochs 1
     """
     from ddpify import Options
+    from ddpify.config import ConfigError, config_for
 
+    try:  # the writers a pyproject.toml declares: the conversion is the one `ddpify` makes
+        writers = config_for(script).values.get("writers", ())
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     outcome = run_verify(
         script,
         script_args,
@@ -246,7 +254,7 @@ def verify_command(script, script_args, nproc, steps, backend, timeout, json_pat
         json_path=json_path,
         baseline=not no_baseline,
         convert=not no_convert,
-        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval),
+        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers),
         keep=keep,
         min_scaling=min_scaling,
         colour=sys.stdout.isatty(),

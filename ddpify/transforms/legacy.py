@@ -14,7 +14,10 @@ import ddpify.match as m
 
 from ddpify.analysis import Analysis, call_args, code, dotted
 from ddpify.edits import Applier
+from ddpify.result import Result
 from ddpify.transforms.base import Context
+from ddpify.transforms.precision import PrecisionTransform
+from ddpify.transforms.wrapping import WrappingTransform
 
 # apex name -> torch-native replacement
 NATIVE = {
@@ -66,8 +69,6 @@ AUTOCAST = 'torch.autocast("cuda", dtype=AMP_DTYPE, enabled=AMP_DTYPE is not Non
 
 
 def convert_legacy(source, analysis, ctx):
-    from ddpify.pipeline import Result
-
     a = analysis
     what = _describe(a)
     _fix_launch(ctx)
@@ -219,9 +220,6 @@ class Modernise:
         if _module_name(ctx, "torch") != "torch":
             ctx.finding(None, "DDP096", "`torch` is not imported as torch: apex left in place", False)
             return
-        from ddpify.transforms.precision import PrecisionTransform
-        from ddpify.transforms.wrapping import WrappingTransform
-
         PrecisionTransform()._modernise(ctx)  # torch.cuda.amp -> torch.amp
         WrappingTransform()._replace_dataparallel(ctx)  # DDP already does the parallelism
         self._names()
@@ -344,7 +342,7 @@ class Modernise:
             self.level = level.value.evaluated_value
         else:
             self.level = self.level or "O1"
-            ctx.finding(call, "DDP096", f"opt_level={code(level.value)} is decided at run time: torch.amp fp16 is used; set AMP_DTYPE = None to train in full precision", False)
+            ctx.finding(call, "DDP096", f"opt_level={code(level.value)} is decided at run time: torch.amp fp16 is used; set AMP_DTYPE = None to train in full precision", False, "note")
         stmt = a.statement(call)
         par = a.parent.get(call)
         args = [code(p.value) for p in pos[:2]]

@@ -1,0 +1,78 @@
+"""Analysis: one object per file, composed of one part per question (the mixins below, one
+module each), computed once by one walk; the concerns read it and plan edits.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from ddpify.analysis.apis import DISTRIBUTED_APIS, LEGACY_APIS, ApisMixin
+from ddpify.analysis.effects import EffectsMixin
+from ddpify.analysis.loaders import LoadersMixin
+from ddpify.analysis.loops import LoopsMixin
+from ddpify.analysis.models import ModelsMixin
+from ddpify.analysis.names import NamesMixin
+from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
+from ddpify.analysis.steps import StepsMixin
+from ddpify.analysis.tree import TreeMixin, call_args, dotted
+from ddpify.analysis.walk import WalkMixin
+from ddpify.directives import skipped_lines
+
+
+class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin):
+    def __init__(self, module: cst.Module, source: str | None = None) -> None:
+        # source: the text module was parsed from (its codegen, which need not be run again:
+        # positions and line numbers are those of the codegen)
+        self.module = module
+        # parents, name bindings and import aliases come from our own collecting walk
+        # scope node (None: the module) -> name -> what binds it there: an import's full
+        # dotted path, or "<value>" for anything else (assignment, def, class, parameter, ...)
+        self.bindings: dict[int | None, dict[str, list[str]]] = {None: {}}
+        self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        text = module.code if source is None or _NOT_ROUND_TRIP.search(source) else source
+        self.pos = _Positions(module, text, self.parent)  # like LibCST's PositionProvider, on demand
+        self._qcache: dict[int, set[str]] = {}
+        self._binders: dict[str, set[int | None]] | None = None  # name -> scopes that bind it
+        self._chains: dict[int, list[int | None]] = {}  # scope node -> _scope_chain of its nodes
+        self.kids: dict[int, list[cst.CSTNode]] = {}
+        self._order: dict[int, int] = {}  # node -> position in a pre-order walk
+        self._bytype: dict[type, list[cst.CSTNode]] = {}  # analysed nodes by exact type, in pre-order
+        self._index: dict[type, tuple[list[int], list[cst.CSTNode]]] = {}
+        self._skipped_lines = skipped_lines(text)  # `# ddpify: skip` / `off` ... `on` comments
+
+        self.calls: list[cst.Call] = []
+        self.functions: dict[str, list[cst.FunctionDef]] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.fors: list[cst.For] = []
+        self.whiles: list[cst.While] = []
+        self.assigns: list[cst.CSTNode] = []
+        self._param_cache: dict[int, list[str]] = {}
+        self._values_by_scope: dict[tuple[int, str], list[cst.BaseExpression]] | None = None
+        self.attributes: list[cst.Attribute] = []
+        self.withs: list[cst.With] = []
+        self.ifs: list[cst.If] = []
+        self._collect()
+
+        self.distributed_api = self._find_api(DISTRIBUTED_APIS)
+        self.legacy_api = self._find_api(LEGACY_APIS) or self._local_rank_flag()
+        self.optimizers: dict[str, cst.Call] = {}
+        self.schedulers: set[str] = set()
+        self.models: list[str] = []
+        self._find_optimizers_and_models()
+        self.dataparallel_calls = [c for c in self.calls if self.is_call(c, "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")]
+        self.functional_dp_calls = [c for c in self.calls if self.is_call(c, "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")]
+        for c in self.dataparallel_calls:
+            pos, _ = call_args(c)
+            name = dotted(pos[0].value) if pos else None
+            if name and name not in self.models:
+                self.models.append(name)
+        self.model_bindings = self._propagate(self.models)
+        self.forward_functions = self._functions_matching(self._is_forward_call)
+        self.collective_functions = self._functions_matching(self._is_collective_call)
+        self.steps = self._find_steps()
+        self.loaders = self._find_loaders()
+        self.main_guard = self._find_main_guard()
+        self.existing_amp = any(
+            self.is_call(c, "torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",
+                         "torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler")
+            for c in self.calls
+        )

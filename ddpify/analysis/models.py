@@ -1,0 +1,201 @@
+"""Models, optimizers and schedulers: which calls build an optimizer and whose parameters it
+takes (so which names are models), models wrapped in DataParallel, the names a model is bound
+to as it is passed into functions (is_model_ref), and which names are optimizers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import ddpify.match as m
+from ddpify.analysis.tree import _flatten_targets, call_args, dotted
+
+OPTIM_PREFIXES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.", "transformers.")
+SCHED_RE = re.compile(r"(lr_scheduler|Scheduler|_schedule_with_warmup|LR$|Annealing|OneCycle|StepLR)")
+OPTIM_RE = re.compile(r"(Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|LBFGS|Lion|Lamb|LAMB|Adafactor|NAdam|RAdam|Optimizer|Muon)")
+
+
+class ModelsMixin:
+    def _is_optimizer_call(self, call: cst.Call) -> bool:
+        qn = self.call_qualname(call)
+        last = qn.rsplit(".", 1)[-1]
+        if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+            return False
+        if any(qn.startswith(p) for p in OPTIM_PREFIXES) and OPTIM_RE.search(last):
+            return True
+        if OPTIM_RE.search(last) and self._param_sources(call):
+            return True
+        return False
+
+    def _param_sources(self, call: cst.Call) -> list[str]:
+        """Modules whose parameters reach this optimizer call, following names bound in
+        the same scope: decay = [p for n, p in model.named_parameters() if ...];
+        groups = [{"params": decay}, ...]; AdamW(groups)."""
+        cached = self._param_cache.get(id(call))
+        if cached is not None:
+            return cached
+        found: list[str] = []
+        fn = self.function_of(call)
+        work: list[cst.CSTNode] = [call]
+        seen_names: set[str] = set()
+        while work and len(seen_names) < 32:
+            node = work.pop()
+            for c in self.findall(node, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+                base = dotted(c.func.value)  # type: ignore[attr-defined]
+                if base and base not in found:
+                    found.append(base)
+            for ref in self.findall(node, m.Name()):
+                name = ref.value
+                if name in seen_names:
+                    continue
+                seen_names.add(name)
+                for value in self._local_values(fn, name):
+                    work.append(value)
+        self._param_cache[id(call)] = found
+        return found
+
+    def _local_values(self, fn: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
+        """Values assigned to a plain name in scope fn (module level when None)."""
+        if self._values_by_scope is None:
+            index: dict[tuple[int, str], list[cst.BaseExpression]] = {}
+            for a in self.assigns:
+                if isinstance(a, cst.Assign):
+                    targets = [t.target for t in a.targets]
+                elif isinstance(a, cst.AnnAssign) and a.value is not None:
+                    targets = [a.target]
+                else:
+                    continue
+                for t in targets:
+                    if isinstance(t, cst.Name):
+                        index.setdefault((id(self.function_of(a)), t.value), []).append(a.value)
+            self._values_by_scope = index
+        return self._values_by_scope.get((id(fn), name), [])
+
+    def _assigned_names(self) -> set[str]:
+        names: set[str] = set()
+        for a in self.assigns:
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+            for t in targets:
+                for el in _flatten_targets(t):
+                    d = dotted(el)
+                    if d:
+                        names.add(d)
+        for fns in self.functions.values():
+            for fn in fns:
+                for p in fn.params.params:
+                    names.add(p.name.value)
+        return names
+
+    def _find_optimizers_and_models(self) -> None:
+        assigned = self._assigned_names()
+        for call in self.calls:
+            qn = self.call_qualname(call)
+            target = self._assign_target(call)
+            if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+                if target:
+                    self.schedulers.add(target)
+                continue
+            if not self._is_optimizer_call(call):
+                continue
+            if target:
+                self.optimizers[target] = call
+            for src in self._param_sources(call):
+                parts = src.split(".")
+                # model.fc.parameters() -> "model" when "model" is a variable of its own
+                chosen = src
+                for k in range(1, len(parts)):
+                    prefix = ".".join(parts[:k])
+                    if prefix in assigned and prefix != "self":
+                        chosen = prefix
+                        break
+                # `self.parameters()` inside the model's own method: the caller's receiver is the model
+                if chosen == "self":
+                    continue
+                if chosen not in self.models and not chosen.endswith(("_params", "params")):
+                    self.models.append(chosen)
+        # optimizers built in helper functions: opt = make_optimizer(model)
+        for call in self.calls:
+            target = self._assign_target(call)
+            if not target or self._is_optimizer_call(call):
+                continue
+            name = dotted(call.func)
+            for fn in self.functions.get(name.rsplit(".", 1)[-1] if name else "", []):
+                for ret in self.findall(fn, m.Return()):
+                    values = [ret.value] if ret.value is not None else []
+                    if isinstance(ret.value, cst.Name):  # opt = AdamW(...); return opt
+                        values = self._local_values(fn, ret.value.value)
+                    for value in values:
+                        if isinstance(value, cst.Call) and self._is_optimizer_call(value):
+                            self.optimizers.setdefault(target, value)
+                            # model.configure_optimizers(): `self` there is `model` here
+                            receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+                            if receiver and "self" in self._param_sources(value) and receiver not in self.models:
+                                if self.class_of(fn) is not None and receiver != "self":
+                                    self.models.append(receiver)
+
+    def _propagate(self, names: list[str]) -> dict[cst.CSTNode, set[str]]:
+        """Scope -> names bound to one of `names`, following arguments into functions."""
+        bound: dict[cst.CSTNode, set[str]] = {}
+        work = [(None, n) for n in names]
+        seen: set[tuple[int, str]] = set()
+        while work:
+            scope, name = work.pop()
+            key = (id(scope), name)
+            if key in seen:
+                continue
+            seen.add(key)
+            if scope is not None:
+                bound.setdefault(scope, set()).add(name)
+            for call in self.calls:
+                fname = dotted(call.func)
+                if not fname:
+                    continue
+                defs = self.functions.get(fname.rsplit(".", 1)[-1], [])
+                if not defs:
+                    continue
+                pos, kw = call_args(call)
+                for fn in defs:
+                    params = [p.name.value for p in fn.params.params]
+                    offset = 1 if params and params[0] in ("self", "cls") and "." in fname else 0
+                    for i, arg in enumerate(pos):
+                        if dotted(arg.value) == name and i + offset < len(params):
+                            work.append((fn, params[i + offset]))
+                    for k, arg in kw.items():
+                        if dotted(arg.value) == name and k in params:
+                            work.append((fn, k))
+        bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
+        return bound
+
+    def is_model_ref(self, node: cst.CSTNode) -> bool:
+        name = dotted(node)
+        if name is None:
+            return False
+        fn = self.function_of(node)
+        if fn is not None and name in self.model_bindings.get(fn, set()):
+            return True
+        if name in self.model_bindings.get(None, set()):  # type: ignore[arg-type]
+            # a local of the same name in another function is not the model
+            if fn is not None and "." not in name and self._is_local(fn, name) and not self._binds_model_here(fn, name):
+                return False
+            return True
+        return False
+
+    def _binds_model_here(self, fn: cst.FunctionDef, name: str) -> bool:
+        # the function itself creates the model (model = Net(); opt = Adam(model.parameters()))
+        return any(self.function_of(c) is fn and name in self._param_sources(c) for c in self.optimizers.values()) or any(
+            self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
+            for c in self.dataparallel_calls
+            if call_args(c)[0]
+        )
+
+    def is_optimizer_ref(self, node: cst.CSTNode) -> bool:
+        name = dotted(node)
+        if not name:
+            return False
+        if name in self.optimizers:
+            return True
+        last = name.rsplit(".", 1)[-1]
+        if last in {o.rsplit(".", 1)[-1] for o in self.optimizers}:
+            return True
+        return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers

@@ -1,0 +1,220 @@
+"""The contract "a wrong script is worse than a refusal": blocking findings leave the file
+untouched and exit 2; --partial, suppression comments, [tool.ddpify] ignore, --ignore, --check,
+-q and --output-format json, all with the real converter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES, is_refused
+
+from ddpify import Options, convert_source
+from ddpify.cli import convert_command
+from ddpify.directives import ignored_codes, skipped_lines
+from ddpify.findings import BLOCKING, CODES, Finding
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_LOADER = (ROOT / "fixtures/80_manual_batches_no_loader/input.py").read_text()  # DDP024
+CONVERTS = (ROOT / "fixtures/01_toplevel_regression/input.py").read_text()
+
+
+def invoke(*args: str, input: str | None = None):
+    return CliRunner().invoke(convert_command, list(args), input=input, catch_exceptions=False)
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_blocking_code_has_a_refused_fixture():
+    seen = {}
+    for d in FIXTURES:
+        for line in (d / "expected.txt").read_text().splitlines():
+            if "[blocking]" in line:
+                seen.setdefault(line.split()[1], d.name)
+    # DDP098 blocks when a skip comment drops the wrap or the sampler
+    assert set(BLOCKING) | {"DDP098"} <= set(seen), sorted(set(BLOCKING) - set(seen))
+    for name in seen.values():
+        assert is_refused(ROOT / "fixtures" / name)
+
+
+def test_severity_defaults_and_overrides():
+    assert Finding(1, 1, "DDP034", "x").blocking
+    assert not Finding(1, 1, "DDP026", "x").blocking
+    assert not Finding(1, 1, "DDP034", "x", fixed=True).blocking  # a change made is never blocking
+    assert not Finding(1, 1, "DDP096", "x", severity="note").blocking
+    assert Finding(1, 1, "DDP098", "x", severity="blocking").blocking
+    assert set(BLOCKING) <= set(CODES)
+    with pytest.raises(ValueError):
+        Finding(1, 1, "DDP001", "x", severity="fatal")
+
+
+def test_ignore_comment_parsing():
+    marks = ignored_codes("a = 1  # ddpify: ignore[DDP027, ddp034]\nb = 2\nc = 3  # ddpify: ignore\n")
+    assert marks == {1: frozenset({"DDP027", "DDP034"}), 3: None}
+
+
+def test_refused_file_is_untouched_and_exit_2(here):
+    Path("train.py").write_text(NO_LOADER)
+    res = invoke("train.py")
+    assert res.exit_code == 2
+    assert Path("train.py").read_text() == NO_LOADER
+    lines = res.stderr.splitlines()
+    assert lines[0] == (
+        "train.py:31:9: DDP024 [blocking] no training DataLoader found: every rank sees the same data; "
+        "shard it by RANK/WORLD_SIZE by hand"
+    )
+    assert lines[1].startswith("train.py: refused: 1 blocking finding above would make the output a wrong DDP program")
+    assert "the file was left unchanged" in lines[1] and "# ddpify: ignore[CODE]" in lines[1]
+    assert lines[-1] == "1 file refused (blocking findings)."
+    assert "[*]" not in res.stderr  # nothing was changed, so nothing is reported as changed
+
+
+def test_partial_writes_and_still_exits_2(here):
+    Path("train.py").write_text(NO_LOADER)
+    res = invoke("--partial", "train.py")
+    assert res.exit_code == 2
+    out = Path("train.py").read_text()
+    assert "DDP(model" in out and "init_process_group" in out
+    assert "converted with --partial: 1 blocking finding above" in res.stderr
+    assert res.stderr.splitlines()[-1] == "1 file converted (1 partially, with --partial)."
+
+
+def test_check_fails_while_a_blocking_finding_remains(here):
+    Path("train.py").write_text(NO_LOADER)
+    res = invoke("--check", "train.py")
+    assert res.exit_code == 2  # nothing would change, but the file still blocks
+    assert res.stderr.splitlines()[-1] == "1 file would be refused (blocking findings)."
+
+
+@pytest.mark.parametrize("how", ["comment", "config", "flag"])
+def test_suppressed_blocking_finding_converts(here, how):
+    src = NO_LOADER
+    args = ["train.py"]
+    if how == "comment":
+        src = src.replace("        loss.backward()\n", "        loss.backward()  # ddpify: ignore[DDP024]\n")
+    elif how == "config":
+        Path("pyproject.toml").write_text('[tool.ddpify]\nignore = ["DDP024"]\n')
+    else:
+        args = ["--ignore", "DDP026,ddp024", "train.py"]
+    Path("train.py").write_text(src)
+    res = invoke(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "DDP(model" in Path("train.py").read_text()
+    assert "DDP024" not in res.stderr
+
+
+def test_ignore_comment_on_another_line_does_not_suppress(here):
+    Path("train.py").write_text(NO_LOADER.replace("import torch\n", "import torch  # ddpify: ignore[DDP024]\n", 1))
+    assert invoke("train.py").exit_code == 2
+
+
+def test_bad_ignore_in_config_is_an_error(here):
+    Path("pyproject.toml").write_text('[tool.ddpify]\nignore = ["E501"]\n')
+    Path("train.py").write_text(CONVERTS)
+    res = invoke("--check", "train.py")
+    assert res.exit_code == 2
+    assert "ignore must be a list of codes" in res.stderr
+
+
+def test_quiet_prints_only_blocking_and_errors(here):
+    Path("a.py").write_text(NO_LOADER)
+    Path("b.py").write_text(CONVERTS)
+    res = invoke("-q", "a.py", "b.py")
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("a.py:31:9: DDP024 [blocking]") and "refused" in lines[1]
+    assert "DDP(" in Path("b.py").read_text()  # the other file is still converted
+
+
+def test_stdin_refused_echoes_input(here):
+    res = invoke("-", "--stdin-filename", "train.py", input=NO_LOADER)
+    assert res.exit_code == 2
+    assert res.stdout == NO_LOADER
+    assert "train.py:31:9: DDP024 [blocking]" in res.stderr
+    assert "the input was echoed unchanged" in res.stderr
+
+
+def test_json_output(here):
+    Path("a.py").write_text(NO_LOADER)
+    Path("b.py").write_text(CONVERTS)
+    res = invoke("--output-format", "json", "--check", "a.py", "b.py")
+    assert res.exit_code == 2
+    doc = json.loads(res.stdout)
+    files = {f["path"]: f for f in doc["files"]}
+    assert files["a.py"]["outcome"] == "refused" and files["a.py"]["blocking"] is True
+    assert files["a.py"]["findings"] == [{
+        "line": 31, "col": 9, "code": "DDP024", "severity": "blocking", "fixed": False,
+        "message": "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand",
+    }]
+    assert files["b.py"]["outcome"] == "changed" and not files["b.py"]["blocking"]
+    assert {f["severity"] for f in files["b.py"]["findings"]} == {"note"}
+    assert doc["mode"] == "check"
+    assert res.stderr == ""  # the JSON document is the whole report
+    assert Path("b.py").read_text() == CONVERTS  # --check wrote nothing
+    # --json is the same
+    assert json.loads(invoke("--json", "--check", "a.py", "b.py").stdout)["files"] == doc["files"]
+
+
+def test_json_with_stdin_write_is_a_usage_error(here):
+    res = CliRunner().invoke(convert_command, ["--json", "-"], input=CONVERTS)
+    assert res.exit_code == 2
+    assert "--output-format json writes JSON to stdout" in res.output
+
+
+def test_force_exclude_applies_to_stdin_filename(here):
+    Path("pyproject.toml").write_text('[tool.ddpify]\nexclude = ["legacy/"]\n')
+    res = invoke("--force-exclude", "-", "--stdin-filename", "legacy/train.py", input=CONVERTS)
+    assert res.exit_code == 0
+    assert res.stdout == CONVERTS  # echoed unchanged, like black
+    converted = invoke("-", "--stdin-filename", "legacy/train.py", input=CONVERTS)
+    assert converted.stdout != CONVERTS  # without --force-exclude a named file is converted
+
+
+def test_skip_on_the_model_line_says_what_was_skipped():
+    src = (ROOT / "fixtures/84_skip_on_model_line/input.py").read_text()
+    result = convert_source(src, Options())
+    assert result.status == "refused"
+    (f,) = result.findings
+    assert f.code == "DDP098" and f.blocking and "`net` not wrapped" in f.message
+    partial = convert_source(src, Options(partial=True))
+    assert "DDP(net" not in partial.source and "DistributedSampler(" in partial.source
+
+
+def test_off_around_an_epoch_loop_names_the_skip_not_the_loop_shape():
+    src = (ROOT / "fixtures/85_off_inside_epoch_loop/input.py").read_text()
+    result = convert_source(src, Options())
+    msgs = [f for f in result.findings if f.code in ("DDP027", "DDP098")]
+    assert [f.code for f in msgs] == ["DDP098"]
+    assert "set_epoch(epoch) at the top of this epoch loop" in msgs[0].message
+    assert not msgs[0].blocking  # the loader does not shuffle: the order is fixed anyway
+
+
+def test_readme_code_table_matches_the_registry():
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(
+        (line.split("|")[1].strip(), line.split("|")[2].strip())
+        for line in readme.splitlines()
+        if line.startswith("| DDP")
+    )
+    assert rows == CODES
+
+
+def test_directives_are_comments_not_text():
+    src = (
+        '"""Mentions # ddpify: off and # ddpify: ignore[DDP024] in a docstring."""\n'
+        'x = "# ddpify: skip"\n'
+        "y = 1  # ddpify: skip\n"
+        "# ddpify: off\n"
+        "z = 2\n"
+        "# ddpify: on\n"
+        "w = 3\n"
+    )
+    assert skipped_lines(src) == {3, 4, 5, 6}
+    assert ignored_codes(src) == {}
+    assert skipped_lines("a = 1\n# ddpify: off\nb = 2\n") == {2, 3, 4}  # off to the end
