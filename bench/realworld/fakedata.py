@@ -35,8 +35,9 @@ def _idx(path: Path, magic: int, dims: list[int], data: bytes) -> None:
         f.write(data)
 
 
-def mnist(root: Path, n_train: int = 512, n_test: int = 128, cls: str = "MNIST") -> None:
-    """torchvision's MNIST layout: ROOT/MNIST/raw/*-ubyte (idx files, no .gz)."""
+def mnist(root: Path, n_train: int = 600, n_test: int = 100, cls: str = "MNIST") -> None:
+    """torchvision's MNIST layout: ROOT/MNIST/raw/*-ubyte (idx files, no .gz). 600 = 3 full batches
+    of 100 on each of 2 ranks (some tutorials reshape with a fixed batch size)."""
     rng = _rng(root)
     raw = root / cls / "raw"
     for prefix, n in (("train", n_train), ("t10k", n_test)):
@@ -73,7 +74,9 @@ def text(path: Path, n_words: int = 6000) -> None:
     """A plain-text corpus (input.txt of char-level models): lines of words."""
     rng = _rng(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
+    # Every letter and the usual punctuation, so that sampling prompts in the scripts
+    # ("O God, O God!") map into the vocabulary.
+    lines = ["ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'-&$"]
     while n_words > 0:
         k = rng.randint(4, 12)
         lines.append((" ".join(rng.choice(WORDS) for _ in range(k))).capitalize() + ".")
@@ -102,7 +105,7 @@ def names_dir(root: Path) -> None:
         names(root / f"{lang}.txt")
 
 
-def cora(root: Path, n_nodes: int = 1600, n_feat: int = 64, n_edges: int = 4000) -> None:
+def cora(root: Path, n_nodes: int = 2708, n_feat: int = 64, n_edges: int = 5429) -> None:
     """The Cora layout: cora.content (id, 0/1 features, label) and cora.cites (id id)."""
     rng = _rng(root)
     root.mkdir(parents=True, exist_ok=True)

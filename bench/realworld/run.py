@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SHIM = HERE / "shim"
 DEPS = ROOT / ".realworld_deps"
+MPLCONFIG = ROOT / ".realworld_out" / "mplconfig"
 sys.path.insert(0, str(HERE))
 # The fake-data makers need numpy/PIL: from the corpus's own deps when --setup installed them.
 sys.path[1:1] = sorted(glob.glob(str(DEPS / "site*")))
@@ -177,7 +178,9 @@ class Ctx:
         self.from_export = Path(args.from_export) if args.from_export else None
         self.defaults = defaults
         self.keep = args.keep
+        self.entry_env: dict[str, str] = {}
         self.full = args.full
+        self.convert_only = args.convert_only
         # verify's one-process baseline (its loss check compares against it): on by default with
         # --gpu/--full; off on the shared 2-core CPU machine, where it would double the run time.
         self.baseline = args.baseline if args.baseline is not None else (args.full or args.gpu)
@@ -198,11 +201,20 @@ class Ctx:
             if fb and fb.is_dir():
                 env["RW_FALLBACK_SITE"] = str(fb)
         env["PATH"] = f"{SHIM / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        env.update(self.entry_env)
         env.update(HOME=str(home), MPLBACKEND="Agg", WANDB_MODE="disabled", PYTHONUNBUFFERED="1",
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", TQDM_DISABLE="1")
+        # A font cache built once before the runs: else every rank writes ~/.cache/matplotlib on
+        # first import, which verify's rank0-writes check rightly reports but is no script write.
+        env["MPLCONFIGDIR"] = str(MPLCONFIG)
         if not self.gpu:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
+
+    def warm_caches(self, tmp: Path) -> None:
+        MPLCONFIG.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env=self.env(tmp, []),
+                       capture_output=True, timeout=300)
 
 
 def prepare(entry: dict, ctx: Ctx, base: Path) -> Path:
@@ -232,8 +244,17 @@ def fresh_output(pristine: Path, conv: Path, conv_rel: list[str], dest: Path) ->
 
 def convert(files: list[Path], cwd: Path, env: dict) -> dict:
     before = sha(files)
-    res = run([sys.executable, "-m", "ddpify", *map(str, files)], cwd, env, 300)
+    res = run([sys.executable, "-m", "ddpify", "--json", *map(str, files)], cwd, env, 300)
     res["changed"] = sha(files) != before
+    res["blocking"] = []
+    out = res["out"]
+    try:
+        doc = json.loads(out[out.index("{"):out.rindex("}") + 1])
+        for f in doc.get("files", []):
+            res["blocking"] += [f"{x['code']}@{Path(f['path']).name}:{x['line']}" for x in f.get("findings", [])
+                                if x.get("severity") == "blocking"]
+    except ValueError:
+        pass  # older ddpify without --json: the text findings are read by finding_codes
     return res
 
 
@@ -260,10 +281,20 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         pristine = prepare(entry, ctx, base)
         script_dir = Path(entry["path"]).parent
 
+        ctx.entry_env = {k: str(v) for k, v in entry.get("env", {}).items()}
+
         def tree_env(tree: Path) -> tuple[Path, dict]:
             cwd = tree / "src" / script_dir
             extra = [str((cwd / p).resolve()) for p in entry.get("pythonpath", [])]
             return cwd, ctx.env(tree / "home", extra)
+
+        # 0. the original must be Python 3 (some old tutorials are not): else nothing to measure
+        for p in conv_rel:
+            try:
+                compile((pristine / "src" / p).read_bytes(), p, "exec")
+            except SyntaxError as e:
+                rec.update(outcome="harness-error", cause=f"original is not valid Python 3: {p}:{e.lineno} {e.msg}")
+                return rec
 
         # 1. convert
         conv = clone(pristine, base / "conv")
@@ -271,7 +302,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         files = [conv / "src" / p for p in conv_rel]
         c = convert(files, cwd, env)
         section(f"ddpify {' '.join(conv_rel)}", c)
-        rec.update(ddpify_rc=c["rc"], changed=c["changed"], findings=finding_codes(c["out"]))
+        rec.update(ddpify_rc=c["rc"], changed=c["changed"], findings=finding_codes(c["out"]), blocking=c["blocking"])
         if c["changed"] and ctx.diffs:
             # Diffs quote the repository's code: they go to an ignored folder, never to logs/.
             diff = subprocess.run(["diff", "-ru", str(pristine / "src"), str(conv / "src")], capture_output=True, text=True)
@@ -285,8 +316,9 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         if c["rc"] != 0:
             if c["changed"]:
                 rec.update(outcome="wrong", cause=f"ddpify exited {c['rc']} but changed the file")
-            elif rec["findings"]:
-                rec.update(outcome="refused", cause=f"ddpify exited {c['rc']}: {', '.join(rec['findings'])}")
+            elif rec["blocking"] or rec["findings"]:
+                named = rec["blocking"] or rec["findings"]
+                rec.update(outcome="refused", cause=f"ddpify exited {c['rc']}: blocking {', '.join(named)}")
             else:
                 rec.update(outcome="wrong", cause=f"ddpify exited {c['rc']} without a finding: {last_error(c['out'])}")
             return rec
@@ -311,8 +343,13 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
             rec.update(outcome="wrong", cause=f"output does not compile: {bad[0]}")
             return rec
 
+        if ctx.convert_only:
+            rec.update(outcome="converted", cause="not run (--convert-only)")
+            if not rec["idempotent"]:
+                rec.update(outcome="wrong", cause="not idempotent (second conversion changes the output)")
+            return rec
         if entry.get("gpu_only") and not ctx.gpu:
-            rec.update(outcome="gpu-only", cause="calls .cuda() unconditionally; run with --gpu")
+            rec.update(outcome="gpu-only", cause="needs a GPU (gpu_only): conversion checked, runs with --gpu")
             if not rec["idempotent"]:
                 rec.update(outcome="wrong", cause="not idempotent (second conversion changes the output)")
             return rec
@@ -427,10 +464,14 @@ def main() -> int:
                     help="write each conversion's diff here (not committed: it quotes the sources)")
     ap.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
                     help="let verify run its one-process baseline (default: with --gpu or --full)")
+    ap.add_argument("--convert-only", action="store_true",
+                    help="stop after converting (exit code, blocking findings, compiles, idempotent)")
     ap.add_argument("--keep", help="copy each entry's run folders here (debugging)")
     ap.add_argument("--table", action="store_true", help="print the results table (markdown) and stop")
     args = ap.parse_args()
 
+    if args.jobs != 1:
+        ap.error("--jobs: only 1 (each entry already runs 2 ranks; the CPUs are shared)")
     if args.setup:
         setup()
         return 0
@@ -456,6 +497,8 @@ def main() -> int:
         export(entries, ctx, Path(args.export))
         return 0
 
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx.warm_caches(Path(tmp))
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
