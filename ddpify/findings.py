@@ -20,10 +20,13 @@ CODES: dict[str, str] = {
     "DDP010": "device pinned to one GPU index moved to the rank's own GPU",
     "DDP011": "device could not be resolved statically; check it follows LOCAL_RANK",
     "DDP012": "CUDA_VISIBLE_DEVICES set by the script kept for plain runs only (BLOCKING when not fixed: every rank would see the same GPUs)",
+    "DDP013": "legacy set-up made device-aware: NCCL and set_device only with CUDA, .cuda() to LOCAL_DEVICE",
+    "DDP018": "WeightedRandomSampler replaced by DistributedWeightedSampler (per-rank weighted draws, set_epoch)",
+    "DDP019": "IterableDataset sharded by rank and DataLoader worker (RankShard), the same count on every rank",
     "DDP020": "DistributedSampler added to the training DataLoader",
     "DDP021": "sampler.set_epoch(epoch) added at the top of the epoch loop",
-    "DDP022": "training DataLoader has its own sampler or batch_sampler: shard it by hand",
-    "DDP023": "IterableDataset or infinite loader: shard it by rank by hand",
+    "DDP022": "BLOCKING: training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand",
+    "DDP023": "BLOCKING: IterableDataset defined elsewhere or reading the rank itself: shard it by rank by hand",
     "DDP024": "no training DataLoader found: data is not sharded",
     "DDP025": "evaluation DataLoader left unsharded: every rank evaluates the full set",
     "DDP026": "batch_size is per process: the global batch is batch_size x WORLD_SIZE",
@@ -36,10 +39,17 @@ CODES: dict[str, str] = {
     "DDP033": "model attribute reached through .module (the unwrapped model)",
     "DDP034": "no model found: wrap it in DistributedDataParallel by hand",
     "DDP035": "model never moved to a device: it stays on the CPU",
+    "DDP036": "model changed where DDP cannot follow (in training, or later): not wrapped (blocking)",
+    "DDP037": "parameters that may get no gradient: find_unused_parameters=True",
+    "DDP038": "model run through a list or dict that holds it: not wrapped (blocking)",
+    "DDP039": "model with every parameter frozen: not wrapped",
     "DDP040": "forward and loss run under torch.autocast",
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",
     "DDP043": "mixed precision not added: the training step was not found",
+    "DDP044": "op autocast refuses on GPUs (binary_cross_entropy, BCELoss) computed in float32 with autocast off",
+    "DDP045": "parameters updated by hand (no optimizer): bf16 autocast only, no GradScaler; gradients averaged in backward()",
+    "DDP046": "tensor from the forward pass changed in place: autocast ends before it, the rest in float32",
     "DDP050": "gradient-accumulation micro-steps run under model.no_sync()",
     "DDP060": "rank-0 guard added",
     "DDP061": "not guarded: the statement runs a collective or the model, so every rank must run it",
@@ -76,6 +86,8 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP012",  # CUDA_VISIBLE_DEVICES left pinned: under torchrun every rank sees one GPU
     "DDP063",  # a rank-0-only tracker used on every rank
     "DDP064",  # a file write that cannot be guarded: every rank would write
+    "DDP036",  # the model changes after the wrap point in a way DDP cannot follow
+    "DDP038",  # the model runs through a container that holds it: not wrapped
 })
 SEVERITIES = ("blocking", "note")
 

@@ -20,7 +20,7 @@ class Options:
     ignore: tuple[str, ...] = ()
     # Convert even when a blocking finding remains (the exit status still says so).
     partial: bool = False
-    # functions that write files, beyond ddpify's table (ddpify/effects.py): "mylib.dump_results"
+    # functions that write files, beyond ddpify's table (ddpify/analysis/writes.py): "mylib.dump_results"
     writers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -19,6 +19,8 @@ LOSS = re.compile(r"loss\D{0,20}?(-?\d+(?:\.\d+)?(?:e-?\d+)?|nan|inf)", re.I)
 def check_trained(returncode, stdout, stderr):
     out = stdout + stderr
     assert returncode == 0, out[-4000:]
+    # a rank that aborts at exit fails the run even where the launcher's exit code would hide it
+    assert "terminate called" not in out, out[-4000:]
     losses = [float(x) for x in LOSS.findall(stdout)]
     assert losses, f"no loss printed:\n{out[-2000:]}"
     assert all(math.isfinite(x) for x in losses), losses

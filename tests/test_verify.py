@@ -7,6 +7,7 @@ tiny scripts in tests/verify_cases/, so the epoch-order check has two epochs to 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,13 @@ STEPS = "6"
 HEALTHY_TIMEOUT = 120.0
 
 
-def _verify(tmp_path, case, *, baseline=False, timeout=HEALTHY_TIMEOUT, **kw):
+def _verify(tmp_path, case, *, baseline=False, timeout=HEALTHY_TIMEOUT, args=None, **kw):
     lines: list[str] = []
     outcome = run_verify(
         str(CASES / case),
-        ["--out", str(tmp_path)],
+        ["--out", str(tmp_path)] if args is None else args,
         nproc=2,
-        steps=int(STEPS),
+        steps=kw.pop("steps", int(STEPS)),
         backend=kw.pop("backend", "gloo"),
         timeout=timeout,
         baseline=baseline,
@@ -76,29 +77,37 @@ def _zombie(pid: int) -> bool:
 
 
 def test_control_passes_through_the_cli(tmp_path):
-    report = tmp_path / "report.json"
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "ddpify.verify", str(CASES / "control.py"), "--no-convert", "--nproc", "2",
-         "--backend", "gloo", "--steps", STEPS, "--timeout", str(HEALTHY_TIMEOUT), "--json", str(report),
+         "--backend", "gloo", "--steps", STEPS, "--timeout", str(HEALTHY_TIMEOUT), "--json", "-", "--show-output",
          "--", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(report.read_text())
+    # --json -: the document alone on stdout, the text report on stderr.
+    doc = json.loads(proc.stdout)
     status = {c["name"]: c["status"] for c in doc["checks"]}
     assert status == {
-        "ranks": "PASS", "devices": "PASS", "params-in-sync": "PASS", "data-sharding": "PASS",
-        "epoch-shuffle": "PASS", "rank0-writes": "PASS", "loss": "PASS", "throughput": "INFO", "no-hang": "PASS",
+        "ranks": "PASS", "devices": "PASS", "params-in-sync": "PASS", "even-batches": "PASS", "data-sharding": "PASS",
+        "epoch-shuffle": "PASS", "rank0-writes": "PASS", "saved": "PASS", "loss": "PASS", "throughput": "INFO",
+        "reached": "INFO", "no-hang": "PASS",
     }
     figures = {c["name"]: c["figure"] for c in doc["checks"]}
     assert "reached step 6" in figures["ranks"]
     assert figures["params-in-sync"].startswith("max |diff| 0 over 195 params")
     assert "scaling" in figures["throughput"] and "baseline" in figures["loss"]
-    # The table is on stdout with every check's figure.
+    assert figures["even-batches"] == "4 batches per epoch on each of 2 ranks"
+    assert figures["saved"] == "1 state dict loads into the unwrapped model"
+    # Stopped mid-epoch: the report says so (4 batches per epoch and rank, K=6).
+    assert figures["reached"].startswith("stopped at step 6 in epoch 2 (batch 2 of 4): the end of that epoch")
+    # The table, the progress of each phase and the script's own output (--show-output) are on stderr.
     for name, figure in figures.items():
-        assert name in proc.stdout
+        assert name in proc.stderr
+    assert "candidate: done in" in proc.stderr and "step 6 reached" in proc.stderr
+    assert "--- output of the candidate rank 0 ---" in proc.stderr and "epoch 0 loss" in proc.stderr
+    assert "\x1b[" not in proc.stderr
     assert (out / "checkpoint.pt").exists()  # the script's own save ran (on rank 0)
     assert [r["status"] for r in doc["candidate"]["ranks"]] == ["stopped", "stopped"]
     assert doc["baseline"]["ranks"][0]["steps"] == 6
@@ -148,6 +157,82 @@ def test_collective_in_rank0_branch_is_reported_as_a_hang(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+def test_uneven_batches_name_the_imbalance_and_the_rank_that_died_first(tmp_path):
+    """Rank 1 (7 batches) reaches the epoch's all_reduce while rank 0 (9) is in a gradient all-reduce:
+    gloo aborts rank 1 in C++ (SIGABRT); rank 0 then sees "connection reset by peer" (or torchrun
+    stops it before)."""
+    outcome, text = _verify(tmp_path, "uneven_batches.py", steps=10)
+    assert outcome.exit_code == 1, text
+    checks = {c.name: c for c in outcome.checks}
+    assert [c.name for c in outcome.checks if c.status == C.FAIL] == ["ranks", "even-batches"], text
+    assert "rank 0: 9 batches, rank 1: 7" in checks["even-batches"].cause
+    assert "DistributedSampler" in checks["even-batches"].cause
+    cause = checks["ranks"].cause
+    assert cause.startswith("rank 1 failed first, at step 7: aborted (SIGABRT) in C++ code, in all_reduce at uneven_batches.py:55"), cause
+    # Rank 0 then either fails on its own ("connection reset by peer") or is stopped by torchrun first.
+    assert "see even-batches" in cause and "rank 0 failed first" not in cause
+    assert checks["loss"].status == C.NA  # a crashed run has no loss curve to pass
+    assert outcome.document["candidate"]["exits"][1]["signal"] == "SIGABRT"
+    _assert_nothing_survives(outcome.document)
+
+
+def test_unused_parameters_are_named_also_when_the_baseline_crashes(tmp_path):
+    outcome, text = _verify(tmp_path, "unused_param.py", baseline=True, args=[])
+    assert outcome.exit_code == 1, text
+    assert "baseline: crashed the same way DDP will" in text
+    checks = {c.name: c for c in outcome.checks}
+    assert checks["ranks"].status == C.FAIL, text
+    assert checks["ranks"].cause.startswith("DDP: 2 parameters got no gradient in the step: aux_head.weight, aux_head.bias.")
+    assert "find_unused_parameters=True" in checks["ranks"].cause and "remove them" in checks["ranks"].cause
+    assert "rank 0 crashed at step 1: DDP found parameters without a gradient" in checks["ranks"].figure
+    # The candidate crashed at step 1: the loss check must not pass on it.
+    assert checks["loss"].status == C.NA, checks["loss"].figure
+    _assert_nothing_survives(outcome.document)
+
+
+def test_per_rank_sampler_seeds_and_a_wrapper_checkpoint_over_one_epoch(tmp_path):
+    """--epochs 1 runs the 8-step epoch to its end, where the script saves the DDP wrapper's state dict."""
+    outcome, text = _verify(tmp_path, "seed_per_rank.py", epochs=1)
+    assert outcome.exit_code == 1, text
+    checks = {c.name: c for c in outcome.checks}
+    assert [c.name for c in outcome.checks if c.status == C.FAIL] == ["data-sharding", "saved"], text
+    assert "the DistributedSampler seeds differ per rank (rank 0: seed=0, rank 1: seed=1)" in checks["data-sharding"].cause
+    assert checks["saved"].cause.startswith(f"the state dict saved to {tmp_path / 'model.pt'} at seed_per_rank.py:51: its keys start with DDP's `module.` (e.g. module.0.weight")
+    assert checks["saved"].cause.endswith("save model.module.state_dict()")
+    assert "stopped after 1 epoch at step 8" in checks["ranks"].figure
+    assert checks["reached"].figure.startswith("1 whole epoch and the work after it")
+    _assert_nothing_survives(outcome.document)
+
+
+def test_early_stop_decided_per_rank_names_the_break(tmp_path):
+    outcome, text = _verify(tmp_path, "early_stop_break.py", timeout=20.0)
+    assert outcome.exit_code == 1, text
+    hang = next(c for c in outcome.checks if c.name == "no-hang")
+    assert hang.status == C.FAIL, text
+    assert "rank 0 in barrier at early_stop_break.py:57" in hang.figure
+    assert "rank 1 in backward (DDP gradient all-reduce) at early_stop_break.py:50" in hang.figure
+    assert hang.cause.startswith(
+        "rank 0 left the loop `for epoch in range(10):` (line 44) through the `break` at line 55 under "
+        "`if epoch_loss < args.target:` (line 54) and waits in barrier at line 57, while rank 1 is still inside the loop"
+    ), hang.cause
+    _assert_nothing_survives(outcome.document)
+
+
+def test_two_nodes_catch_a_guard_on_the_local_rank(tmp_path):
+    """--nnodes 2: two torchrun agents, each in its own directory; node 1's LOCAL_RANK 0 (global rank 2) writes too."""
+    outcome, text = _verify(tmp_path, "local_rank_guard.py", args=["--out", "."], nnodes=2)
+    assert outcome.exit_code == 1, text
+    checks = {c.name: c for c in outcome.checks}
+    assert [c.name for c in outcome.checks if c.status == C.FAIL] == ["rank0-writes"], text
+    assert "4/4 started, initialised (gloo, world 4, 2 nodes)" in checks["ranks"].figure
+    assert checks["rank0-writes"].figure == "ranks 0, 2 wrote checkpoint.pt"
+    assert checks["rank0-writes"].cause.startswith(
+        "torch.save at local_rank_guard.py:44 also runs on rank 2 (node 1, LOCAL_RANK 0), which wrote checkpoint.pt "
+        "on its node's disk: the guard `if local_rank == 0:` (line 43) tests the local rank"
+    ), checks["rank0-writes"].cause
+    _assert_nothing_survives(outcome.document)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs (NCCL)")
 def test_missing_set_device_puts_every_rank_on_gpu0(tmp_path):
     outcome, text = _verify(tmp_path, "no_set_device.py", backend="nccl")
@@ -190,10 +275,13 @@ def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_
         assert source == before
         return Result(source=(CASES / "single_ddp.py").read_text(), changed=True, status="converted")
 
-    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True, converter=converter)
+    # One whole epoch: the baseline (8 batches) and the candidate (4 per rank) both reach the checkpoint.
+    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True, converter=converter, epochs=1)
     assert calls == [str(single)]
     assert single.read_text() == before
     assert outcome.exit_code == 0, text
+    saved = next(c for c in outcome.checks if c.name == "saved")
+    assert saved.figure == "the candidate wrote all 1 file the baseline wrote; 1 state dict loads into the unwrapped model"
     doc = outcome.document
     assert doc["conversion"] == "converted" and doc["ran"].endswith("single.ddp.py")
     assert not Path(doc["ran"]).exists()  # the temporary copy went with the run directory
@@ -210,6 +298,38 @@ def test_single_process_script_with_the_real_converter(tmp_path):
     outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True)
     assert outcome.exit_code == 0, text
     assert outcome.document["conversion"] == "converted"
+
+
+def test_converted_script_that_never_saves_fails_saved(tmp_path):
+    """The one-process run writes a checkpoint every epoch; the "conversion" guards it with a RANK
+    that is a string under torchrun, so no rank ever writes it."""
+
+    def converter(source, options, path):
+        from ddpify import Result
+
+        return Result(source=(CASES / "never_saves_ddp.py").read_text(), changed=True, status="converted")
+
+    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True, converter=converter, epochs=1)
+    assert outcome.exit_code == 1, text
+    failed = [c for c in outcome.checks if c.status == C.FAIL]
+    assert [c.name for c in failed] == ["saved"], text
+    assert failed[0].figure.startswith("the baseline wrote ") and "checkpoint.pt (1x); no rank of the candidate wrote it" in failed[0].figure
+    assert "its torch.save at line 54 never ran on any rank, under `if RANK == 0:` (line 53)" in failed[0].cause
+    assert _statuses(outcome)["rank0-writes"] == C.NA  # not "no rank wrote a file" as a pass
+    _assert_nothing_survives(outcome.document)
+
+
+def test_converter_output_that_does_not_compile_is_a_converter_failure(tmp_path):
+    def converter(source, options, path):
+        from ddpify import Result
+
+        return Result(source="import torch\nif True\n    pass\n", changed=True, status="converted")
+
+    outcome, text = _verify(tmp_path, "single.py", baseline=True, convert=True, converter=converter)
+    assert outcome.exit_code == 2, text
+    assert "converter failure: the converted script does not compile (expected ':', line 2: `if True`)" in text
+    assert outcome.document["error_kind"] == "converter"
+    assert "baseline" not in outcome.document and "candidate" not in outcome.document  # nothing was run
 
 
 def test_a_converter_bug_is_reported_not_raised(tmp_path):
@@ -269,6 +389,107 @@ def test_stack_parsing_finds_the_collective_and_the_guarding_if(tmp_path):
     assert C._enclosing_rank_if(str(script), 7) is None
 
 
+def test_a_ddp_forward_inside_a_rank0_branch_is_named(tmp_path):
+    from ddpify.verify.runner import RunResult
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "def main(model, rank, x, dist):\n"
+        "    model(x).sum().backward()\n"
+        "    if rank == 0:\n"
+        "        model(x)\n"
+        "    dist.barrier()\n"
+    )
+    ddp = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/site-packages/torch/nn/parallel/distributed.py", line 1700 in _pre_forward\n'
+        '  File "/site-packages/torch/nn/parallel/distributed.py", line 1886 in forward\n'
+        f'  File "{script}", line 4 in main\n'
+    )
+    barrier = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        f'  File "{script}", line 5 in main\n'
+    )
+    run = RunResult("candidate", 2, tmp_path, hang={"ranks": [0, 1], "timeout": 20.0, "stacks": {0: ddp, 1: barrier}})
+    hang = C.check_hang(C.Context(run, None, 2, 6, str(script), timeout=20.0))
+    assert hang.status == C.FAIL
+    assert hang.cause.startswith(
+        "rank 0 waits in the DDP forward (buffer broadcast) at line 4, inside `if rank == 0:` (line 3)"
+    ), hang.cause
+
+
+def test_loop_left_by_break_and_the_guard_around_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "def main(loader, rank):\n"
+        "    for epoch in range(3):\n"
+        "        for x in loader:\n"
+        "            if x is None:\n"
+        "                break\n"
+        "            step(x)\n"
+        "        if metric(rank) < 0.5:\n"
+        "            break\n"
+        "    finish()\n"
+    )
+    # One rank waits in finish() (line 9), the other in step() (line 6): the outer loop's break.
+    assert C._loop_left_by_break(str(script), 9, 6) == (2, "for epoch in range(3):", 8, (7, "metric(rank) < 0.5"))
+    # Both inside the outer loop: the inner loop's own break is the one that left it.
+    assert C._loop_left_by_break(str(script), 7, 6) == (3, "for x in loader:", 5, (4, "x is None"))
+    assert C._loop_left_by_break(str(script), 6, 9) is None
+
+
+def test_torchrun_failure_summary_gives_each_ranks_exit():
+    from ddpify.verify.runner import parse_failures
+
+    text = """
+Failures:
+[1]:
+  time      : 2026-11-22_13:33:25
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 9384)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_13:33:25
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 9390)  (SIGABRT)
+  error_file: <N/A>
+"""
+    assert parse_failures(text) == {0: {"exitcode": 1, "signal": None}, 1: {"exitcode": -6, "signal": "SIGABRT"}}
+
+
+def test_saved_state_dict_keys_against_the_model():
+    from ddpify.verify.probe import _compare_keys
+
+    model = {"0.weight": [16, 8], "0.bias": [16]}
+    assert _compare_keys(dict(model), model) == {"verdict": "loads"}
+    assert _compare_keys({"module." + k: v for k, v in model.items()}, model) == {"verdict": "module-prefix"}
+    assert _compare_keys({"0.weight": [16, 8]}, model) == {"verdict": "partial"}  # a part of the model
+    assert _compare_keys({"momentum_buffer": [16]}, model) == {"verdict": "unknown"}
+    bad = _compare_keys({"0.weight": [16, 4], "0.bias": [16]}, model)
+    assert bad["verdict"] == "mismatch" and bad["shapes"] == ["0.weight: saved [16, 4], model [16, 8]"]
+
+
+def test_colour_and_the_automatic_timeout():
+    from ddpify.verify.cli import auto_timeout, use_colour
+    from ddpify.verify.runner import RunResult
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    assert use_colour(Tty(), {}) is True
+    assert use_colour(Tty(), {"NO_COLOR": "1"}) is False
+    assert use_colour(object(), {}) is False
+    assert auto_timeout(None) == 120.0
+    small = RunResult("baseline", 1, Path("."), wall_s=3.0, max_gap=1.5)
+    assert auto_timeout(small) == 30.0  # a tiny script: far below 300 s
+    slow = RunResult("baseline", 1, Path("."), wall_s=40.0, max_gap=9.0)
+    assert auto_timeout(slow) == 120.0
+    assert auto_timeout(RunResult("baseline", 1, Path("."), wall_s=900.0, max_gap=60.0)) == 300.0
+
+
 def test_divergence_rule():
     assert not C._diverged(2.3, 2.2)
     assert not C._diverged(2.3, 4.5)
@@ -292,11 +513,12 @@ def test_table_keeps_columns_aligned(monkeypatch):
 
 # One fixture per style: main() with argparse, a Trainer class, gradient accumulation, checkpoints
 # and resume, a GAN (two models), BatchNorm, DataParallel, a while loop over iter()/next(), iterations
-# with param groups, dict batches with early stopping.
+# with param groups, dict batches with early stopping; a sharded stream, a weighted sampler, and
+# parameters updated by hand.
 VERIFIED_FIXTURES = [
     "02_mnist_classic", "03_trainer_dataclass", "12_grad_accumulation", "13_checkpoint_resume", "20_gan",
     "21_bn_cnn_syncbn", "24_dataparallel", "30_while_max_steps", "36_gpt_param_groups_method",
-    "38_dict_batches_early_stop",
+    "38_dict_batches_early_stop", "31_iterable_dataset", "32_weighted_sampler", "76_optional_optimizer_lm",
 ]
 
 

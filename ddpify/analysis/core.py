@@ -9,6 +9,7 @@ from ddpify.analysis.apis import DISTRIBUTED_APIS, LEGACY_APIS, ApisMixin
 from ddpify.analysis.effects import EffectsMixin
 from ddpify.analysis.loaders import LoadersMixin
 from ddpify.analysis.loops import LoopsMixin
+from ddpify.analysis.manual import ManualUpdatesMixin
 from ddpify.analysis.models import ModelsMixin
 from ddpify.analysis.names import NamesMixin
 from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
@@ -18,7 +19,7 @@ from ddpify.analysis.walk import WalkMixin
 from ddpify.directives import skipped_lines
 
 
-class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin):
+class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin):
     def __init__(self, module: cst.Module, source: str | None = None) -> None:
         # source: the text module was parsed from (its codegen, which need not be run again:
         # positions and line numbers are those of the codegen)
@@ -58,6 +59,8 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.schedulers: set[str] = set()
         self.models: list[str] = []
         self._find_optimizers_and_models()
+        self.manual_updates = self._find_manual_updates()  # no optimizer: p.data.add_(p.grad, ...)
+        self.models += [n for n in dict.fromkeys(n for _, n in self.manual_updates) if n not in self.models]
         self.dataparallel_calls = [c for c in self.calls if self.is_call(c, "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")]
         self.functional_dp_calls = [c for c in self.calls if self.is_call(c, "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")]
         for c in self.dataparallel_calls:

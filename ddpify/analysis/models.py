@@ -187,7 +187,7 @@ class ModelsMixin:
             self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
             for c in self.dataparallel_calls
             if call_args(c)[0]
-        )
+        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates)
 
     def is_optimizer_ref(self, node: cst.CSTNode) -> bool:
         name = dotted(node)

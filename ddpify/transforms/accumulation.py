@@ -20,6 +20,8 @@ class AccumulationTransform(Transform):
             test = step.accumulation_test
             if test is None or step.forward_first is None or not ctx.editable(step.stmt):
                 continue
+            if a.manual_update_in(step.tail) is not None:
+                continue  # `if opt: opt.step() else: <update by hand>`: every iteration updates
             body = list(step.block.body)
             if step.forward_first not in body:
                 continue

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis
 from ddpify.edits import Edits
-from ddpify.effects import Effects
+from ddpify.analysis.writes import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.effects import checks_existence
+from ddpify.analysis.writes import checks_existence
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.rank0 import Rank0Transform

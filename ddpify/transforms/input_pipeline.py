@@ -18,6 +18,8 @@ class InputPipelineTransform(Transform):
         a = ctx.a
         if ctx.opts.amp == "apex":
             return  # the apex target reproduces the classic recipe as it was
+        # loaders iterated together (zip(l1, l2)) share their loop: each copy is edited once
+        self._done: set[int] = set()
         for ld in getattr(ctx, "sharded", []):
             if ld.role != "train":
                 continue
@@ -63,7 +65,7 @@ class InputPipelineTransform(Transform):
             recv = call.func.value  # type: ignore[attr-defined]
             while isinstance(recv, (cst.Subscript, cst.Attribute)):
                 recv = recv.value
-            if not (isinstance(recv, cst.Name) and recv.value in names) or not ctx.editable(call):
+            if not (isinstance(recv, cst.Name) and recv.value in names) or not ctx.editable(call) or id(call) in self._done:
                 continue
             pos, kw = call_args(call)
             if "non_blocking" in kw or any(x.star for x in call.args) or len(pos) > 1:
@@ -71,6 +73,7 @@ class InputPipelineTransform(Transform):
             if pos and isinstance(pos[0].value, cst.SimpleString) and "cpu" in pos[0].value.value:
                 continue
             ctx.edits.replace(call, lambda n: append_kwarg(n, "non_blocking", cst.Name("True")))
+            self._done.add(id(call))
             done = True
         if done:
             ctx.finding(loop, "DDP029", "batch copies to the device are non_blocking (from pinned memory)", True)

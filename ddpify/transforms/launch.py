@@ -50,11 +50,75 @@ def ddp_setup():
 DECIDES = '''\
 
 
+# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: abort at exit).
+DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
+
+
 def rank0_decides(flag):
     """Every rank follows rank 0's decision, so no rank leaves a loop alone."""
-    decision = {torch}.tensor([int(bool(flag))], device=LOCAL_DEVICE)
-    {dist}.broadcast(decision, src=0)
-    return bool(decision.item())
+    DECISION.fill_(int(bool(flag)))
+    {dist}.broadcast(DECISION, src=0)
+    return bool(DECISION.item())
+'''
+
+SHARD = '''\
+
+
+class RankShard({torch}.utils.data.IterableDataset):
+    """This rank's share of a stream (and of its DataLoader worker's): one item in each round of
+    WORLD_SIZE x workers; a last, incomplete round is dropped, so every rank yields as many items
+    (and batches) as the others and none waits at a collective for a batch that never comes."""
+
+    def __init__(self, stream, split_workers=True):
+        self.stream = stream
+        self.split_workers = split_workers  # False: the stream splits its workers itself
+
+    def __iter__(self):
+        info = {torch}.utils.data.get_worker_info() if self.split_workers else None
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        size, mine, group = WORLD_SIZE * workers, RANK * workers + worker, []
+        for item in self.stream:
+            group.append(item)
+            if len(group) == size:
+                yield group[mine]
+                group = []
+
+    def __len__(self):
+        return len(self.stream) // WORLD_SIZE
+
+    def __getattr__(self, name):  # the stream's own attributes stay reachable
+        if name.startswith("__") or name == "stream":
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+'''
+
+WEIGHTED = '''\
+
+
+class DistributedWeightedSampler({torch}.utils.data.Sampler):
+    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on every rank
+    (seed + epoch) and dealt out as DistributedSampler deals them; each rank then draws
+    num_samples // WORLD_SIZE of its own indices by their weights. set_epoch(epoch) reshuffles."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None, seed=0):
+        self.weights = {torch}.as_tensor(weights, dtype={torch}.double)
+        self.num_samples = num_samples // WORLD_SIZE
+        self.replacement = replacement
+        self.seed = seed  # the same on every rank (a generator of the script's would differ)
+        self.epoch = 0
+
+    def __iter__(self):
+        g = {torch}.Generator().manual_seed(self.seed + self.epoch)
+        mine = {torch}.randperm(len(self.weights), generator=g)[RANK::WORLD_SIZE]
+        g.manual_seed((self.seed + self.epoch) * WORLD_SIZE + RANK)
+        drawn = {torch}.multinomial(self.weights[mine], self.num_samples, self.replacement, generator=g)
+        return iter(mine[drawn].tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
 '''
 
 
@@ -72,6 +136,10 @@ class LaunchTransform(Transform):
         text += SETUP
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
+        if "shard_stream" in ctx.helpers:
+            text += SHARD
+        if "weighted_sampler" in ctx.helpers:
+            text += WEIGHTED
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

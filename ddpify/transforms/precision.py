@@ -7,9 +7,12 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import code
+from ddpify.transforms.amp_safety import inplace_split, plan_float32, unsafe_calls
 from ddpify.transforms.base import Context, Transform
 
 AUTOCAST = "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None)"
+# a step that updates parameters by hand has no optimizer for SCALER.step(): bf16 or nothing
+AUTOCAST_BF16 = "torch.autocast(LOCAL_DEVICE.type, dtype=torch.bfloat16, enabled=AMP_DTYPE == torch.bfloat16)"
 CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_")
 
 
@@ -35,6 +38,7 @@ class PrecisionTransform(Transform):
         self._updates: dict[int, cst.BaseStatement] = {}
         self._update_stmt: dict[int, cst.BaseStatement] = {}
         done_blocks: set[int] = set()
+        fp32_done: set[int] = set()
         for step in a.steps:
             if not ctx.editable(step.stmt):
                 continue
@@ -44,12 +48,41 @@ class PrecisionTransform(Transform):
                 continue
             first = step.forward_first
             last = step.loss_stmt if step.loss_stmt in body and body.index(step.loss_stmt) >= body.index(first) else first
+            region = body[body.index(first) : body.index(last) + 1]
+            unsafe = unsafe_calls(ctx, region)
+            if first is last and any(a.statement(c) is first for c, _, _ in unsafe):
+                ctx.finding(first, "DDP043", "mixed precision not added: an op that is unsafe to autocast runs in the forward pass's statement: compute it in a statement of its own", False)
+                continue
+            manual = a.manual_update_in(step.tail)
+            if manual is not None and ctx.opts.amp == "fp16":
+                ctx.finding(manual, "DDP045", "mixed precision not added: fp16 needs a GradScaler and this step updates the parameters by hand, with no optimizer to unscale (use --amp bf16, or unscale the gradients by hand)", False)
+                continue
+            split = inplace_split(a, region)
+            if split is not None:
+                k, op, names = split
+                if k == 0:
+                    ctx.finding(op, "DDP046", f"mixed precision not added: `{code(op).strip()}` changes in place a tensor computed in the forward pass, which breaks autograd under autocast on GPUs; make it out of place to get mixed precision", False)
+                    continue
+                if (id(first), id(last)) not in done_blocks:
+                    if names:
+                        cast = ", ".join(f"{n}.float()" for n in names)
+                        ctx.edits.before[region[k]].append(ctx.stmt(f"{', '.join(names)} = {cast}\n"))
+                    rest = f" and {', '.join(names)} continue in float32" if names else ", the rest runs in float32"
+                    ctx.finding(op, "DDP046", f"`{code(op).strip()}` changes in place a tensor computed under autocast (breaks autograd on GPUs): autocast ends before it{rest}", True)
+                done_blocks.add((id(first), id(last)))
+                last = region[k - 1]
             if (id(first), id(last)) not in done_blocks:
                 done_blocks.add((id(first), id(last)))
-                ctx.edits.wraps.append((first, last, ctx.expr(AUTOCAST)))
+                plan_float32(ctx, unsafe, fp32_done)
+                ctx.edits.wraps.append((first, last, ctx.expr(AUTOCAST if manual is None else AUTOCAST_BF16)))
                 ctx.helpers.add("amp")
-                ctx.finding(first, "DDP040", f"forward pass and loss run under torch.autocast ({PRECISION_SAID[ctx.opts.amp]})", True)
-            if scaled:
+                if manual is None:
+                    ctx.finding(first, "DDP040", f"forward pass and loss run under torch.autocast ({PRECISION_SAID[ctx.opts.amp]})", True)
+                else:
+                    ctx.finding(first, "DDP040", "forward pass and loss run under torch.autocast in bf16 only (full precision where the GPU lacks bf16, and on CPU)", True)
+            if manual is not None:
+                ctx.finding(manual, "DDP045", "parameters updated by hand: no GradScaler (it needs an optimizer), so no fp16; DDP averages the gradients in backward() before this update", True)
+            elif scaled:
                 self._scale(ctx, step)
 
     def _scale(self, ctx: Context, step) -> None:

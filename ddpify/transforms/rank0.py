@@ -9,7 +9,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
-from ddpify.effects import WRITE_MODE
+from ddpify.analysis.writes import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
@@ -165,7 +165,7 @@ class Rank0Transform(Transform):
         func = call.func
         if m.matches(func, m.Name("print")):
             return "print"
-        what = ctx.effects.writer(call)  # the one table of file writers (ddpify/effects.py)
+        what = ctx.effects.writer(call)  # the one table of file writers (ddpify/analysis/writes.py)
         if what is not None:
             return what
         if a.is_call(call, *MKDIR):

@@ -7,6 +7,8 @@ import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.streams import library_stream, shard_stream, stream_class
+from ddpify.transforms.weighted import distribute_weighted
 
 
 class SamplerTransform(Transform):
@@ -38,12 +40,14 @@ class SamplerTransform(Transform):
         call = ld.call
         pos, kw = call_args(call)
         if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
+            if "sampler" in kw and "batch_sampler" not in kw and distribute_weighted(ctx, ld, kw["sampler"].value):
+                return True
             ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
             return False
         if ld.dataset is None:
             return False
         if self._iterable(ctx, ld.dataset):
-            ctx.finding(call, "DDP023", "IterableDataset: a sampler cannot shard it; yield only items i where i % WORLD_SIZE == RANK (and split workers with get_worker_info())", False)
+            shard_stream(ctx, ld)  # no sampler, so no set_epoch: not in ctx.sharded
             return False
         star = [x for x in call.args if x.star == "**"]
         drop_pos_shuffle = None
@@ -120,17 +124,11 @@ class SamplerTransform(Transform):
 
     def _iterable(self, ctx: Context, ds: cst.BaseExpression) -> bool:
         a = ctx.a
-        cls_name = None
-        if isinstance(ds, cst.Call):
-            cls_name = dotted(ds.func)
-        else:
-            name = dotted(ds)
-            for asg in a.assigns:
-                if isinstance(asg, cst.Assign) and any(dotted(t.target) == name for t in asg.targets) and isinstance(asg.value, cst.Call):
-                    cls_name = dotted(asg.value.func)
+        if library_stream(a, ds):
+            return True
+        cls_name, cls = stream_class(a, ds)
         if not cls_name:
             return False
-        cls = a.classes.get(cls_name.rsplit(".", 1)[-1])
         if cls is not None:
             return any("IterableDataset" in code(b.value) for b in cls.bases)
         return "IterableDataset" in cls_name
@@ -138,7 +136,7 @@ class SamplerTransform(Transform):
     # -- set_epoch --------------------------------------------------------------------
     def _set_epoch(self, ctx: Context, ld: Loader) -> None:
         a = ctx.a
-        done: set[int] = getattr(ctx, "_epoch_loops_done", set())
+        done: set[tuple[int, str]] = getattr(ctx, "_epoch_loops_done", set())
         ctx._epoch_loops_done = done  # type: ignore[attr-defined]
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
         outer = a.enclosing_loop(ld.stmt)
@@ -170,7 +168,7 @@ class SamplerTransform(Transform):
             return a.returned_as(par.targets[0].target)
         return []
 
-    def _epoch_sites(self, ctx: Context, sites, done: set[int], severity: str) -> None:
+    def _epoch_sites(self, ctx: Context, sites, done: set[tuple[int, str]], severity: str) -> None:
         a = ctx.a
         for site, used in sites:
             stmt = a.statement(site) if isinstance(site, cst.Call) else site
@@ -178,11 +176,11 @@ class SamplerTransform(Transform):
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
                 # `while` loop: the epoch starts right there
-                if id(stmt) not in done and not ctx.editable(stmt):
-                    done.add(id(stmt))
+                if (id(stmt), used) not in done and not ctx.editable(stmt):
+                    done.add((id(stmt), used))
                     ctx.skipped_here(stmt, f"{used}.sampler.set_epoch(...) where this pass over the loader starts", severity == "blocking")
-                elif id(stmt) not in done:
-                    done.add(id(stmt))
+                elif (id(stmt), used) not in done:
+                    done.add((id(stmt), used))
                     counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
                     ctx.edits.before[stmt].append(ctx.stmt(f"{used}.sampler.set_epoch({counter})\n"))
                     ctx.finding(stmt, "DDP021", "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently", True)
@@ -190,9 +188,10 @@ class SamplerTransform(Transform):
             for loop, expr in loops:
                 if loop is None:
                     continue
-                if id(loop) in done:
+                # one set_epoch per loader in the loop: zip(l1, l2) has two
+                if (id(loop), expr) in done:
                     continue
-                done.add(id(loop))
+                done.add((id(loop), expr))
                 if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and not ctx.editable_header(loop):
                     ctx.skipped_here(loop, f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop", severity == "blocking")
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis import dotted
+from ddpify.analysis import lifecycle
+from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
 
 # What DDP itself answers the same way as the wrapped module.
@@ -23,8 +24,13 @@ class UnwrapTransform(Transform):
         a = ctx.a
         if not ctx.wrapped:
             return
+        self._mixed: set[cst.FunctionDef] = set()
+        self._either: set[cst.FunctionDef] = set()  # read the global model wrapped and plain
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
+        self._aliases = lifecycle.instance_aliases(a, ctx.wrapped)
+        for alias, asg in self._aliases.items():
+            bindings.setdefault(a.function_of(asg), set()).add(alias)  # type: ignore[arg-type]
         for attr in a.attributes:
             if attr.attr.value in PASSTHROUGH or not ctx.editable(attr):
                 continue
@@ -38,6 +44,12 @@ class UnwrapTransform(Transform):
             if not self._bound(a, bindings, fn, base, attr):
                 continue
             if not self._after_wrap(ctx, attr, base):
+                continue
+            if fn in self._either:
+                # a function reading the global model while it is the wrapper and, after it was
+                # bound again to a plain model, while it is not
+                ctx.edits.replace(attr, lambda n: n.with_changes(value=ctx.expr(f'getattr({code(n.value)}, "module", {code(n.value)})')))
+                ctx.finding(attr, "DDP033", f"{fn.name.value}() reads `{base}` both while it is wrapped and after it is bound again to a plain model: getattr({base}, \"module\", {base}).{attr.attr.value}", True)
                 continue
             ctx.edits.replace(attr, lambda n: n.with_changes(value=cst.Attribute(value=n.value, attr=cst.Name("module"))))
             if attr.attr.value in ("state_dict", "load_state_dict"):
@@ -66,6 +78,56 @@ class UnwrapTransform(Transform):
             ctx.edits.replace(call, unwrap_first)
             ctx.finding(call, "DDP033", f"{call.func.value}({base}, {attr_name!r}) asks the model itself: {base}.module after wrapping", True)
 
+        # copies and traces of the model take the plain module: deepcopy(ddp) carries 'module.'
+        # keys into an EMA, and a traced DDP forward runs collectives on one rank alone
+        for call in a.calls:
+            if not ctx.editable(call):
+                continue
+            for arg in lifecycle.plain_module_args(a, call):
+                base = dotted(arg.value)
+                if base is None or not self._bound(a, bindings, a.function_of(call), base, call) or not self._after_wrap(ctx, call, base):
+                    continue
+                if a.function_of(call) in self._either:
+                    ctx.edits.replace(arg.value, lambda n: ctx.expr(f'getattr({code(n)}, "module", {code(n)})'))
+                else:
+                    ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+                if not isinstance(call.func, cst.Name) or call.func.value != "getattr":  # (reported above)
+                    ctx.finding(call, "DDP033", f"{code(call.func)}({base}) takes the plain model after wrapping: {base}.module", True)
+        self._unwrap_at_callers(ctx)
+
+    @staticmethod
+    def _passes_plain(ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
+        """call hands on a wrapped name while it holds the plain model: before the wrap, or
+        bound again to a new model since."""
+        a = ctx.a
+        before = a.function_of(call) is a.function_of(anchor) and a.pos[call].start.line <= a.pos[anchor].end.line
+        return any(
+            ctx.wrapped.get(dotted(x.value) or "") is anchor and (before or lifecycle.rebound_unwrapped(a, dotted(x.value), anchor, call))  # type: ignore[arg-type]
+            for x in call.args
+        )
+
+    @classmethod
+    def _passes_wrapped(cls, ctx: Context, call: cst.Call, anchor: cst.CSTNode) -> bool:
+        return any(ctx.wrapped.get(dotted(x.value) or "") is anchor for x in call.args) and not cls._passes_plain(ctx, call, anchor)
+
+    def _unwrap_at_callers(self, ctx: Context) -> None:
+        """A helper called with the wrapped model and with a plain one (before the wrap, or a
+        model loaded again for testing) gets the plain module from every caller."""
+        a = ctx.a
+        for fn in self._mixed:
+            if any(a.function_of(s.stmt) is fn for s in a.steps):
+                continue  # it trains: it needs the wrapper (not reached: a training helper runs before the reload)
+            for call in a.callers(fn):
+                for arg in call.args:
+                    name = dotted(arg.value)
+                    anchor = ctx.wrapped.get(name or "")
+                    if anchor is None or not ctx.editable(call) or a.function_of(call) is not a.function_of(anchor):
+                        continue
+                    if a.pos[call].start.line <= a.pos[anchor].end.line or lifecycle.rebound_unwrapped(a, name, anchor, call):  # type: ignore[arg-type]
+                        continue
+                    ctx.edits.replace(arg.value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+                    ctx.finding(call, "DDP033", f"{fn.name.value}() also gets a plain model later: it gets {name}.module here", True)
+
     def _bound(self, a, bindings, fn, base, node) -> bool:
         if fn is not None and base in bindings.get(fn, set()):
             return True
@@ -78,7 +140,12 @@ class UnwrapTransform(Transform):
     def _after_wrap(self, ctx: Context, node: cst.CSTNode, base: str) -> bool:
         a = ctx.a
         line = a.pos[node].start.line
-        anchors = [s for n, s in ctx.wrapped.items()]
+        made = self._aliases.get(base)
+        if made is not None:  # trainer.model: wrapped once trainer is built
+            return a.function_of(made) is a.function_of(node) and line > a.pos[made].end.line
+        anchors = [s for n, s in ctx.wrapped.items() if n == base or base.startswith(n + ".")] or list(ctx.wrapped.values())
+        if any(lifecycle.rebound_unwrapped(a, base, s, node) for s in anchors):
+            return False  # model = Net(); model.load_state_dict(best): a new, plain model
         fn = a.function_of(node)
         for anchor in anchors:
             afn = a.function_of(anchor)
@@ -93,6 +160,15 @@ class UnwrapTransform(Transform):
             # a function called only after the wrap
             if fn is not None:
                 callers = a.callers(fn)
+                if callers and not a._is_local(fn, base.split(".")[0]):
+                    rebound = [lifecycle.rebound_unwrapped(a, base, anchor, c) for c in callers]
+                    if all(rebound):
+                        continue  # reads the global model, only called once it was bound again to a plain one
+                    if any(rebound):
+                        self._either.add(fn)
+                if any(self._passes_plain(ctx, c, anchor) for c in callers) and any(self._passes_wrapped(ctx, c, anchor) for c in callers):
+                    self._mixed.add(fn)  # also gets a plain model: its callers unwrap instead
+                    continue
                 if callers and all(a.pos[c].start.line > aend or a.function_of(c) is not afn for c in callers):
                     return True
                 if not callers:

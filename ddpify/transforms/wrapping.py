@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
+from ddpify.analysis import lifecycle
 from ddpify.analysis import call_args, dotted
 from ddpify.transforms.base import Context, Transform
 
@@ -18,8 +19,11 @@ class WrappingTransform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         dp_stmts = self._replace_dataparallel(ctx)
+        held = lifecycle.container_models(a)
+        for call, what in held:
+            ctx.finding(call, "DDP034", f"the model `{what}` is held in a dict or list: wrap each trained one by hand after its last change, {what} = DDP({what}, device_ids=[LOCAL_RANK]), and use {what}.module where the plain model is needed", False)
         if not a.models:
-            if a.steps:
+            if a.steps and not held:
                 ctx.finding(a.steps[0].backward, "DDP034", "no model found (no optimizer over model.parameters()): wrap it with DDP(model, device_ids=[LOCAL_RANK]) by hand", False)
             return
         for name in a.models:
@@ -99,15 +103,31 @@ class WrappingTransform(Transform):
         block = a.block(bind)
         body = list(block.body)
         anchor = bind
+        # after the last change to the model (placement, init, weights, freezing, compile,
+        # SyncBatchNorm), before the first statement that runs it or hands it on
         for s in body[body.index(bind) + 1 :]:
-            if isinstance(s, (cst.For, cst.While)):
+            if lifecycle.trains(a, s):
                 break
-            if self._uses_model(ctx, s, name):
+            effect = lifecycle.statement_effect(a, s, name)
+            if effect == "use":
                 break
-            if self._places(ctx, s, name) or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
+            if effect == "change" or s in dp_stmts or any(x in dp_stmts for x in ctx.a.findall(s, m.SimpleStatementLine())):
                 anchor = s
         if not ctx.editable(anchor):
             ctx.skipped_here(anchor, f"`{name}` not wrapped in DistributedDataParallel: the ranks would train unsynchronised copies", blocking=True)
+            return
+        frozen = lifecycle.fully_frozen(a, name, body[body.index(bind) : body.index(anchor) + 1])
+        if frozen is not None:
+            ctx.finding(frozen, "DDP039", f"every parameter of `{name}` is frozen here, and DDP refuses a module with nothing to train: not wrapped (its weights must be the same on every rank: loaded, or built after the same seed)", True)
+            return
+        held = lifecycle.forward_through_container(a, name)
+        if held is not None:
+            ctx.finding(held[0], "DDP038", f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrap of `{name}` (no gradient sync), and its state dicts need the plain module: not wrapped; put the wrapped model in `{held[1]}` (DDP({name}, device_ids=[LOCAL_RANK])) and use .module for its state dict", False)
+            return
+        late = lifecycle.late_changes(a, name, anchor)
+        if late:
+            for node, kind in late:
+                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped in DistributedDataParallel (before its first training forward), and DDP cannot follow that change once it holds the model: not wrapped; make the change before training starts (or rebuild DDP after it), then wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
             return
         ctx.wrapped[name] = anchor
         if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
@@ -120,10 +140,21 @@ class WrappingTransform(Transform):
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if LOCAL_DEVICE.type == "cuda" else {name}\n'
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
+        unused = lifecycle.unused_parameters(a, bind)
+        dropped = lifecycle.discarded_outputs(a, name)
+        if dropped:
+            unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
+        extra = ", find_unused_parameters=True" if unused else ""
         ctx.edits.after[anchor].append(
-            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n')
+            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None{extra})\n')
         )
-        ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
+        if unused:
+            ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
+        why = lifecycle.last_change(a, anchor, name) if anchor is not bind else None
+        if why:
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why})", True)
+        else:
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
         if not self._ever_placed(ctx, name, bind):
             ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, so it stays on the CPU: on GPUs, DDP refuses a CPU module with device_ids; move it (and its batches) with .to(LOCAL_DEVICE)", False)
 
@@ -147,12 +178,6 @@ class WrappingTransform(Transform):
                 return True
         # a model built by the script's own function, or unpickled whole, may already be placed
         return any((dotted(x.func) or "").split(".")[0] in a.functions or a.is_call(x, "torch.load") for x in a.findall(bind, m.Call()))
-
-    def _places(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
-        for c in ctx.a.findall(stmt, m.Call(func=m.Attribute())):
-            if c.func.attr.value in PLACEMENT_METHODS and dotted(c.func.value) == name:  # type: ignore[attr-defined]
-                return True
-        return any(ctx.a._assigns(s, name) for s in ctx.a.findall(stmt, m.SimpleStatementLine())) if not isinstance(stmt, cst.SimpleStatementLine) else ctx.a._assigns(stmt, name)
 
     def _uses_model(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
         """The model runs or is handed to other code: it must be wrapped by then."""

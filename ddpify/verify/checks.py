@@ -45,6 +45,8 @@ class Context:
     exec_path: str  # the file the ranks ran (the converted copy, or the user's file)
     timeout: float = 0.0
     min_scaling: float | None = None
+    nnodes: int = 1
+    epochs: int | None = None
 
 
 STOPPED = "the run was stopped before the ranks reported (see no-hang)"
@@ -57,18 +59,22 @@ def run_checks(ctx: Context) -> list[Check]:
             check_ranks(ctx),
             check_devices(ctx),
             check_params(ctx),
-            *(Check(name, NA, STOPPED) for name in ("data-sharding", "epoch-shuffle", "rank0-writes", "loss", "throughput")),
+            check_even_batches(ctx),
+            *(Check(name, NA, STOPPED) for name in ("data-sharding", "epoch-shuffle", "rank0-writes", "saved", "loss", "throughput", "reached")),
             check_hang(ctx),
         ]
     return [
         check_ranks(ctx),
         check_devices(ctx),
         check_params(ctx),
+        check_even_batches(ctx),
         check_sharding(ctx),
         check_epoch_order(ctx),
         check_writes(ctx),
+        check_saved(ctx),
         check_loss(ctx),
         check_throughput(ctx),
+        check_reached(ctx),
         check_hang(ctx),
     ]
 
@@ -104,7 +110,7 @@ def _steps_of(run: RunResult, r: int) -> int:
 
 def _finished(run: RunResult) -> bool:
     """Every rank ended on its own (stopped at K or script end) with the same step count."""
-    recs = [run.records.get(r) for r in range(run.nproc)]
+    recs = [run.records.get(r) for r in range(run.world)]
     if not all(rec and rec.get("status") in ("stopped", "finished") for rec in recs):
         return False
     return len({rec["steps"] for rec in recs}) == 1
@@ -120,6 +126,79 @@ def _tail(text: str, lines: int = 12) -> list[str]:
 
 
 # ------------------------------------------------------------------------ ranks
+
+
+def _abort_message(output: str) -> str:
+    """The C++ side's last word before an abort: std::terminate's what(), or the fatal error line."""
+    lines = output.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if line.startswith("what():"):
+            return line[len("what():"):].strip()[:300]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(("terminate called", "Fatal Python error")):
+            return lines[i].strip()[:300]
+    return ""
+
+
+def _deaths(run: RunResult, exec_path: str = "") -> dict[int, tuple[float, str]]:
+    """Every rank that died on its own: (time of death, what killed it), Python errors and fatal signals alike."""
+    deaths: dict[int, tuple[float, str]] = {}
+    for r in range(run.world):
+        rec = run.records.get(r) or {}
+        status = rec.get("status")
+        exit_ = run.exits.get(r) or {}
+        sig = exit_.get("signal")
+        if status == "crashed" and rec.get("unused_params"):
+            names = rec["unused_params"]
+            listed = ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+            deaths[r] = (rec.get("t_end", math.inf), f"DDP found parameters without a gradient: {listed}")
+        elif status == "crashed":
+            deaths[r] = (rec.get("t_end", math.inf), _error_line(rec))
+        elif status == "exited":
+            deaths[r] = (rec.get("t_end", math.inf), f"exited with {rec.get('error')}")
+        elif r in run.fatal or (sig and sig != "SIGTERM" and status not in ("stopped", "finished")):
+            msg = _abort_message(run.outputs.get(r, ""))
+            what = f"killed by {sig}" if sig and sig != "SIGABRT" else "aborted (SIGABRT)" if sig else "died of a fatal signal"
+            where = ""
+            if r in run.fatal and exec_path:
+                # faulthandler's dump: the Python line that called into the C++ code that aborted.
+                op, user = _waiting_in(parse_stack(run.fatal[r], os.path.abspath(exec_path)), os.path.abspath(exec_path))
+                if user:
+                    where = f", in {op} at {os.path.basename(user[0])}:{user[1]}"
+            deaths[r] = (run.died_at.get(r, math.inf), f"{what} in C++ code{where}" + (f": {msg}" if msg else ""))
+    return deaths
+
+
+def _batch_counts(rec: dict) -> int | None:
+    """Batches per epoch of the rank's first training loader."""
+    for e in rec.get("epochs", []):
+        if e.get("bw_first") is not None and (e.get("bw_last") or 0) > e["bw_first"]:
+            return e.get("num_batches")
+    return None
+
+
+def _uneven(run: RunResult) -> dict[int, int] | None:
+    counts = {r: _batch_counts(rec) for r, rec in sorted(run.records.items())}
+    counts = {r: c for r, c in counts.items() if c is not None}
+    return counts if len(counts) > 1 and len(set(counts.values())) > 1 else None
+
+
+def _imbalance(counts: dict[int, int]) -> str:
+    parts = [f"rank {r}: {c} batches" if i == 0 else f"rank {r}: {c}" for i, (r, c) in enumerate(sorted(counts.items()))]
+    return ", ".join(parts)
+
+
+def _unused_cause(rec: dict) -> str | None:
+    names = rec.get("unused_params")
+    if not names:
+        return None
+    listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (
+        f"DDP: {len(names)} parameter{'s' if len(names) > 1 else ''} got no gradient in the step: {listed}. "
+        "Use them in forward(), remove them (or set requires_grad=False), or pass "
+        "find_unused_parameters=True to DistributedDataParallel"
+    )
 
 
 def check_ranks(ctx: Context) -> Check:
@@ -144,24 +223,23 @@ def check_ranks(ctx: Context) -> Check:
             problems.append(f"rank {r} joined a group as rank {init['rank']} of {init['world_size']}, not {r} of {n}")
         else:
             initialised.append(r)
-    hung = set(run.hang["ranks"]) if run.hang else set()
-    crashed = []
+    deaths = _deaths(run, ctx.exec_path)
     for r in started:
         rec = recs[r]
         status = rec.get("status")
         at = _steps_of(run, r)
-        if status == "crashed":
-            crashed.append(r)
-            problems.append(f"rank {r} crashed at step {at}: {_error_line(rec)}")
-            details.append(f"rank {r} traceback:")
-            details.extend("  " + line for line in _tail(rec.get("traceback") or "", 20))
-        elif status == "exited":
-            problems.append(f"rank {r} exited with {rec.get('error')} at step {at}")
-            details.extend(f"  rank {r}: {line}" for line in _tail(run.outputs.get(r, ""), 6))
+        if r in deaths:
+            problems.append(f"rank {r} {'crashed' if status == 'crashed' else 'failed'} at step {at}: {deaths[r][1]}")
+            if rec.get("traceback"):
+                details.append(f"rank {r} traceback:")
+                details.extend("  " + line for line in _tail(rec.get("traceback") or "", 20))
+            else:
+                details.append(f"rank {r} output:")
+                details.extend("  " + line for line in _tail(run.outputs.get(r, ""), 8))
         elif status == "running":
             if run.hang:
                 why = "stalled (see no-hang)"
-            elif any(recs[o].get("status") in ("crashed", "exited") for o in started if o != r):
+            elif deaths:
                 why = "was stopped by torchrun after another rank failed"
             else:
                 why = "was killed"
@@ -174,14 +252,47 @@ def check_ranks(ctx: Context) -> Check:
         details.extend("  " + line for line in _tail(run.launcher_output, 15))
     head = f"{len(started)}/{n} started, {len(initialised)}/{n} initialised"
     if problems:
-        cause = next((p for p in problems if "crashed" in p or "exited" in p), problems[0])
-        if len(crashed) > 1:
-            first = min(crashed, key=lambda r: recs[r].get("t_end", math.inf))
-            cause = f"rank {first} failed first: {_error_line(recs[first])}"
+        cause = problems[0]
+        if deaths:
+            first = min(deaths, key=lambda r: deaths[r][0])
+            cause = f"rank {first} failed first, at step {_steps_of(run, first)}: {deaths[first][1]}"
+            if len(deaths) > 1:
+                others = sorted(set(deaths) - {first})
+                cause += f" (then {'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} failed: {deaths[others[0]][1][:120]})"
+            unused = next((c for c in (_unused_cause(recs.get(r) or {}) for r in sorted(deaths, key=lambda r: deaths[r][0])) if c), None)
+            if unused:
+                cause = unused
+        counts = _uneven(run)
+        if counts:
+            cause += f"; the ranks had different numbers of batches per epoch ({_imbalance(counts)}): see even-batches"
         return Check("ranks", FAIL, f"{head}; " + "; ".join(problems[:3]), cause, details)
     steps = recs[0]["steps"]
     how = f"reached step {steps}" if steps >= ctx.steps else f"script ended at step {steps} (before K={ctx.steps})"
-    return Check("ranks", PASS, f"{n}/{n} started, initialised ({backend}, world {n}), {how}", data={"steps": steps})
+    if ctx.epochs:
+        how = f"stopped after {ctx.epochs} epoch{'s' if ctx.epochs > 1 else ''} at step {steps}" if recs[0].get("status") == "stopped" else f"script ended at step {steps}"
+    nodes = f", {ctx.nnodes} nodes" if ctx.nnodes > 1 else ""
+    return Check("ranks", PASS, f"{n}/{n} started, initialised ({backend}, world {n}{nodes}), {how}", data={"steps": steps})
+
+
+def check_even_batches(ctx: Context) -> Check:
+    recs = ctx.candidate.records
+    if ctx.nproc < 2:
+        return Check("even-batches", NA, "one process")
+    counts = {r: _batch_counts(rec) for r, rec in sorted(recs.items())}
+    known = {r: c for r, c in counts.items() if c is not None}
+    if len(known) < 2:
+        return Check("even-batches", NA, "no training DataLoader with a length on two ranks")
+    if len(set(known.values())) == 1:
+        c = next(iter(known.values()))
+        return Check("even-batches", PASS, f"{c} batches per epoch on each of {len(known)} ranks")
+    figure = "batches per epoch: " + _imbalance(known)
+    cause = (
+        f"the ranks have different numbers of batches per epoch ({_imbalance(known)}): the rank that runs out "
+        "first goes on to other collectives while the others still all-reduce gradients. Shard with "
+        "DistributedSampler (it pads every rank to the same count), or drop the remainder, or train under "
+        "model.join() (torch.distributed.algorithms.Join)"
+    )
+    return Check("even-batches", FAIL, figure, cause, data={"batches": known})
 
 
 # ------------------------------------------------------------------------ devices
@@ -359,6 +470,12 @@ def check_sharding(ctx: Context) -> Check:
         cause = f"DistributedSampler built with num_replicas={e0.get('num_replicas')}, not the world size {ctx.nproc}"
     elif len({e.get("sampler_rank") for e in eps}) == 1:
         cause = f"DistributedSampler built with rank={e0.get('sampler_rank')} on every rank"
+    elif len({e.get("sampler_seed") for e in eps}) > 1:
+        seeds = ", ".join(f"rank {r}: seed={e.get('sampler_seed')}" for r, e in enumerate(eps))
+        cause = (
+            f"the DistributedSampler seeds differ per rank ({seeds}): each rank shuffles the dataset differently "
+            "before taking its slice, so the shards overlap. Give every rank the same seed (set_epoch varies it per epoch)"
+        )
     else:
         cause = "the ranks' samplers hand out overlapping indices"
     return Check("data-sharding", FAIL, figure, cause, data={"epochs": data})
@@ -405,7 +522,9 @@ def check_epoch_order(ctx: Context) -> Check:
     if not compared and streams:
         return Check("epoch-shuffle", NA, "IterableDataset: the stream's order is the dataset's own")
     if not compared:
-        return Check("epoch-shuffle", NA, f"fewer than two training epochs within {ctx.steps} steps (raise --steps)")
+        if ctx.epochs:
+            return Check("epoch-shuffle", NA, f"fewer than two training epochs (--epochs {ctx.epochs}; --epochs 2 compares two)")
+        return Check("epoch-shuffle", NA, f"fewer than two training epochs within {ctx.steps} steps (raise --steps, or --epochs 2)")
     if not same:
         if no_shuffle and len(no_shuffle) == len(compared):
             return Check("epoch-shuffle", PASS, "the script does not shuffle: the same order every epoch is expected")
@@ -429,14 +548,31 @@ def check_epoch_order(ctx: Context) -> Check:
 # ------------------------------------------------------------------------ writes
 
 
+def _key(w: dict) -> str:
+    # Relative to the rank's working directory: under --nnodes, each node's disk.
+    return w.get("rel") or w["path"]
+
+
+def _candidate_writes(ctx: Context) -> dict[str, dict[int, dict]]:
+    """{path: {rank: its first write of it}}."""
+    by_path: dict[str, dict[int, dict]] = {}
+    for r, rec in sorted(ctx.candidate.records.items()):
+        for w in rec.get("writes", []):
+            by_path.setdefault(_key(w), {}).setdefault(r, w)
+    return by_path
+
+
+def _who(rec: dict, r: int, nnodes: int) -> str:
+    if nnodes > 1:
+        return f"rank {r} (node {rec.get('node')}, LOCAL_RANK {rec.get('local_rank')})"
+    return f"rank {r}"
+
+
 def check_writes(ctx: Context) -> Check:
     recs = ctx.candidate.records
     if not recs:
         return Check("rank0-writes", NA, "no rank recorded anything")
-    by_path: dict[str, dict[int, dict]] = {}
-    for r, rec in sorted(recs.items()):
-        for w in rec.get("writes", []):
-            by_path.setdefault(w["path"], {}).setdefault(r, w)
+    by_path = _candidate_writes(ctx)
     problems = []
     for path, ranks in by_path.items():
         if len(ranks) > 1 or any(r != 0 for r in ranks):
@@ -444,6 +580,8 @@ def check_writes(ctx: Context) -> Check:
     if not problems:
         files = [_short(p) for p in by_path]
         if not files:
+            if _baseline_writes(ctx):
+                return Check("rank0-writes", NA, "no rank wrote a file, but the baseline did (see saved)")
             return Check("rank0-writes", PASS, "no rank wrote a file")
         listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         return Check("rank0-writes", PASS, f"only rank 0 wrote: {listed}", data={"paths": list(by_path)})
@@ -457,8 +595,209 @@ def check_writes(ctx: Context) -> Check:
     cause = f"{what} at {_where(w['where'])} runs on every rank: guard it with `if RANK == 0:`"
     if len(ranks) == 1:
         cause = f"{what} at {_where(w['where'])} runs on rank {who}: only global rank 0 should write"
-    details = [f"{_short(p)}: ranks {', '.join(map(str, sorted(rs)))}" for p, rs in problems]
+    local = [r for r in ranks if r != 0 and recs[r].get("local_rank") == 0]
+    if ctx.nnodes > 1 and local:
+        r = local[0]
+        guard = _enclosing_if(*_split_where(w["where"]))
+        test = f" `if {guard[1]}:` (line {guard[0]})" if guard else ""
+        cause = (
+            f"{what} at {_where(w['where'])} also runs on {_who(recs[r], r, ctx.nnodes)}, which wrote {_short(path)} "
+            f"on its node's disk: the guard{test} tests the local rank, true once per node; only global rank 0 "
+            "should write: test RANK (dist.get_rank() == 0)"
+        )
+    details = [
+        f"{_short(p)}: " + ", ".join(_who(recs[r], r, ctx.nnodes) for r in sorted(rs)) for p, rs in problems
+    ]
     return Check("rank0-writes", FAIL, figure, cause, details, data={"problems": [p for p, _ in problems]})
+
+
+def _split_where(where: str) -> tuple[str, int]:
+    path, _, line = where.rpartition(":")
+    try:
+        return path, int(line)
+    except ValueError:
+        return path, 0
+
+
+def _baseline_writes(ctx: Context) -> dict[str, list[dict]]:
+    rec = (ctx.baseline.records.get(0) or {}) if ctx.baseline else {}
+    out: dict[str, list[dict]] = {}
+    for w in rec.get("writes", []):
+        out.setdefault(_key(w), []).append(w)
+    return out
+
+
+# ------------------------------------------------------------------------ saved
+
+
+_SD_VERDICT = {
+    "module-prefix": "its keys start with DDP's `module.` (e.g. {sample}), so it does not load into the unwrapped "
+    "model: save model.module.state_dict()",
+    "ddp-object": "it is the DistributedDataParallel wrapper itself, which cannot be loaded without a process "
+    "group: save model.module.state_dict()",
+}
+
+
+def _state_dict_problem(sd: dict) -> str | None:
+    verdict = sd.get("verdict")
+    if verdict in _SD_VERDICT and (verdict != "module-prefix" or not (sd.get("n_missing") or sd.get("n_unexpected"))):
+        sample = ", ".join(sd.get("sample") or []) or "?"
+        return _SD_VERDICT[verdict].format(sample=sample)
+    if verdict in ("mismatch", "module-prefix"):
+        parts = []
+        if sd.get("n_missing"):
+            parts.append(f"{sd['n_missing']} of the model's keys missing ({', '.join(sd['missing'])})")
+        if sd.get("n_unexpected"):
+            parts.append(f"{sd['n_unexpected']} unexpected ({', '.join(sd['unexpected'])})")
+        if sd.get("shapes"):
+            parts.append("shapes differ: " + "; ".join(sd["shapes"]))
+        return "it does not load into the unwrapped model: " + ", ".join(parts)
+    return None
+
+
+def _reached_lines(ctx: Context) -> set[int]:
+    exec_path = os.path.abspath(ctx.exec_path)
+    lines = set()
+    for rec in ctx.candidate.records.values():
+        for w in rec.get("writes", []):
+            path, line = _split_where(w.get("where") or "")
+            if os.path.abspath(path) == exec_path:
+                lines.add(line)
+    return lines
+
+
+def check_saved(ctx: Context) -> Check:
+    base = _baseline_writes(ctx)
+    cand = _candidate_writes(ctx)
+    # 1. Every file the baseline wrote, the candidate wrote too (the same name, or one of the same
+    #    kind in the same folder when the name carries an epoch or a time).
+    missing = []
+    for key, ws in base.items():
+        if key in cand:
+            continue
+        folder, ext = os.path.dirname(key), os.path.splitext(key)[1]
+        if any(os.path.dirname(k) == folder and os.path.splitext(k)[1] == ext for k in cand):
+            continue
+        missing.append((key, ws))
+    # 2. Every state dict saved loads into the unwrapped model (keys and shapes).
+    bad = []
+    checked = 0
+    for key, ranks in cand.items():
+        for r, w in sorted(ranks.items()):
+            for sd in w.get("state_dicts", []):
+                if sd.get("verdict") in ("loads", "module-prefix", "mismatch", "ddp-object"):
+                    checked += 1
+                problem = _state_dict_problem(sd)
+                if problem:
+                    bad.append((key, r, w, sd, problem))
+    if bad:
+        key, r, w, sd, problem = bad[0]
+        where = "" if sd["at"] == "<object>" else f" (at {sd['at']})"
+        figure = f"rank {r} saved {_short(key)}{where}: " + ("DDP `module.` keys" if sd["verdict"] == "module-prefix" else sd["verdict"])
+        cause = f"the state dict saved to {_short(key)}{where} at {_where(w['where'])}: {problem}"
+        return Check("saved", FAIL, figure, cause, [f"{_short(k)}: {p}" for k, _, _, _, p in bad[1:4]])
+    if missing:
+        key, ws = missing[0]
+        figure = f"the baseline wrote {_short(key)} ({len(ws)}x); no rank of the candidate wrote it"
+        if len(missing) > 1:
+            figure += f" (+{len(missing) - 1} more files)"
+        cause = f"the one-process run wrote {_short(key)} ({ws[0]['kind']} at {_where(ws[0]['where'])}), the candidate never did"
+        never = [s for s in _write_sites(ctx.exec_path) if s[0] not in _reached_lines(ctx)]
+        kind = ws[0]["kind"].split("(")[0]
+        site = next((s for s in never if s[1].startswith(kind)), never[0] if never else None)
+        if site:
+            guard = _enclosing_if(ctx.exec_path, site[0])
+            cause += f": its {site[1]} at line {site[0]} never ran on any rank"
+            if guard:
+                cause += f", under `if {guard[1]}:` (line {guard[0]}), a condition that was never true"
+        details = [f"{_short(k)}: written {len(v)}x by the baseline, never by the candidate" for k, v in missing]
+        return Check("saved", FAIL, figure, cause, details)
+    parts = []
+    if base:
+        parts.append(f"the candidate wrote all {len(base)} file{'s' if len(base) > 1 else ''} the baseline wrote")
+    if checked:
+        parts.append(f"{checked} state dict{'s' if checked > 1 else ''} load{'s' if checked == 1 else ''} into the unwrapped model")
+    if not parts:
+        if not cand:
+            return Check("saved", NA, "nothing saved" + ("" if ctx.baseline else " (no baseline to compare)"))
+        return Check("saved", PASS, f"no model state dict among the {len(cand)} files written")
+    return Check("saved", PASS, "; ".join(parts))
+
+
+_WRITERS = ("save", "save_image", "savefig", "to_csv", "savez", "savez_compressed", "write_text", "write_bytes", "dump")
+
+
+def _write_sites(path: str) -> list[tuple[int, str]]:
+    """Calls in the script that write a file: torch.save, open(..., "w"/"a"/"x"), savefig, to_csv, ..."""
+    try:
+        tree = ast.parse(open(path).read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    sites = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax"):
+                sites.append((node.lineno, f"open({mode.value!r})"))
+        elif name in _WRITERS:
+            base = ast.unparse(f.value) + "." if isinstance(f, ast.Attribute) else ""
+            if name == "save" and base not in ("torch.", ""):
+                if not base.startswith(("np.", "numpy.")):
+                    continue
+            sites.append((node.lineno, f"{base}{name}"))
+    return sorted(set(sites))
+
+
+def _enclosing_if(path: str, line: int) -> tuple[int, str] | None:
+    """The innermost `if` whose body holds `line`."""
+    try:
+        source = open(path).read()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.body:
+            start, end = node.body[0].lineno, max(getattr(n, "end_lineno", 0) or 0 for n in node.body)
+            if start <= line <= end and (found is None or node.lineno > found[0]):
+                found = (node.lineno, ast.get_source_segment(source, node.test) or "")
+    return found
+
+
+# ------------------------------------------------------------------------ reached
+
+
+def check_reached(ctx: Context) -> Check:
+    """What the run covered: whole epochs or K steps, and the writes it never got to."""
+    rec = ctx.candidate.records.get(0) or {}
+    status = rec.get("status")
+    never = [s for s in _write_sites(ctx.exec_path) if s[0] not in _reached_lines(ctx)]
+    not_reached = ", ".join(f"{what} at line {line}" for line, what in never[:4]) + (
+        f" and {len(never) - 4} more" if len(never) > 4 else ""
+    )
+    train = [e for e in rec.get("epochs", []) if e.get("bw_first") is not None and (e.get("bw_last") or 0) > e["bw_first"]]
+    if status == "finished":
+        figure = "the script ran to its end"
+    elif status == "stopped" and ctx.epochs:
+        figure = f"{ctx.epochs} whole epoch{'s' if ctx.epochs > 1 else ''} and the work after {'them' if ctx.epochs > 1 else 'it'} (--epochs)"
+    elif status == "stopped" and train and not train[-1].get("complete"):
+        last = train[-1]
+        of = f" of {last['num_batches']}" if last.get("num_batches") else ""
+        figure = (
+            f"stopped at step {rec.get('steps')} in epoch {len(train)} (batch {last.get('drawn')}{of}): the end of that "
+            "epoch (checkpoints, logs, evaluation) was not reached; --epochs 1 runs whole epochs"
+        )
+    elif status == "stopped":
+        figure = f"stopped at step {rec.get('steps')}"
+    else:
+        return Check("reached", NA, "rank 0 did not finish (see ranks)")
+    if never:
+        figure += f"; never reached: {not_reached}"
+    return Check("reached", INFO, figure, data={"never_reached": never})
 
 
 # ------------------------------------------------------------------------ loss
@@ -476,6 +815,11 @@ def check_loss(ctx: Context) -> Check:
     per_rank = {r: v for r, v in per_rank.items() if v}
     if not per_rank:
         return Check("loss", NA, "no loss recorded (no backward pass)")
+    broken = [r for r in range(ctx.nproc) if (recs.get(r) or {}).get("status") not in ("stopped", "finished")]
+    if broken:
+        return Check("loss", NA, f"rank {broken[0]} did not finish its steps (see ranks): no loss curve to judge")
+    if min(len(v) for v in per_rank.values()) < 2 or len(per_rank) < ctx.nproc:
+        return Check("loss", NA, "fewer than two losses on some rank: no loss curve to judge")
     for r, losses in per_rank.items():
         for i, v in enumerate(losses):
             if not math.isfinite(v):
@@ -600,6 +944,91 @@ def _enclosing_rank_if(path: str, line: int) -> tuple[int, str] | None:
     return found
 
 
+def _parse(path: str):
+    try:
+        source = open(path).read()
+        return source, ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return None, None
+
+
+def _spans(node, line: int) -> bool:
+    return node.lineno <= line <= (getattr(node, "end_lineno", None) or node.lineno)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _owned_breaks(loop) -> list:
+    """The `break` statements that leave this loop (not an inner one)."""
+    found, todo = [], list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Break):
+            found.append(node)
+        elif not isinstance(node, (*_LOOPS, *_SCOPES)):
+            todo.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, _LOOPS):
+            todo.extend(node.orelse)  # a nested loop's else: belongs to this loop
+    return sorted(found, key=lambda n: n.lineno)
+
+
+def _scope_of(tree, line: int):
+    best = tree
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _spans(node, line):
+            if best is tree or node.lineno > best.lineno:
+                best = node
+    return best
+
+
+def _loop_left_by_break(path: str, out_line: int, in_line: int) -> tuple | None:
+    """A loop that holds in_line but not out_line, in out_line's function, and the break that leaves it."""
+    source, tree = _parse(path)
+    if tree is None:
+        return None
+    scope = _scope_of(tree, out_line)
+    loops = [n for n in ast.walk(scope) if isinstance(n, _LOOPS) and _spans(n, in_line) and not _spans(n, out_line)]
+    loops = [n for n in loops if _scope_of(tree, n.lineno) is scope]
+    # The outermost: leaving an inner loop only goes on with the outer one.
+    for loop in sorted(loops, key=lambda n: n.lineno):
+        breaks = _owned_breaks(loop)
+        if breaks:
+            head = (ast.get_source_segment(source, loop) or "").splitlines()[0].strip()
+            brk = breaks[0]
+            guard = _enclosing_if(path, brk.lineno)
+            return loop.lineno, head, brk.lineno, guard
+    return None
+
+
+def _loop_exit_causes(run: RunResult, hang: dict, exec_path: str, waits: dict) -> list[str]:
+    """A rank that left a loop through a `break` the others did not take: an early stop decided per rank."""
+    frames = {r: [f for f in parse_stack(hang["stacks"].get(r, ""), exec_path) if os.path.abspath(f[0]) == exec_path] for r in waits}
+    causes = []
+    for a in sorted(frames):
+        for b in sorted(frames):
+            if a == b:
+                continue
+            for fa in frames[a]:
+                for fb in frames[b]:
+                    if fa[1] == fb[1]:
+                        continue
+                    found = _loop_left_by_break(exec_path, fa[1], fb[1])
+                    if not found:
+                        continue
+                    loop_line, head, brk, guard = found
+                    under = f" under `if {guard[1]}:` (line {guard[0]})" if guard else ""
+                    causes.append(
+                        f"rank {a} left the loop `{head}` (line {loop_line}) through the `break` at line {brk}{under} "
+                        f"and waits in {waits[a][0]} at line {fa[1]}, while rank {b} is still inside the loop, in "
+                        f"{waits[b][0]} at line {fb[1]}: the ranks decided differently. Decide on every rank alike "
+                        "(all_reduce the metric first, or broadcast rank 0's decision)"
+                    )
+                    return causes
+    return causes
+
+
 def check_hang(ctx: Context) -> Check:
     for run in (ctx.baseline, ctx.candidate):
         if run is None or not run.hang:
@@ -607,7 +1036,9 @@ def check_hang(ctx: Context) -> Check:
         hang, exec_path = run.hang, os.path.abspath(ctx.exec_path)
         parts, details, causes = [], [], []
         waits = {}
-        for r in range(run.nproc):
+        for r in range(run.world):
+            waits[r] = _waiting_in(parse_stack(hang["stacks"].get(r, ""), exec_path), exec_path)
+        for r in range(run.world):
             frames = parse_stack(hang["stacks"].get(r, ""), exec_path)
             what, user = _waiting_in(frames, exec_path)
             waits[r] = (what, user)
@@ -620,11 +1051,17 @@ def check_hang(ctx: Context) -> Check:
             )
             if user:
                 guard = _enclosing_rank_if(user[0], user[1])
-                if guard and "DDP" not in what:
+                inside_too = guard and all(
+                    o == r or (waits.get(o, (None, None))[1] and _enclosing_rank_if(*waits[o][1][:2]) == guard)
+                    for o in range(run.world)
+                )
+                if guard and not inside_too:
                     causes.append(
                         f"rank {r} waits in {what} at line {user[1]}, inside `if {guard[1]}:` (line {guard[0]}): "
                         "the other ranks never join this collective"
                     )
+        if not causes:
+            causes.extend(_loop_exit_causes(run, hang, exec_path, waits))
         kinds = {w[0] for w in waits.values()}
         cause = causes[0] if causes else (
             "the ranks wait in different collectives: " + ", ".join(sorted(kinds)) if len(kinds) > 1 else

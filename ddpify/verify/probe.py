@@ -28,6 +28,10 @@ import types
 
 RUN_DIR = os.environ.get("DDPIFY_VERIFY_DIR", "")
 MAX_STEPS = int(os.environ.get("DDPIFY_VERIFY_STEPS", "20"))
+# --epochs N: run N whole training epochs (and what the script does at their end) instead of K steps.
+EPOCHS = int(os.environ.get("DDPIFY_VERIFY_EPOCHS", "0") or 0)
+if EPOCHS:
+    MAX_STEPS = 1 << 62
 # The file the user named: __file__, sys.argv[0] and sys.path[0] follow it even when the
 # converted copy (EXEC_PATH) is what runs.
 MAIN_FILE = os.environ.get("DDPIFY_VERIFY_MAIN_FILE", "")
@@ -65,6 +69,7 @@ class Probe:
             "rank": self.rank,
             "local_rank": self.local_rank,
             "world_size": self.world_size,
+            "node": _env_int("GROUP_RANK", 0),
             "pid": os.getpid(),
             "t_start": time.time(),
             "status": "running",
@@ -86,6 +91,7 @@ class Probe:
         self.marks: list[tuple[float, int]] = []
         self.epochs: list[dict] = []
         self.last_epoch: dict | None = None
+        self.train_epochs_done = 0
         self.last_scaled = None  # (scaled tensor, unscaled loss) from GradScaler.scale
         self.in_probe = False  # our own writes are not the script's
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
@@ -113,6 +119,8 @@ class Probe:
     def save_record(self) -> None:
         self.in_probe = True
         try:
+            if self.last_epoch is not None and not self.last_epoch["complete"]:
+                self.last_epoch["bw_last"] = self.backward
             rec = dict(self.record)
             rec.update(
                 steps=self.step,
@@ -151,22 +159,35 @@ class Probe:
             depth += 1
         return None
 
-    def note_write(self, path, kind: str) -> None:
+    def note_write(self, path, kind: str) -> dict | None:
         if self.in_probe:
-            return
+            return None
         if isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
-            return
+            return None
         try:
             full = os.path.realpath(os.fsdecode(path))
         except (TypeError, ValueError):
-            return
-        if full.startswith(("/dev/", "/proc/", "/sys/")) or (RUN_DIR and full.startswith(os.path.realpath(RUN_DIR) + os.sep)):
-            return
+            return None
+        if full.startswith(("/dev/", "/proc/", "/sys/")):
+            return None
+        run_dir = os.path.realpath(RUN_DIR) if RUN_DIR else ""
+        try:
+            cwd = os.path.realpath(os.getcwd())
+        except OSError:  # the script removed its own working directory
+            cwd = "/nonexistent"
+        # Under --nnodes each node's working directory lies in the run directory: its files are the script's.
+        if run_dir and full.startswith(run_dir + os.sep) and not full.startswith(cwd + os.sep):
+            return None
         where = self.user_where()
         if where is None:
-            return  # a library's own cache or log, not something the script asked for
-        if len(self.record["writes"]) < 1000:
-            self.record["writes"].append({"path": full, "kind": kind, "where": where})
+            return None  # a library's own cache or log, not something the script asked for
+        if len(self.record["writes"]) >= 1000:
+            return None
+        # The same file on every node's disk has the same path relative to that node's working directory.
+        rel = os.path.relpath(full, cwd) if full.startswith(cwd + os.sep) else full
+        entry = {"path": full, "rel": rel, "kind": kind, "where": where}
+        self.record["writes"].append(entry)
+        return entry
 
     def mark_step(self) -> None:
         import torch
@@ -195,6 +216,9 @@ class Probe:
     def on_backward(self, tensors) -> None:
         import torch
 
+        if EPOCHS and self.train_epochs_done >= EPOCHS:
+            # N whole epochs done, and whatever the script did after them up to this next backward.
+            raise StopVerify
         if not self.optimizers and self.backward >= MAX_STEPS:
             # Hand-stepped script: K backward passes and their updates are done; stop before the next.
             raise StopVerify
@@ -225,6 +249,7 @@ class Probe:
             self.samples_known = True
         rec = it.__dict__.get("_ddpify_epoch")
         if rec is not None:
+            rec["drawn"] += 1
             if rec["iterable"] and len(rec["fingerprints"]) < MAX_FINGERPRINTS:
                 # No indices to compare for an IterableDataset: compare what the batches hold instead.
                 rec["fingerprints"].append(_fingerprint(data))
@@ -236,9 +261,11 @@ class Probe:
 
     def on_epoch_end(self, it) -> None:
         rec = it.__dict__.get("_ddpify_epoch")
-        if rec is not None:
+        if rec is not None and not rec["complete"]:
             rec["bw_last"] = self.backward
             rec["complete"] = True
+            if rec["bw_first"] is not None and rec["bw_last"] > rec["bw_first"]:
+                self.train_epochs_done += 1
 
     def new_epoch(self, it) -> dict:
         sampler = getattr(it, "_index_sampler", None)
@@ -250,7 +277,14 @@ class Probe:
             length = None
         from torch.utils.data import IterableDataset
 
+        try:
+            num_batches = len(it)
+        except TypeError:
+            num_batches = None
         rec = {
+            "num_batches": num_batches,
+            "drawn": 0,
+            "sampler_seed": getattr(inner, "seed", None) if type(inner).__name__ == "DistributedSampler" else None,
             "dataset": type(dataset).__qualname__,
             "dataset_len": length,
             "batch_size": getattr(sampler, "batch_size", None),
@@ -287,6 +321,46 @@ class Probe:
                     seen.add(id(p))
                     params.append(p)
         return params
+
+    def unused_params(self, error: str) -> list[str]:
+        """Module paths of the parameters DDP says got no gradient (its message gives indices only)."""
+        import re
+
+        m = re.search(r"did not receive grad for rank \d+:\s*([\d ,]+)", error)
+        indices = [int(x) for x in re.findall(r"\d+", m.group(1))] if m else []
+        names = []
+        for module in self.ddp_modules:
+            # DDP numbers the parameters that require grad, in named_parameters() order.
+            trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+            if indices:
+                names.extend(trainable[i] for i in indices if i < len(trainable))
+            else:
+                names.extend(n for n, p in module.named_parameters() if p.requires_grad and p.grad is None)
+        return names
+
+    def inspect_saved(self, obj) -> list[dict]:
+        """Each state dict inside what torch.save got, and whether it loads into the unwrapped model."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        found: list[tuple[str, object]] = []
+        _find_state_dicts(obj, "", 0, found)
+        models = [_model_keys(m) for m in self.ddp_modules]
+        out = []
+        for where, sd in found[:8]:
+            if isinstance(sd, DistributedDataParallel):
+                out.append({"at": where, "verdict": "ddp-object", "keys": 0})
+                continue
+            if not isinstance(sd, dict):
+                continue
+            keys = {k: list(v.shape) for k, v in sd.items()}
+            info = {"at": where, "keys": len(keys), "sample": list(keys)[:3], "verdict": "unknown"}
+            # Several models (a GAN's two): judged against the one it fits best.
+            verdicts = [_compare_keys(keys, model) for model in models]
+            rank = {"loads": 0, "partial": 1, "module-prefix": 2, "mismatch": 3, "unknown": 4}
+            if verdicts:
+                info.update(min(verdicts, key=lambda v: (rank[v["verdict"]], v.get("n_missing", 0) + v.get("n_unexpected", 0) + len(v.get("shapes", [])))))
+            out.append(info)
+        return out
 
     def device_info(self) -> dict:
         import torch
@@ -329,6 +403,11 @@ class Probe:
         if error:
             self.record["error"] = error
             self.record["traceback"] = tb
+            if "did not receive grad" in error or "finished reduction in the prior iteration" in error:
+                try:
+                    self.record["unused_params"] = self.unused_params(error)
+                except Exception as exc:
+                    self.record.setdefault("probe_errors", []).append(repr(exc))
         if self.last_epoch is not None and not self.last_epoch["complete"]:
             self.last_epoch["bw_last"] = self.backward
         try:
@@ -343,6 +422,64 @@ class Probe:
             except Exception as exc:
                 self.record.setdefault("probe_errors", []).append(repr(exc))
         self.save_record()
+
+
+def _find_state_dicts(obj, where: str, depth: int, out: list) -> None:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    if len(out) >= 8 or depth > 3:
+        return
+    if isinstance(obj, DistributedDataParallel):
+        out.append((where or "<object>", obj))
+        return
+    if isinstance(obj, dict) and obj:
+        if all(isinstance(k, str) for k in obj) and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            out.append((where or "<object>", obj))
+            return
+        for k, v in list(obj.items())[:64]:
+            if isinstance(v, (dict, list, tuple, DistributedDataParallel)):
+                _find_state_dicts(v, f"{where}[{k!r}]", depth + 1, out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj[:16]):
+            _find_state_dicts(v, f"{where}[{i}]", depth + 1, out)
+
+
+def _model_keys(module) -> dict[str, list[int]]:
+    """What module.state_dict() would hold (names and shapes), without calling it (no user hooks)."""
+    keys = {}
+    for prefix, m in module.named_modules():
+        for n, p in m._parameters.items():
+            if p is not None:
+                keys[f"{prefix}.{n}" if prefix else n] = list(p.shape)
+        for n, b in m._buffers.items():
+            if b is not None and n not in m._non_persistent_buffers_set:
+                keys[f"{prefix}.{n}" if prefix else n] = list(b.shape)
+    return keys
+
+
+def _compare_keys(saved: dict, model: dict) -> dict:
+    if saved == model:
+        return {"verdict": "loads"}
+    prefixed = all(k.startswith("module.") for k in saved)
+    stripped = {k[len("module."):]: v for k, v in saved.items()} if prefixed else saved
+    if not set(stripped) & set(model):
+        return {"verdict": "unknown"}  # another model's, or not a model's state dict
+    if prefixed and stripped == model:
+        return {"verdict": "module-prefix"}
+    missing = sorted(set(model) - set(stripped))
+    unexpected = sorted(set(stripped) - set(model))
+    shapes = [f"{k}: saved {stripped[k]}, model {model[k]}" for k in sorted(set(stripped) & set(model)) if stripped[k] != model[k]]
+    if not prefixed and not shapes and not (missing and unexpected):
+        return {"verdict": "partial"}  # a part of the model (a submodule, or the model inside a larger dict)
+    return {
+        "verdict": "module-prefix" if prefixed else "mismatch",
+        "missing": missing[:5],
+        "n_missing": len(missing),
+        "unexpected": unexpected[:5],
+        "n_unexpected": len(unexpected),
+        "shapes": shapes[:5],
+    }
 
 
 def _public_epoch(e: dict) -> dict:
@@ -527,7 +664,12 @@ def install(probe: Probe) -> None:
     orig_save = torch.save
 
     def save(obj, f, *args, **kwargs):
-        probe.note_write(f, "torch.save")
+        entry = probe.note_write(f, "torch.save")
+        if entry is not None:
+            try:
+                entry["state_dicts"] = probe.inspect_saved(obj)
+            except Exception as exc:  # never break the script's save
+                entry["state_dicts_error"] = repr(exc)
         was, probe.in_probe = probe.in_probe, True  # torch.save's own open() is the same write
         try:
             return orig_save(obj, f, *args, **kwargs)
@@ -615,6 +757,10 @@ def main(argv: list[str]) -> None:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks, then die as usual.
     faulthandler.register(signal.SIGTERM, file=stack_file, all_threads=True, chain=True)
+    # A fatal signal (a C++ abort in a collective, a segfault) leaves its stack here; the file's
+    # time tells which rank died first.
+    fatal_file = _real_open(os.path.join(RUN_DIR, f"rank{rank}.fatal"), "w")
+    faulthandler.enable(file=fatal_file, all_threads=True)
 
     # As `python SCRIPT` would: the script's folder first on the path (not the probe's), also while torch imports.
     sys.path[0] = os.path.dirname(os.path.abspath(main_file))

@@ -16,7 +16,7 @@ def run_summary(run: RunResult | None) -> dict | None:
     if run is None:
         return None
     ranks = []
-    for r in range(run.nproc):
+    for r in range(run.world):
         rec = run.records.get(r)
         if rec is None:
             ranks.append({"rank": r, "status": "never started"})
@@ -32,10 +32,19 @@ def run_summary(run: RunResult | None) -> dict | None:
         if rec.get("error"):
             entry["error"] = rec["error"]
             entry["traceback"] = rec.get("traceback")
+        if rec.get("unused_params"):
+            entry["unused_params"] = rec["unused_params"]
+        if r in run.fatal:
+            entry["fatal"] = run.fatal[r][-2000:]
+        if rec.get("node") or run.nnodes > 1:
+            entry.update(node=rec.get("node"), local_rank=rec.get("local_rank"))
         ranks.append(entry)
     return {
         "role": run.role,
         "nproc": run.nproc,
+        "nnodes": run.nnodes,
+        "exits": run.exits,
+        "max_gap_s": round(run.max_gap, 3),
         "returncode": run.returncode,
         "wall_s": round(run.wall_s, 3),
         "pids": run.pids,
@@ -73,9 +82,9 @@ def failures(checks: list[Check]) -> str:
 def crash_report(run: RunResult) -> str:
     """Every rank's own traceback (or its output's tail) when the script could not run."""
     out = []
-    for r in range(run.nproc):
+    for r in range(run.world):
         rec = run.records.get(r)
-        label = "" if run.nproc == 1 else f"rank {r}: "
+        label = "" if run.world == 1 else f"rank {r}: "
         if rec and rec.get("traceback"):
             out.append(f"{label}{rec.get('error')}")
             out.extend("  " + line for line in rec["traceback"].rstrip().splitlines())
@@ -96,3 +105,19 @@ def crash_report(run: RunResult) -> str:
 def short_path(path: str) -> str:
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
+
+
+SHOW_LINES = 200
+
+
+def script_output(run: RunResult) -> str:
+    """The script's own stdout and stderr, as each process wrote it (--show-output)."""
+    out = []
+    for r in range(run.world):
+        text = (run.run_dir / f"rank{r}.out").read_text(errors="replace") if (run.run_dir / f"rank{r}.out").exists() else ""
+        lines = text.rstrip().splitlines()
+        who = "baseline (one process)" if run.role == "baseline" else f"candidate rank {r}"
+        cut = f", last {SHOW_LINES} of {len(lines)} lines" if len(lines) > SHOW_LINES else ""
+        out.append(f"\n--- output of the {who}{cut} ---")
+        out.extend(lines[-SHOW_LINES:] or ["(nothing)"])
+    return "\n".join(out)

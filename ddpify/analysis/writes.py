@@ -16,7 +16,7 @@ import re
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis.tree import call_args, code, dotted
 
 WRITE_MODE = re.compile(r"[wax+]")
 MEMORY_BUFFERS = ("io.BytesIO", "io.StringIO")

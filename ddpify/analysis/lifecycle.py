@@ -1,0 +1,645 @@
+"""The model's lifecycle: what changes the model after it is built, and where the DDP wrap goes.
+
+DDP broadcasts rank 0's parameters and fixes the set of parameters that need gradients when it
+is built, and refuses (on GPUs) a module that is not yet on its one device. So the wrap goes
+after the last statement that still changes the model (placement, initialisation, freezing,
+torch.compile, SyncBatchNorm, a new submodule; loaded weights are the same on every rank and do
+not move it) and before its first training forward. A change the wrap cannot be moved after (in
+the training loop, in a function called later) is reported, not guessed around. Every other use that needs the plain module (copies,
+tracing, the model's own attributes) goes through `.module`, unless the name was bound again to
+an unwrapped model since.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+import ddpify.match as m
+from ddpify.analysis.core import Analysis
+from ddpify.analysis.tree import _flatten_targets, _inside, call_args, code, dotted
+
+OWN_CHANGE = re.compile(r"init|reset|freeze|prune|fuse|tie_weights", re.I)
+PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
+# method on the model (or a submodule) -> kind of change
+METHODS = {
+    **{p: "move" for p in PLACEMENT},
+    "apply": "init",
+    "reset_parameters": "init",
+    "load_state_dict": "load",
+    "requires_grad_": "freeze",
+    "add_module": "structure",
+    "register_module": "structure",
+    "register_parameter": "structure",
+}
+# kinds that are wrong once DDP holds the model: its parameter set, device and buffers are fixed
+# (a load is not: every rank loads the same weights, through .module)
+UNSAFE_AFTER_WRAP = {"move", "init", "freeze", "structure", "syncbn"}
+# loaded weights are the same on every rank, before or after the wrap (there through .module):
+# they do not move it (with --amp apex, amp state must be restored after amp.initialize)
+NEUTRAL = {"load"}
+RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_"}
+FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
+WHAT = {
+    "move": "moves it to another device or dtype",
+    "init": "initialises its parameters",
+    "freeze": "changes which parameters need gradients",
+    "structure": "replaces a submodule or adds parameters",
+    "syncbn": "converts its BatchNorm layers",
+    "load": "loads weights into it",
+    "inplace": "changes its parameters in place",
+    "attr": "sets an attribute on it",
+    "rebind": "binds the name to a new module",
+    "compile": "compiles it with torch.compile",
+}
+# calls that want the plain module as their first argument: a copy or a trace of the wrapper
+# carries 'module.' keys, and a traced DDP forward runs collectives on one rank alone
+PLAIN_MODULE_CALLS = (
+    "copy.deepcopy",
+    "torch.optim.swa_utils.AveragedModel",
+    "torch.jit.trace",
+    "torch.jit.script",
+    "torch.onnx.export",
+    "torch.fx.symbolic_trace",
+)
+PLAIN_MODULE_METHODS = ("add_graph",)  # SummaryWriter.add_graph(model, x)
+
+
+def _path(node: cst.CSTNode | None) -> str | None:
+    """dotted() that also goes through subscripts: `model.blocks[0].attn` -> "model.blocks.[].attn"."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _path(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    if isinstance(node, cst.Subscript):
+        base = _path(node.value)
+        return f"{base}.[]" if base else None
+    return None
+
+
+def _under(d: str | None, name: str) -> bool:
+    return d is not None and (d == name or d.startswith(name + "."))
+
+
+def _resolve(a: Analysis, path: str | None, at: cst.CSTNode, name: str) -> str | None:
+    """path as a part of the model where it is one: itself, or through a loop over the model's
+    parts (`for m in model.modules(): nn.init.normal_(m.weight)` gives "model.[].weight")."""
+    if path is None or _under(path, name):
+        return path
+    head, _, rest = path.partition(".")
+    loop = a.ancestor(at, cst.For)
+    while loop is not None:
+        if head in {x.value for x in a.findall(loop.target, m.Name())}:
+            if any(_under(_path(x), name) for x in a.findall(loop.iter, m.Attribute() | m.Name())):
+                return f"{name}.[]" + (f".{rest}" if rest else "")
+            return path
+        loop = a.ancestor(loop, cst.For)
+    return path
+
+
+def change_in(a: Analysis, node: cst.CSTNode, name: str) -> tuple[cst.CSTNode, str] | None:
+    """The first thing in node's subtree that changes the model `name`, and its kind."""
+    found = changes_in(a, node, name)
+    return found[0] if found else None
+
+
+def changes_in(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.CSTNode, str]]:
+    out: list[tuple[cst.CSTNode, str]] = []
+    for c in a.findall(node, m.Call()):
+        kind = _call_change(a, c, name)
+        if kind:
+            out.append((c, kind))
+    for asg in a.findall(node, m.Assign() | m.AnnAssign() | m.AugAssign()):
+        targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+        for t in targets:
+            kind = _target_change(a, asg, t, name)
+            if kind:
+                out.append((asg, kind))
+    out.sort(key=lambda x: a._order.get(id(x[0]), 0))
+    return out
+
+
+def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
+    f = c.func
+    if isinstance(f, cst.Attribute):
+        base = _resolve(a, _path(f.value), c, name)
+        attr = f.attr.value
+        if base == name and attr not in METHODS and OWN_CHANGE.search(attr) and attr in a.functions:
+            return "freeze" if "freeze" in attr else "init"  # the model's own init_weights()
+        if attr in METHODS and _under(base, name):
+            if METHODS[attr] == "move" and base != name:
+                return None  # a submodule's buffer or a tensor copy, not the model's placement
+            return METHODS[attr]
+        # in-place on a parameter: model.fc.weight.data.normal_(0, 0.02)
+        if attr.endswith("_") and not attr.startswith("_") and base is not None and base.startswith(name + ".") and ".grad" not in base:
+            return "init" if attr in RANDOM_INPLACE else "inplace"
+    if a.is_call(c, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+        pos, _ = call_args(c)
+        if pos and dotted(pos[0].value) == name:
+            return "syncbn"
+    if any(q.startswith("torch.nn.init.") for q in a.qualified(c.func)):
+        pos, _ = call_args(c)
+        arg = _resolve(a, _path(pos[0].value), c, name) if pos else None
+        if _under(arg, name) and arg != name:
+            return "inplace" if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT else "init"
+    return None
+
+
+def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: str) -> str | None:
+    for el in _flatten_targets(t):
+        d = _resolve(a, _path(el), asg, name)
+        if d is None:
+            continue
+        if d == name:
+            value = getattr(asg, "value", None)
+            if isinstance(value, cst.Call) and a.is_call(value, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+                return "syncbn"
+            if isinstance(value, cst.Call) and a.is_call(value, "torch.compile"):
+                return "compile"  # (after the wrap it compiles DDP itself, which DDP supports)
+            return "rebind"
+        if d.startswith(name + "."):
+            if d.endswith(".requires_grad"):
+                return "freeze"
+            if d.endswith(".training"):
+                return None
+            value = getattr(asg, "value", None)
+            if isinstance(value, cst.Call) and _builds_module(a, value):
+                return "structure"  # model.fc = nn.Linear(...), model.w = nn.Parameter(...)
+            return "attr"
+    return None
+
+
+def _builds_module(a: Analysis, call: cst.Call) -> bool:
+    d = dotted(call.func) or ""
+    last = d.rsplit(".", 1)[-1]
+    return bool(last[:1].isupper()) or any(q.startswith("torch.nn.") for q in a.qualified(call.func))
+
+
+# -- functions of the script that take the model --------------------------------------------------
+def _param_for(fn: cst.FunctionDef, call: cst.Call, name: str) -> str | None:
+    fname = dotted(call.func) or ""
+    params = [p.name.value for p in fn.params.params]
+    offset = 1 if params and params[0] in ("self", "cls") and "." in fname else 0
+    pos, kw = call_args(call)
+    for i, arg in enumerate(pos):
+        if dotted(arg.value) == name and i + offset < len(params):
+            return params[i + offset]
+    for k, arg in kw.items():
+        if dotted(arg.value) == name and k in params:
+            return k
+    return None
+
+
+def helper_effect(a: Analysis, call: cst.Call, name: str, depth: int = 0) -> tuple[str, cst.CSTNode | None, str | None]:
+    """What a call of the script's own function does to the model handed to it:
+    ("use", ...) it runs, returns or hands on the model (it must be wrapped by then);
+    ("change", node, kind) it only changes it (the wrap can go after the call);
+    ("none", ...) it takes no model or only reads it."""
+    fname = dotted(call.func)
+    if not fname:
+        return ("none", None, None)
+    effect: tuple[str, cst.CSTNode | None, str | None] = ("none", None, None)
+    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
+        param = _param_for(fn, call, name)
+        if param is None:
+            continue
+        if depth > 3 or _runs(a, fn, param, depth):
+            return ("use", None, None)
+        ch = change_in(a, fn.body, param)
+        if ch is not None:
+            effect = ("change", ch[0], ch[1])
+    return effect
+
+
+def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
+    for c in a.findall(fn.body, m.Call()):
+        if dotted(c.func) == param:
+            return True
+        if any(dotted(x.value) == param for x in c.args) and helper_effect(a, c, param, depth + 1)[0] == "use":
+            return True
+    for ret in a.findall(fn.body, m.Return()):
+        items = [e.value for e in ret.value.elements] if isinstance(ret.value, cst.Tuple) else [ret.value] if ret.value is not None else []
+        if any(dotted(x) == param for x in items):
+            return True  # model = prepare(model): the caller goes on with what it returns
+    return False
+
+
+def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
+    """"use" when stmt runs the model or hands it to code that does (the wrap must come
+    before), "change" when it changes the model (the wrap must come after), else None."""
+    change = False
+    for c in a.findall(stmt, m.Call()):
+        if dotted(c.func) == name:
+            return "use"
+        fname = dotted(c.func)
+        if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+            eff = helper_effect(a, c, name)
+            if eff[0] == "use":
+                return "use"
+            change = change or (eff[0] == "change" and eff[2] not in NEUTRAL)
+        elif a._is_forward_call(c) or a._calls_function_in(c, a.forward_functions):
+            return "use"  # an alias of the model, or train() reaching it as a global
+        elif name.startswith("self.") and fname and fname.startswith("self.") and fname.count(".") == 1:
+            eff2 = _method_effect(a, c, name, 0)  # self._setup_model() in __init__
+            if eff2 == "use":
+                return "use"
+            change = change or eff2 == "change"
+    if change or any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
+        return "change"
+    return None
+
+
+def _method_of(a: Analysis, call: cst.Call) -> cst.FunctionDef | None:
+    """The method of the caller's own class that `self.meth(...)` calls."""
+    fn = a.function_of(call)
+    cls = a.class_of(fn) if fn is not None else None
+    meth = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    return next((f for f in (cls.body.body if cls is not None else []) if isinstance(f, cst.FunctionDef) and f.name.value == meth), None)
+
+
+def _method_effect(a: Analysis, call: cst.Call, name: str, depth: int) -> str | None:
+    meth = _method_of(a, call)
+    if meth is None or depth > 3:
+        return None
+    change = False
+    for c in a.findall(meth.body, m.Call()):
+        if dotted(c.func) == name or any(dotted(x.value) == name for x in c.args) and helper_effect(a, c, name)[0] == "use":
+            return "use"
+        if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "").count(".") == 1:
+            inner = _method_effect(a, c, name, depth + 1)
+            if inner == "use":
+                return "use"
+            change = change or inner == "change"
+    return "change" if change or any(k not in NEUTRAL for _, k in changes_in(a, meth.body, name)) else None
+
+
+def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
+    """What the statement the wrap follows does to the model, where that is more than building
+    or placing it (the finding then says why the wrap is there)."""
+    kinds = [k for _, k in changes_in(a, anchor, name) if k not in ("move", "rebind", "attr")]
+    for c in a.findall(anchor, m.Call()):
+        if any(dotted(x.value) == name for x in c.args):
+            eff = helper_effect(a, c, name)
+            if eff[0] == "change" and eff[2]:
+                kinds.append(eff[2])
+        elif name.startswith("self.") and (dotted(c.func) or "").startswith("self.") and (meth := _method_of(a, c)) is not None:
+            kinds += [k for _, k in changes_in(a, meth.body, name) if k not in ("move", "rebind", "attr")]
+    kinds = [k for k in kinds if k not in NEUTRAL]
+    return "; ".join(WHAT[k] for k in dict.fromkeys(kinds)) or None
+
+
+def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
+    """A statement that holds a training step (or is a loop that runs the model)."""
+    return any(s.stmt is stmt or _inside(a, s.stmt, stmt) for s in a.steps) or (
+        isinstance(stmt, (cst.For, cst.While)) and a.runs_model(stmt)
+    )
+
+
+# -- changes the wrap cannot go after ---------------------------------------------------------
+def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tuple[cst.CSTNode, str]]:
+    """Changes DDP cannot take once it holds the model, that run after the wrap: later in the
+    function of the wrap (the training loop included), in functions that get the model after
+    it, and, for `self.model`, in the other methods of its class."""
+    out: list[tuple[cst.CSTNode, str]] = []
+    afn = a.function_of(anchor)
+    scope = afn.body if afn is not None else a.module
+    aend = a.pos[anchor].end.line
+    end = _training_end(a, afn)
+    # `model.to(device)` again each epoch: the same placement, a no-op for DDP
+    parts = model_parts(a, name)  # `backbone` in `model = nn.Sequential(backbone, head)`
+    placed = {_move_key(c) for c in a.findall(scope, m.Call(func=m.Attribute())) if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT}  # type: ignore[attr-defined]
+    for s in a.findall(scope, m.SimpleStatementLine()):
+        if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
+            continue
+        if end is not None and a.pos[s].start.line > end:
+            continue  # training is over: the model is only evaluated, exported, ...
+        if rebound_unwrapped(a, name, anchor, s):
+            continue  # the name holds a new, plain model now
+        for part in (name, *parts):
+            for node, kind in changes_in(a, s, part):
+                if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
+                    out.append((node, kind))
+        for c in a.findall(s, m.Call()):
+            fname = dotted(c.func)
+            if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+                eff = helper_effect(a, c, name)
+                if eff[0] == "change" and eff[2] in UNSAFE_AFTER_WRAP:
+                    out.append((c, eff[2]))
+                elif eff[0] == "use":
+                    out.extend((c, k) for k in _changes_through(a, c, name, 0))
+    if name.startswith("self.") and afn is not None:
+        cls = a.class_of(afn)
+        for meth in cls.body.body if cls is not None else []:
+            if isinstance(meth, cst.FunctionDef) and meth is not afn and meth.name.value != "__init__":
+                callers = a.callers(meth)
+                if callers and all(a.function_of(c) is afn and a.pos[c].end.line <= aend for c in callers):
+                    continue  # set-up methods __init__ calls before the wrap
+                out.extend((n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+    seen: set[int] = set()
+    uniq = []
+    for n, k in out:
+        if id(n) not in seen:
+            seen.add(id(n))
+            uniq.append((n, k))
+    return uniq
+
+
+def model_parts(a: Analysis, name: str) -> list[str]:
+    """Modules the model is built from, held under names of their own: a change made through
+    `backbone` (freezing it, moving it) changes `model = nn.Sequential(backbone, head)` too."""
+    parts: list[str] = []
+    for asg in a.assigns:
+        if not isinstance(asg, cst.Assign) or asg.value is None:
+            continue
+        if not any(dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)):
+            continue
+        args = [x for c in a.findall(asg.value, m.Call()) for x in c.args]
+        for arg in args:
+            part = dotted(arg.value) if isinstance(arg.value, cst.Name) else None
+            if part and part != name and part not in parts and _is_module(a, part):
+                parts.append(part)
+    return parts
+
+
+def _is_module(a: Analysis, var: str) -> bool:
+    """var is bound to an nn module built in the script (torch.nn.X(...) or a class of its own)."""
+    for asg in a.assigns:
+        if isinstance(asg, cst.Assign) and isinstance(asg.value, cst.Call) and any(dotted(t.target) == var for t in asg.targets):
+            q = a.call_qualname(asg.value) or ""
+            if q.startswith("torch.nn.") or (dotted(asg.value.func) or "").rsplit(".", 1)[-1] in a.classes:
+                return True
+    return False
+
+
+def _move_key(call: cst.Call) -> str:
+    return code(call.func.attr) + "(" + ", ".join(code(x) for x in call.args) + ")"  # type: ignore[attr-defined]
+
+
+def _training_end(a: Analysis, fn: cst.FunctionDef | None) -> int | None:
+    """Last line of fn that still trains: the end of the outermost loop (or statement) around a
+    training step in fn, or around a call of a function that holds one. None: not found."""
+    trainers = {f.name.value for s in a.steps if (f := a.function_of(s.stmt)) is not None and f is not fn}
+    nodes: list[cst.CSTNode] = [s.stmt for s in a.steps if a.function_of(s.stmt) is fn]
+    nodes += [c for c in a.calls if a.function_of(c) is fn and (dotted(c.func) or "").rsplit(".", 1)[-1] in trainers]
+    end = None
+    for node in nodes:
+        outer = a.statement(node)
+        cur = a.parent.get(node)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, (cst.For, cst.While)):
+                outer = cur
+            cur = a.parent.get(cur)
+        line = a.pos[outer].end.line
+        end = line if end is None else max(end, line)
+    return end
+
+
+def _changes_through(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
+    """Unsafe changes made by a function that also runs the model (train(model) that unfreezes
+    the backbone at some epoch)."""
+    kinds: list[str] = []
+    fname = dotted(call.func) or ""
+    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
+        param = _param_for(fn, call, name)
+        if param is None or depth > 3:
+            continue
+        kinds.extend(k for _, k in changes_in(a, fn.body, param) if k in UNSAFE_AFTER_WRAP)
+        for c in a.findall(fn.body, m.Call()):
+            if any(dotted(x.value) == param for x in c.args) and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions:
+                kinds.extend(_changes_through(a, c, param, depth + 1))
+    return kinds
+
+
+# -- uses after the wrap -------------------------------------------------------------------------
+def rebound_unwrapped(a: Analysis, name: str, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """The name was bound to a new (unwrapped) model between the wrap and node, in the same
+    function: `model = Net(); model.load_state_dict(torch.load(best))` after training."""
+    fn = a.function_of(node)
+    if a.function_of(anchor) is not fn:
+        return False
+    start, end = a.pos[anchor].end.line, a.pos[node].start.line
+    for asg in a.assigns:
+        if a.function_of(asg) is not fn or not isinstance(asg, (cst.Assign, cst.AnnAssign)):
+            continue
+        line = a.pos[asg].start.line
+        if not start < line < end:
+            continue
+        targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+        if any(dotted(t) == name for t in targets) and not _keeps_wrapper(asg.value, name):
+            return True
+    return False
+
+
+def _keeps_wrapper(value: cst.BaseExpression | None, name: str) -> bool:
+    """`model = model.to(x)`, `model = torch.compile(model)`: still the wrapped model."""
+    if value is None:
+        return True
+    return any(dotted(n) == name for n in m.findall(value, m.Name() | m.Attribute()))
+
+
+def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
+    """Arguments of call that must be the plain module if they are the wrapped model."""
+    pos, _ = call_args(call)
+    if not pos:
+        return []
+    if a.is_call(call, *PLAIN_MODULE_CALLS):
+        return [pos[0]]
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in PLAIN_MODULE_METHODS:
+        return [pos[0]]
+    # getattr(model, "_orig_mod", model): the default is the model too
+    if (
+        isinstance(call.func, cst.Name) and call.func.value == "getattr" and len(pos) == 3
+        and isinstance(pos[1].value, cst.SimpleString) and pos[1].value.evaluated_value == "_orig_mod"
+        and dotted(pos[2].value) == dotted(pos[0].value)
+    ):
+        return [pos[2]]
+    return []
+
+
+# -- models the wrap cannot name -------------------------------------------------------------------
+def container_models(a: Analysis) -> list[tuple[cst.Call, str]]:
+    """Optimizers over a model held in a dict or list (`nets["G"].parameters()`): ddpify does not
+    rewrite every use of a container's entry, so these are for a manual wrap."""
+    out: list[tuple[cst.Call, str]] = []
+    for call in a.optimizers.values():
+        for c in a.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+            base = c.func.value  # type: ignore[attr-defined]
+            if isinstance(base, cst.Subscript) or (_path(base) or "").find(".[]") >= 0:
+                out.append((call, code(base)))
+    return out
+
+
+# -- parameters that may get no gradient ----------------------------------------------------------
+PARAM_FREE = re.compile(r"^(ReLU\d*|GELU|SiLU|Mish|LeakyReLU|ELU|Tanh|Sigmoid|Softmax|LogSoftmax|Dropout\d?d?|Identity|Flatten|Unflatten|"
+                        r"(Adaptive)?(Max|Avg)Pool\dd|Upsample|ZeroPad\dd|Softplus|Hardswish|Hardtanh)$")
+
+
+def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
+    """Why some parameters of the model built in `bind` may get no gradient in a step, where its
+    class is defined in this file: a submodule or parameter its forward never reaches, one run
+    under torch.no_grad() in forward. Empty where none is seen (or the class is elsewhere)."""
+    cls = next((a.classes[n] for c in a.findall(bind, m.Call()) if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes), None)
+    if cls is None:
+        return []
+    methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return []
+    owned: dict[str, cst.CSTNode] = {}
+    for asg in a.findall(init, m.Assign()):
+        for t in asg.targets:
+            d = dotted(t.target)
+            if d and d.startswith("self.") and d.count(".") == 1 and isinstance(asg.value, cst.Call) and _builds_module(a, asg.value):
+                if not PARAM_FREE.match((dotted(asg.value.func) or "").rsplit(".", 1)[-1]):
+                    owned[d] = asg
+    # what forward reaches, through the methods it calls on self
+    reached: set[str] = set()
+    no_grad: set[str] = set()
+    always: set[str] = set()
+    sides: dict[str, set[tuple[int, bool]]] = {}
+    todo, seen = [forward], set()
+    while todo:
+        fn = todo.pop()
+        if fn.name.value in seen:
+            continue
+        seen.add(fn.name.value)
+        for attr in a.findall(fn, m.Attribute()):
+            d = dotted(attr)
+            if d and d.startswith("self.") and d.count(".") == 1:
+                reached.add(d)
+                if d[5:] in methods:
+                    todo.append(methods[d[5:]])
+                if any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for w in _withs_around(a, attr, fn) for i in w.items):
+                    no_grad.add(d)
+                if fn is forward:
+                    side = _branch_of(a, attr, fn)
+                    if side is None:
+                        always.add(d)
+                    elif (side[0], not side[1]) in sides.get(d, set()):
+                        always.add(d)  # in the if and in its else: every step
+                    else:
+                        sides.setdefault(d, set()).add(side)
+    why = [f"{d} is not used in forward" for d in owned if d not in reached]
+    why += [f"{d} runs under torch.no_grad() in forward" for d in owned if d in no_grad]
+    why += [f"{d} is used in forward only under an if" for d in owned if d in sides and d not in always and d not in no_grad]
+    return why
+
+
+def _branch_of(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> tuple[int, bool] | None:
+    """(id of the innermost if of fn around node, whether node is in its else); None outside any
+    if other than `if self.training` (every training step takes that one)."""
+    child, cur = node, a.parent.get(node)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, (cst.If, cst.IfExp)) and dotted(cur.test) != "self.training" and child is not cur.test:
+            return id(cur), child is cur.orelse
+        child, cur = cur, a.parent.get(cur)
+    return None
+
+
+def _withs_around(a: Analysis, node: cst.CSTNode, fn: cst.FunctionDef) -> list[cst.With]:
+    out = []
+    cur = a.parent.get(node)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, cst.With):
+            out.append(cur)
+        cur = a.parent.get(cur)
+    return out
+
+
+def instance_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, cst.CSTNode]:
+    """`self.model` wrapped in Trainer.__init__: `trainer = Trainer(...)` makes `trainer.model`
+    the wrapped model too, from that assignment on (a callback saving trainer.model.state_dict())."""
+    out: dict[str, cst.CSTNode] = {}
+    for name, anchor in wrapped.items():
+        fn = a.function_of(anchor)
+        cls = a.class_of(fn) if fn is not None and fn.name.value == "__init__" else None
+        if not name.startswith("self.") or cls is None:
+            continue
+        for asg in a.assigns:
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or not isinstance(asg.targets[0].target, cst.Name):
+                continue
+            if isinstance(asg.value, cst.Call) and (dotted(asg.value.func) or "").rsplit(".", 1)[-1] == cls.name.value:
+                out[f"{asg.targets[0].target.value}.{name[5:]}"] = asg
+    return out
+
+
+def forward_through_container(a: Analysis, name: str) -> tuple[cst.CSTNode, str] | None:
+    """`nets = [encoder, decoder]` then `nets[0](x)` or `for net in nets: net(x)`: the container
+    keeps the module itself, so its forwards bypass a wrap of the name (no gradient sync), while
+    its state dicts need the plain module: no single wrap serves both. (The container assignment
+    and the forward through it, if any.)"""
+    for asg in a.assigns:
+        if not isinstance(asg, cst.Assign) or len(asg.targets) != 1:
+            continue
+        holder = dotted(asg.targets[0].target)
+        if holder is None or holder == name:
+            continue
+        held = [el for el in a.findall(asg.value, m.Name() | m.Attribute()) if dotted(el) == name and _is_element(a, el)]
+        if not held:
+            continue
+        for c in a.calls:
+            if isinstance(c.func, cst.Subscript) and dotted(c.func.value) == holder or dotted(c.func) == holder:
+                return asg, holder
+        for loop in a.fors:
+            if any(dotted(x) == holder for x in a.findall(loop.iter, m.Name() | m.Attribute())):
+                targets = {x.value for x in a.findall(loop.target, m.Name())}
+                if any(dotted(c.func) in targets for c in a.findall(loop.body, m.Call())):
+                    return asg, holder
+    return None
+
+
+MODULE_CONTAINERS = ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
+
+
+def _is_element(a: Analysis, node: cst.CSTNode) -> bool:
+    """node is held as it is: an element of a list, tuple, set or dict, or an argument of
+    nn.Sequential (a copy, as AveragedModel makes, is not)."""
+    par = a.parent.get(node)
+    if isinstance(par, (cst.Element, cst.DictElement)) and getattr(par, "value", None) is node:
+        return True
+    call = a.parent.get(par) if isinstance(par, cst.Arg) else None
+    return isinstance(call, cst.Call) and a.is_call(call, *MODULE_CONTAINERS)
+
+
+def fully_frozen(a: Analysis, name: str, stmts: list[cst.CSTNode]) -> cst.CSTNode | None:
+    """The statement among stmts (those up to the wrap) that freezes every parameter of the
+    model, and nothing after it unfreezes any: `name.requires_grad_(False)`, or `p.requires_grad
+    = False` for each p in `name.parameters()`. DDP refuses such a module."""
+    frozen = None
+    for stmt in stmts:
+        for node, kind in changes_in(a, stmt, name):
+            if kind != "freeze":
+                continue
+            if isinstance(node, cst.Call) and dotted(node.func) == f"{name}.requires_grad_":
+                pos, kw = call_args(node)
+                value = pos[0].value if pos else kw["requires_grad"].value if "requires_grad" in kw else None
+                frozen = node if m.matches(value, m.Name("False")) else None
+            elif isinstance(node, cst.Assign) and m.matches(node.value, m.Name("False")):
+                loop = a.ancestor(node, cst.For)
+                whole = loop is not None and m.matches(loop.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))) and dotted(loop.iter.func.value) == name  # type: ignore[attr-defined]
+                direct = whole and a.ancestor(node, cst.If, cst.For) is loop
+                frozen = node if direct else frozen
+            else:
+                frozen = None  # a part unfrozen again, or frozen by a rule
+    if frozen is None:
+        return None
+    later = [k for s in a.findall(a.function_of(frozen) or a.module, m.SimpleStatementLine()) if a.pos[s].start.line > a.pos[frozen].start.line for _, k in changes_in(a, s, name)]
+    return None if "freeze" in later else frozen
+
+
+def discarded_outputs(a: Analysis, name: str) -> list[cst.CSTNode]:
+    """Training forwards of the model whose outputs are partly thrown away (`validity, _, _ =
+    D(x)` before a backward in the same block): the parameters behind the discarded ones get no
+    gradient from that loss."""
+    out: list[cst.CSTNode] = []
+    for step in a.steps:
+        body = list(step.block.body)  # type: ignore[attr-defined]
+        for s in body[: body.index(step.stmt)]:
+            for c in a.findall(s, m.Call()):
+                par = a.parent.get(c)
+                if dotted(c.func) == name and isinstance(par, cst.Assign) and isinstance(par.targets[0].target, (cst.Tuple, cst.List)):
+                    if any(isinstance(e.value, cst.Name) and e.value.value.strip("_") == "" for e in par.targets[0].target.elements):
+                        out.append(c)
+    return out

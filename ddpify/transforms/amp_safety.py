@@ -1,0 +1,244 @@
+"""What the generated autocast region must not break on GPUs (CPU runs have autocast off, so
+none of this shows there): ops autocast refuses on CUDA run in float32 with autocast off, and
+autocast ends before a tensor it produced is changed in place (autocast casts copy or alias
+depending on dtypes, so such an op can modify a tensor autograd saved: a GPU-only error)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import ddpify.match as m
+
+from ddpify.analysis import _flatten_targets, code, dotted
+
+# The one table of ops autocast refuses on CUDA ("unsafe to autocast"): functions, and loss
+# modules whose instances are called as functions. Each entry: the tensor arguments to cast to
+# float32 (positions, keywords). Never switch to the _with_logits form: it takes logits, not
+# probabilities, so it changes what the script computes.
+UNSAFE_FUNCTIONS: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+    "torch.nn.functional.binary_cross_entropy": ((0, 1, 2), ("input", "target", "weight")),
+}
+UNSAFE_MODULES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+    "torch.nn.BCELoss": ((0, 1), ("input", "target")),
+    "torch.nn.modules.loss.BCELoss": ((0, 1), ("input", "target")),
+}
+AUTOCAST_OFF = "torch.autocast(LOCAL_DEVICE.type, enabled=False)"
+
+
+def reachable(a, stmts: list[cst.BaseStatement]) -> list[cst.CSTNode]:
+    """The statements, the functions of this file they call (transitively) and the models'
+    forward methods: what runs inside an autocast region around stmts."""
+    out: list[cst.CSTNode] = list(stmts)
+    seen: set[int] = set()
+    work: list[cst.CSTNode] = list(stmts) + list(a.functions.get("forward", []))
+    while work:
+        node = work.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, cst.FunctionDef):
+            out.append(node)
+        for c in a.findall(node, m.Call()):
+            name = dotted(c.func)
+            for fn in a.functions.get(name.rsplit(".", 1)[-1], []) if name else []:
+                work.append(fn)
+    return out
+
+
+class UnsafeOps:
+    """Calls of the table's ops, and of names bound to instances of its modules."""
+
+    def __init__(self, a) -> None:
+        self.a = a
+        instances: dict[str, tuple] = {}
+        for asg in a.assigns:
+            value = getattr(asg, "value", None)
+            if not isinstance(value, cst.Call):
+                continue
+            spec = next(((q.rsplit(".", 1)[-1], UNSAFE_MODULES[q]) for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
+            if spec is None:
+                continue
+            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+            for t in targets:
+                if dotted(t):
+                    instances[dotted(t)] = spec
+        self.instances = instances
+        # criterion passed to train(model, loader, criterion): the parameter's name there
+        self.bound = a._propagate(sorted(instances)) if instances else {}
+
+    def spec(self, call: cst.Call) -> tuple[str, tuple] | None:
+        """(what to call it in a finding, argument spec) for a call the table covers."""
+        a = self.a
+        for q in a.qualified(call.func):
+            if q in UNSAFE_FUNCTIONS:
+                return code(call.func), UNSAFE_FUNCTIONS[q]
+        if isinstance(call.func, cst.Call):  # nn.BCELoss()(p, y)
+            for q in a.qualified(call.func.func):
+                if q in UNSAFE_MODULES:
+                    return code(call.func), UNSAFE_MODULES[q]
+        name = dotted(call.func)
+        if not name or not self.instances:
+            return None
+        fn = a.function_of(call)
+        visible = self.bound.get(fn, set()) | self.bound.get(None, set())
+        if name in visible:
+            cls, spec = self.instances.get(name) or next(iter(self.instances.values()))
+            return f"{name} (nn.{cls})", spec
+        return None
+
+    def calls_in(self, nodes: list[cst.CSTNode]) -> list[tuple[cst.Call, str, tuple]]:
+        out, seen = [], set()
+        for node in nodes:
+            for c in self.a.findall(node, m.Call()):
+                if id(c) in seen:
+                    continue
+                seen.add(id(c))
+                found = self.spec(c)
+                if found is not None:
+                    out.append((c, *found))
+        return out
+
+
+def as_float(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if not isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not expr.lpar:
+        expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("float")))
+
+
+def cast_args(call: cst.Call, spec: tuple) -> cst.Call:
+    positions, keywords = spec
+    args, k = [], 0
+    for arg in call.args:
+        if arg.star:
+            args.append(arg)
+            continue
+        if arg.keyword is None:
+            cast = k in positions
+            k += 1
+        else:
+            cast = arg.keyword.value in keywords
+        args.append(arg.with_changes(value=as_float(arg.value)) if cast and not _is_float(arg.value) else arg)
+    return call.with_changes(args=args)
+
+
+def _is_float(expr: cst.BaseExpression) -> bool:
+    """Already float32 (x.float()), or no tensor at all (weight=None)."""
+    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("float")), args=[])) or m.matches(expr, m.Name("None"))
+
+
+def unsafe_calls(ctx, region: list[cst.BaseStatement]) -> list[tuple[cst.Call, str, tuple]]:
+    """(call, its name for a finding, argument spec) for each unsafe op reached from region."""
+    ops = getattr(ctx, "_unsafe_ops", None)
+    if ops is None:
+        ops = ctx._unsafe_ops = UnsafeOps(ctx.a)
+    return ops.calls_in(reachable(ctx.a, region))
+
+
+def plan_float32(ctx, found: list[tuple[cst.Call, str, tuple]], done: set[int]) -> None:
+    """Run each unsafe op in float32 with autocast off: its statement goes under
+    `with torch.autocast(..., enabled=False):`, its tensor arguments are cast."""
+    a = ctx.a
+    for call, what, spec in found:
+        stmt = a.statement(call)
+        if id(call) in done or not ctx.editable(stmt):
+            continue
+        done.add(id(call))
+        if id(stmt) not in done:
+            done.add(id(stmt))
+            ctx.edits.wraps.append((stmt, stmt, ctx.expr(AUTOCAST_OFF)))
+        ctx.edits.replace(call, lambda n, spec=spec: cast_args(n, spec))
+        ctx.finding(call, "DDP044", f"{what} is unsafe to autocast on GPUs: computed in float32 with autocast off", True)
+
+
+# in-place methods that do not change a tensor's values (or not one autograd tracks)
+_NOT_INPLACE = {"requires_grad_", "share_memory_", "retain_grad_", "record_stream_"}
+# calls giving a Python number, not a tensor: `n = x.size(0); n += 1` is no in-place op
+_SCALARS = {"size", "item", "len", "int", "float", "numel", "dim", "tolist"}
+
+
+def _assigned(a, stmt: cst.BaseStatement) -> dict[str, cst.BaseExpression]:
+    """Plain names a statement binds, each with its value where it is a one-name assignment."""
+    out: dict[str, cst.BaseExpression] = {}
+    for node in a.findall(stmt, m.Assign()):
+        for t in node.targets:
+            if isinstance(t.target, cst.Name):
+                out[t.target.value] = node.value
+            for el in _flatten_targets(t.target):
+                if isinstance(el, cst.Name):
+                    out.setdefault(el.value, None)
+    return out
+
+
+def _tensor_value(value: cst.BaseExpression | None) -> bool:
+    """False for a value that is plainly a Python number (x.size(0), loss.item(), len(x))."""
+    if value is None:
+        return True  # unpacked from a call (a model's outputs): tensors as a rule
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return False
+    if isinstance(value, cst.Call):
+        name = dotted(value.func) or ""
+        return name.rsplit(".", 1)[-1] not in _SCALARS
+    return True
+
+
+def inplace_targets(a, stmt: cst.BaseStatement, produced: dict[str, cst.BaseExpression | None]) -> list[tuple[cst.CSTNode, str]]:
+    """(op, name) for each in-place change, in stmt, of a tensor named in `produced`."""
+    out = []
+    for call in a.findall(stmt, m.Call(func=m.Attribute())):
+        attr = call.func.attr.value
+        if not attr.endswith("_") or attr.startswith("_") or attr in _NOT_INPLACE:
+            continue
+        root = call.func.value
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            if isinstance(root, cst.Attribute) and root.attr.value == "data":
+                break  # x.data.add_(): outside autograd
+            root = root.value
+        if isinstance(root, cst.Name) and root.value in produced:
+            out.append((call, root.value))
+    for aug in a.findall(stmt, m.AugAssign()):
+        root = aug.target
+        while isinstance(root, cst.Subscript):
+            root = root.value
+        if isinstance(root, cst.Name) and root.value in produced and _tensor_value(produced[root.value]):
+            out.append((aug, root.value))
+    return out
+
+
+def _helper_inplace(a, stmt: cst.BaseStatement) -> tuple[cst.CSTNode, cst.Call] | None:
+    """(in-place op, call) where stmt calls a function of this file (a loss written as a
+    function, not the model) that changes a tensor in place: its arguments or its own values."""
+    for call in a.findall(stmt, m.Call()):
+        name = dotted(call.func)
+        for fn in a.functions.get(name.rsplit(".", 1)[-1], []) if name else []:
+            if fn.name.value == "forward" or fn.name.value in a.forward_functions:
+                continue  # the model's own in-place ops (ReLU(inplace=True), x += residual) are its business
+            own = {p.name.value: None for p in fn.params.params if p.name.value not in ("self", "cls")}
+            own.update(_assigned(a, fn))
+            found = inplace_targets(a, fn.body, own)
+            if found:
+                return found[0][0], call
+    return None
+
+
+def inplace_split(a, region: list[cst.BaseStatement]):
+    """Where autocast must end: (index of the first region statement that changes in place a
+    tensor the region computed, itself or in a function it calls; that op; earlier-computed
+    names to continue in float32)."""
+    produced: dict[str, cst.BaseExpression | None] = {}
+    for k, stmt in enumerate(region):
+        own = {**produced, **_assigned(a, stmt)}  # `out = model(x); out.clamp_(0, 1)`
+        found = inplace_targets(a, stmt, own)
+        helper = None if found else _helper_inplace(a, stmt)
+        if found or helper:
+            names: list[str] = []
+            if helper is not None:  # the tensors handed to the function go in float32
+                for arg in helper[1].args:
+                    n = arg.value.value if isinstance(arg.value, cst.Name) else None
+                    if n in produced and produced[n] is not None and _tensor_value(produced[n]):
+                        names.append(n)
+            for later in region[k:]:
+                for _, name in inplace_targets(a, later, produced):
+                    if name not in names:
+                        names.append(name)
+            return k, (found[0][0] if found else helper[0]), names
+        produced.update(_assigned(a, stmt))
+    return None

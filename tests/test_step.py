@@ -1,0 +1,280 @@
+"""The training step under the generated autocast: the cases the fixtures 70-76 do not spell out
+(options other than the default, the refusals)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpify import Options, convert_source
+
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+model = nn.Linear(4, 1)
+loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.rand(8, 1)), batch_size=4, shuffle=True)
+"""
+
+MANUAL = HEAD + """
+for epoch in range(2):
+    for x, y in loader:
+        out = model(x)
+        loss = F.mse_loss(out, y)
+        model.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-0.1)
+"""
+
+# The snippets keep their models on the CPU (DDP035 would refuse them): these tests are about the step.
+CPU_OK = Options(ignore=("DDP035",))
+
+
+def _codes(result, fixed=None):
+    return [f.code for f in result.findings if fixed is None or f.fixed == fixed]
+
+
+def test_manual_update_with_fp16_leaves_precision_off():
+    result = convert_source(MANUAL, Options(amp="fp16", ignore=CPU_OK.ignore))
+    assert "autocast" not in result.source and "SCALER" not in result.source
+    assert "DDP045" in _codes(result, fixed=False)
+    assert "model = DDP(model" in result.source  # found by its update loop, wrapped all the same
+
+
+def test_manual_update_gets_bf16_autocast_and_no_scaler():
+    result = convert_source(MANUAL, Options(amp="auto", ignore=CPU_OK.ignore))
+    assert "dtype=torch.bfloat16, enabled=AMP_DTYPE == torch.bfloat16" in result.source
+    assert "SCALER" not in result.source and "no_sync" not in result.source
+    assert "DDP045" in _codes(result, fixed=True)
+
+
+def test_unsafe_op_in_the_forward_statement_leaves_precision_off():
+    src = HEAD + """
+criterion = nn.BCELoss()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = criterion(torch.sigmoid(model(x)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    result = convert_source(src, CPU_OK)
+    assert "torch.autocast" not in result.source
+    assert "DDP043" in _codes(result, fixed=False)
+
+
+def test_inplace_change_of_the_first_forward_output_leaves_precision_off():
+    src = HEAD + """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        out = model(x); out.clamp_(-1, 1)
+        loss = F.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    result = convert_source(src, CPU_OK)
+    assert "DDP046" in _codes(result, fixed=False)
+    assert "torch.autocast" not in result.source
+
+
+def test_augmented_assignment_to_a_number_is_no_inplace_op():
+    src = HEAD + """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        n = x.size(0)
+        out = model(x)
+        n += 1
+        loss = F.mse_loss(out, y) * n
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    result = convert_source(src, CPU_OK)
+    assert "DDP046" not in _codes(result)
+    assert "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE" in result.source
+
+
+def test_bce_outside_the_training_step_is_left_alone():
+    src = HEAD + """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        out = torch.sigmoid(model(x))
+        loss = F.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        val = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+"""
+    result = convert_source(src, CPU_OK)
+    assert "DDP044" not in _codes(result)
+    assert "enabled=False" not in result.source
+
+
+# -- data: streams and weighted samplers ---------------------------------------------
+
+STREAM_STEP = """
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+STREAM_HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, IterableDataset
+"""
+
+
+def test_stream_defined_elsewhere_is_refused():
+    src = STREAM_HEAD + "import webdataset as wds\n\nshards = wds.WebDataset('data-{0..9}.tar')\ntrain_loader = DataLoader(shards, batch_size=4)\n" + STREAM_STEP
+    result = convert_source(src, CPU_OK)
+    assert "DDP023" in _codes(result, fixed=False)
+    assert "RankShard" not in result.source
+
+
+def test_stream_splitting_its_workers_is_split_by_rank_only():
+    src = STREAM_HEAD + '''
+class Lines(IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start = info.id if info else 0
+        yield from range(start, 100, info.num_workers if info else 1)
+
+
+train_loader = DataLoader(Lines(), batch_size=4)
+''' + STREAM_STEP
+    result = convert_source(src, CPU_OK)
+    assert "DataLoader(RankShard(Lines(), split_workers=False), batch_size=4)" in result.source
+    assert "DDP019" in _codes(result, fixed=True)
+
+
+def test_stream_reading_the_rank_itself_is_refused():
+    src = STREAM_HEAD + '''
+class Shards(IterableDataset):
+    def __init__(self, rank=0, world_size=1):
+        self.rank, self.world_size = rank, world_size
+
+    def __iter__(self):
+        yield from range(self.rank, 100, self.world_size)
+
+
+train_loader = DataLoader(Shards(), batch_size=4)
+''' + STREAM_STEP
+    result = convert_source(src, CPU_OK)
+    assert "DDP023" in _codes(result, fixed=False)
+    assert "RankShard(" not in result.source
+
+
+def test_sampler_with_no_distributed_equivalent_is_refused():
+    src = STREAM_HEAD + '''from torch.utils.data import SubsetRandomSampler, TensorDataset
+
+ds = TensorDataset(torch.randn(8, 4), torch.rand(8, 1))
+train_loader = DataLoader(ds, batch_size=4, sampler=SubsetRandomSampler(range(6)))
+''' + STREAM_STEP
+    result = convert_source(src, CPU_OK)
+    assert "DDP022" in _codes(result, fixed=False)
+    assert "DistributedWeightedSampler" not in result.source
+
+
+def _helper(text: str, rank: int, world: int) -> dict:
+    """Run a generated helper class with this rank's module globals."""
+    import torch
+
+    from ddpify.transforms.launch import SHARD, WEIGHTED
+
+    scope = {"torch": torch, "RANK": rank, "WORLD_SIZE": world}
+    exec({"shard": SHARD, "weighted": WEIGHTED}[text].format(torch="torch"), scope)
+    return scope
+
+
+def test_rank_shard_gives_every_rank_the_same_count_of_distinct_items():
+    pytest.importorskip("torch")
+    got = [list(_helper("shard", r, 3)["RankShard"](range(11))) for r in range(3)]
+    assert got == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 9 and 10: an incomplete round, dropped
+
+
+def test_rank_shard_splits_workers_too():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    per_rank = []
+    for r in range(2):
+        shard = _helper("shard", r, 2)["RankShard"](list(range(20)))
+        # workers are forked processes: the helper's globals go with them
+        per_rank.append(sorted(int(x) for x in DataLoader(shard, batch_size=None, num_workers=2, multiprocessing_context="fork")))
+    assert len(per_rank[0]) == len(per_rank[1]) == 10
+    assert set(per_rank[0]).isdisjoint(per_rank[1])
+
+
+def test_distributed_weighted_sampler_draws_disjoint_shares_that_change_by_epoch():
+    torch = pytest.importorskip("torch")
+    weights = torch.tensor([1.0] * 90 + [9.0] * 10)
+    samplers = [_helper("weighted", r, 2)["DistributedWeightedSampler"](weights, num_samples=100, replacement=True) for r in range(2)]
+    draws = [list(s) for s in samplers]
+    assert [len(d) for d in draws] == [50, 50] == [len(s) for s in samplers]
+    assert set(draws[0]).isdisjoint(draws[1])
+    heavy = sum(i >= 90 for d in draws for i in d)
+    assert 30 <= heavy <= 70  # half the weight sits on the last 10 indices
+    for s in samplers:
+        s.set_epoch(1)
+    assert [list(s) for s in samplers] != draws
+
+
+# -- legacy scripts: the same device-aware set-up as a fresh conversion ----------------
+
+LEGACY = """\
+import argparse
+
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)
+parser.add_argument("--dist-backend", default="nccl")
+args = parser.parse_args()
+torch.cuda.set_device(args.local_rank)
+torch.distributed.init_process_group(backend=args.dist_backend)
+model = nn.Linear(4, 1).cuda(args.local_rank)
+model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank], output_device=args.local_rank)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4).cuda()).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+"""
+
+
+def test_legacy_launch_script_gets_a_device_aware_setup():
+    result = convert_source(LEGACY, CPU_OK)
+    out = result.source
+    assert "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)" in out
+    assert 'init_process_group(backend=args.dist_backend if torch.cuda.is_available() else "gloo")' in out
+    assert "device_ids=[args.local_rank] if torch.cuda.is_available() else None" in out
+    assert "output_device=args.local_rank if torch.cuda.is_available() else None" in out
+    assert ".cuda(" not in out and "nn.Linear(4, 1).to(LOCAL_DEVICE)" in out
+    assert 'LOCAL_DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))' in out
+    assert "import os" in out
+    again = convert_source(out, CPU_OK)
+    assert not again.changed  # the set-up it wrote is left alone
+
+
+def test_legacy_setup_already_device_aware_is_left_alone():
+    src = LEGACY.replace("torch.cuda.set_device(args.local_rank)", "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)")
+    src = src.replace('default="nccl"', 'default="nccl" if torch.cuda.is_available() else "gloo"')
+    result = convert_source(src, CPU_OK)
+    assert "DDP013" not in " ".join(f.format("x") for f in result.findings if "set_device" in f.message or "backend" in f.message)

@@ -1,0 +1,57 @@
+"""Two bugs (verify: data-sharding names the seeds, saved names the `module.` keys).
+
+1. DistributedSampler(seed=seed + rank): every rank shuffles differently, so the shards overlap.
+2. The end-of-epoch checkpoint is the DDP wrapper's state dict: its keys start with `module.`.
+An epoch is 8 steps per rank: the checkpoint is only reached with --epochs (or K >= 8).
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    rank = int(os.environ.get("RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+
+    torch.manual_seed(args.seed)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+    sampler = DistributedSampler(data, shuffle=True, seed=args.seed + rank)  # BUG 1: a seed per rank
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if rank == 0:
+            torch.save(model.state_dict(), os.path.join(args.out, "model.pt"))  # BUG 2: not model.module
+
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
