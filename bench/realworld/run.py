@@ -363,7 +363,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         vjson = base / "verify.json"
         v = run([sys.executable, "-m", "ddpify", "verify", "--no-convert", "--nproc", str(nproc),
                  "--steps", str(steps), "--timeout", str(int(timeout)), "--json", str(vjson),
-                 *([] if ctx.baseline else ["--no-baseline"]), script, "--", *args], vcwd, venv, 3 * timeout + 120)
+                 *([] if entry.get("baseline", ctx.baseline) else ["--no-baseline"]), script, "--", *args], vcwd, venv, 3 * timeout + 120)
         section("ddpify verify --no-convert (output)", v)
         rec["verify"] = {"rc": v["rc"], "alive": v["alive"], "secs": v["secs"]}
         ver_ok = v["rc"] == 0 and not v["alive"]
