@@ -1,0 +1,93 @@
+"""Import shims for the real-world corpus harness only (never part of ddpify).
+
+- RW_TV_NO_OPS=1 (CPU torch with torchvision's Python parts): torchvision's C ops are absent, so
+  its fake/autograd registrations for them are replaced by empty modules; ops then raise on use.
+- torchvision.datasets.utils.check_integrity ignores md5 sums, so the fake data sets that
+  bench/realworld/fakedata.py writes count as present and nothing is downloaded.
+- torch.utils.tensorboard gets a no-op SummaryWriter when the tensorboard package is missing.
+- RW_FALLBACK_SITE: a folder appended to sys.path (after site-packages).
+"""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+
+_EMPTY = set()
+if os.environ.get("RW_TV_NO_OPS"):
+    _EMPTY = {"torchvision._meta_registrations", "torchvision._autograd_registrations"}
+
+
+class _Empty(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        pass
+
+
+class _Patched(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self.inner, self.patch = inner, patch
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        self.patch(module)
+
+
+def _no_md5(mod):
+    def check_integrity(fpath, md5=None):
+        return os.path.isfile(fpath)
+
+    mod.check_integrity = check_integrity
+
+
+class _NullWriter:
+    def __init__(self, *a, **k):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _tensorboard_stub(name):
+    mod = types.ModuleType(name)
+    mod.SummaryWriter = _NullWriter
+    return mod
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name in _EMPTY:
+            return importlib.machinery.ModuleSpec(name, _Empty())
+        if name == "torchvision.datasets.utils":
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None:
+                spec.loader = _Patched(spec.loader, _no_md5)
+            return spec
+        if name == "torch.utils.tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            return importlib.util.spec_from_loader(name, _StubLoader(_tensorboard_stub))
+        return None
+
+
+class _StubLoader(importlib.abc.Loader):
+    def __init__(self, make):
+        self.make = make
+
+    def create_module(self, spec):
+        return self.make(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.insert(0, _Finder())
+
+# Pure-Python packages carried for an offline machine: after site-packages, so installed ones win.
+if os.environ.get("RW_FALLBACK_SITE"):
+    sys.path.append(os.environ["RW_FALLBACK_SITE"])
