@@ -7,7 +7,7 @@ import gc
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Analysis, codegen
+from ddpify.analysis import LEGACY_APIS, Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
@@ -107,11 +107,16 @@ def _convert_module(source: str, analysis: Analysis, options: Options) -> Result
 
 
 def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
-    if analysis.legacy_api is not None:
+    # A --local_rank flag alone does not make a script legacy when it is distributed with today's
+    # APIs (DINO: DDP, its process group set up in a helper module): such a script is left as it is.
+    flag_only = analysis.legacy_api is not None and analysis._find_api(LEGACY_APIS) is None
+    if analysis.legacy_api is not None and not (flag_only and analysis.distributed_api is not None):
         return convert_legacy(source, analysis, ctx)
     if analysis.distributed_api is not None:
         what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"
         ctx.finding(analysis.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
+        if flag_only and "LOCAL_RANK" not in codegen(analysis.legacy_api):  # ddpify's own flag reads it
+            ctx.finding(analysis.legacy_api, "DDP091", "--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ[\"LOCAL_RANK\"]", False)
         return Result(source, False, "already-distributed", sorted(ctx.findings))
     if not analysis.steps:
         ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)

@@ -53,3 +53,23 @@ def test_not_training_is_left_alone(comment):
     assert r.source == src and not r.changed
     assert r.status == "not-training"
     assert [(f.code, f.line, f.col) for f in r.findings] == [("DDP099", 1, 1)]
+
+
+def test_modern_ddp_script_with_a_local_rank_flag_is_left_alone():
+    # DINO's style: DDP in this file, the process group set up by a helper module, and a
+    # --local_rank flag kept for the old launcher: already distributed, not legacy
+    from ddpify import Options, convert_source
+
+    src = (
+        "import argparse\nimport torch\nimport torch.nn as nn\nimport utils\n\n"
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--local_rank", default=0, type=int)\n'
+        "args = parser.parse_args()\nutils.init_distributed_mode(args)\n"
+        "model = nn.parallel.DistributedDataParallel(nn.Linear(2, 2).cuda(), device_ids=[args.gpu])\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "with torch.cuda.amp.autocast(True):\n    loss = model(torch.randn(4, 2).cuda()).sum()\n"
+        "loss.backward()\nopt.step()\n"
+    )
+    result = convert_source(src, Options())
+    assert result.source == src and result.status == "already-distributed"
+    assert sorted(f.code for f in result.findings) == ["DDP090", "DDP091"]
