@@ -108,8 +108,11 @@ def _convert_module(source: str, analysis: Analysis, options: Options) -> Result
 
 def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
     # A --local_rank flag alone does not make a script legacy when it is distributed with today's
-    # APIs (DINO: DDP, its process group set up in a helper module): such a script is left as it is.
-    flag_only = analysis.legacy_api is not None and analysis._find_api(LEGACY_APIS) is None
+    # APIs and its process group is set up elsewhere (DINO: DDP here, init_process_group in a
+    # helper module): such a script is left as it is. A torch.distributed.launch script that
+    # sets up its group here still gets the launch fix (its flag read from LOCAL_RANK).
+    flag_only = (analysis.legacy_api is not None and analysis._find_api(LEGACY_APIS) is None
+                 and analysis._find_api(("torch.distributed.init_process_group",)) is None)
     if analysis.legacy_api is not None and not (flag_only and analysis.distributed_api is not None):
         return convert_legacy(source, analysis, ctx)
     if analysis.distributed_api is not None:

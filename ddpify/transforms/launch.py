@@ -46,6 +46,13 @@ def ddp_setup():
         {dist}.init_process_group(backend, device_id=device_id)
     else:
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1, device_id=device_id)
+    if backend == "gloo":
+        # gloo's worker threads may still free finished work (which needs the GIL) as Python
+        # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+        import atexit
+        import time
+
+        atexit.register(time.sleep, 0.2)
 '''
 DECIDES = '''\
 
