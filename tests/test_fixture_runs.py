@@ -1,18 +1,20 @@
 """Every expected output trains on CPU: as plain `python` (forked from a process that imported
-torch once, see forkrun.py) and under torchrun with 2 ranks and gloo."""
+torch once, see forkrun.py), and as 2 gloo ranks under verify's probe, where verify's checks
+must pass (params in sync, data sharded, one writer, ...)."""
 
 from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
+import uuid
+from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, clean_env, fixture_args, fixture_options, free_port, is_refused
+from conftest import FIXTURES, fixture_args, fixture_options, free_port, is_refused
 
 torch = pytest.importorskip("torch")
 
+STEPS_TO_THE_END = 10**6  # the probe never stops the script: it runs to its own end
 LOSS = re.compile(r"loss\D{0,20}?(-?\d+(?:\.\d+)?(?:e-?\d+)?|nan|inf)", re.I)
 
 
@@ -57,25 +59,51 @@ def test_real_torchrun_set_exists():
     assert REAL_TORCHRUN <= names, sorted(REAL_TORCHRUN - names)
 
 
-def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun):
+# verify checks a fixture's output may fail, and why: what its input asks for, not a converter bug.
+ACCEPTED_FAILURES = {
+    # already-distributed legacy apex scripts: the original saved the wrapper's state dict
+    # (`module.` keys) and its own loading code expects them; modernising keeps that format
+    "40_apex_classifier": {"saved"},
+    "42_apex_two_encoders_fusedadam": {"saved"},
+    # the input accepts DDP027 with `# ddpify: ignore[DDP027]`: no set_epoch, as asked
+    "86_ignore_comment_accepts": {"epoch-shuffle"},
+}
+
+
+def test_accepted_failures_name_fixtures():
+    names = {d.name for d in FIXTURES}
+    assert set(ACCEPTED_FAILURES) <= names, sorted(set(ACCEPTED_FAILURES) - names)
+
+
+def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun, monkeypatch):
+    """Two ranks under verify's probe, to the script's end: verify's checks must all pass (ranks
+    in sync, params in sync, data sharded, one writer, saved state dicts, no hang), not only "it runs"."""
     skip_apex(fixture_dir)
+    from ddpify.verify.runner import PROBE, RunResult, _collect, launch
+
+    run_dir = tmp_path / "verify"
+    script = str(fixture_dir / "expected.py")
+    args = fixture_args(fixture_dir)
     if fixture_dir.name in REAL_TORCHRUN:
-        return _under_torchrun(fixture_dir, tmp_path)
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path, nproc=2, env=env)
-    assert not run.timed_out, run.stderr[-4000:]
-    check_trained(run.returncode, run.ranks[0].stdout, run.stderr)
-    # rank 0 alone prints the losses: rank 1's own stdout has none
-    assert not LOSS.search(run.ranks[1].stdout), run.ranks[1].stdout[-2000:]
+        monkeypatch.chdir(tmp_path)  # the script's own files land here
+        cand = launch("candidate", script, script, args, 2, STEPS_TO_THE_END, 300, run_dir, uuid.uuid4().hex, True)
+        assert not cand.hang, cand.hang
+        out = cand.launcher_output + "".join(cand.outputs.values())
+    else:
+        run_dir.mkdir()
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "DDPIFY_VERIFY_DIR": str(run_dir),
+               "DDPIFY_VERIFY_STEPS": str(STEPS_TO_THE_END), "DDPIFY_VERIFY_MAIN_FILE": script}
+        run = forkrun.run(Path(PROBE), [script, *args], tmp_path, nproc=2, env=env)
+        assert not run.timed_out, run.stderr[-4000:]
+        cand = RunResult(role="candidate", nproc=2, run_dir=run_dir, returncode=run.returncode)
+        _collect(cand)
+        out = run.stderr + "".join(cand.outputs.values())
+    # the probe sends each rank's stdout and stderr to its own file
+    check_trained(cand.returncode, cand.outputs.get(0, ""), out)
+    # rank 0 alone prints the losses: rank 1's own output has none
+    assert not LOSS.search(cand.outputs.get(1, "")), cand.outputs.get(1, "")[-2000:]
+    from ddpify.verify.checks import FAIL, Context, run_checks
 
-
-def _under_torchrun(fixture_dir, tmp_path):
-    logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={logs}", "--redirects=3", "--tee=3",
-           str(fixture_dir / "expected.py"), *fixture_args(fixture_dir)]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
-    check_trained(proc.returncode, proc.stdout, proc.stderr)
-    # rank 0 alone prints the losses: rank 1's own stdout has none
-    rank1 = next(logs.glob("*/attempt_0/1/stdout.log")).read_text()
-    assert not LOSS.search(rank1), rank1[-2000:]
+    checks = run_checks(Context(cand, None, 2, STEPS_TO_THE_END, script, timeout=300))
+    failed = [c for c in checks if c.status == FAIL and c.name not in ACCEPTED_FAILURES.get(fixture_dir.name, ())]
+    assert not failed, "\n".join(f"{c.name}: {c.figure} {c.cause or ''} {c.details[:4]}" for c in failed)

@@ -83,17 +83,35 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=180)
     ap.add_argument("--keep-logs", type=Path, default=None, help="folder for the full output (and cores) of failed runs")
     ap.add_argument("--diagnose", action="store_true", help="PYTHONFAULTHANDLER=1 and core dumps (kept for failed runs)")
+    ap.add_argument("--export", type=Path, default=None,
+                    help="write the scripts (KIND.py, KIND.args) into this folder and stop: for a machine without git or ddpify")
+    ap.add_argument("--scripts", type=Path, default=None, help="run the scripts of an --export folder instead")
+    ap.add_argument("--only", action="append", help="run only these kinds")
     ns = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="abort_loop_") as t:
         tmp = Path(t)
-        src = sources(ns.rev, tmp)
-        kinds = scripts(src, ns.fixture or FIXTURES, tmp)
+        if ns.scripts:
+            kinds = {p.stem: (p, (p.with_suffix(".args").read_text().split() if p.with_suffix(".args").exists() else []))
+                     for p in sorted(ns.scripts.resolve().glob("*.py"))}
+        else:
+            src = sources(ns.rev, tmp)
+            kinds = scripts(src, ns.fixture or FIXTURES, tmp)
         if ns.no_tryit:
-            kinds.pop("tryit")
+            kinds.pop("tryit", None)
+        if ns.only:
+            kinds = {k: v for k, v in kinds.items() if k in ns.only}
+        if ns.export:
+            ns.export.mkdir(parents=True, exist_ok=True)
+            for kind, (script, args) in kinds.items():
+                shutil.copy(script, ns.export / f"{kind}.py")
+                (ns.export / f"{kind}.args").write_text(" ".join(args) + "\n")
+            print(f"{len(kinds)} scripts in {ns.export}")
+            return
         result = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "rev": ns.rev or "working tree",
-            "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+            "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+            if (ROOT / ".git").exists() else "(no git)",
             "kinds": {k: {"runs": 0, "nonzero_exit": 0, "terminate_called": 0, "exit_codes": {}} for k in kinds},
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         }
