@@ -71,6 +71,8 @@ CODES: dict[str, str] = {
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
     "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
+    "DDP120": "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
+    "DDP121": "mixed precision not added: the script trains on the CPU",
 }
 
 # Codes that block by default: without the missing piece the output is not a correct DDP program.

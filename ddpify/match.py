@@ -69,6 +69,7 @@ AnnAssign = _factory("AnnAssign")
 Comparison = _factory("Comparison")
 ComparisonTarget = _factory("ComparisonTarget")
 Equal = _factory("Equal")
+FormattedStringText = _factory("FormattedStringText")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

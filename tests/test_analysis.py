@@ -64,3 +64,30 @@ def test_locals_of_a_function():
     assert not a._is_local(train, "y")  # the comprehension's own
     assert not a._is_local(forward, "model")  # declared global
     assert a._is_local(forward, "self")
+
+
+def test_loader_built_in_an_evaluation_function_is_not_training():
+    # makemore: evaluate() shuffles to sample a few batches; the training loader is another one
+    src = """\
+import torch
+from torch.utils.data import DataLoader
+
+@torch.inference_mode()
+def evaluate(model, dataset):
+    loader = DataLoader(dataset, shuffle=True, batch_size=50)
+    return sum(model(x).sum().item() for x, in loader)
+
+def check(model, dataset):
+    batches = DataLoader(dataset, shuffle=True, batch_size=50)
+    return [model(x) for x, in batches]
+
+def fit(model, opt, data):
+    feed = DataLoader(data, shuffle=True, batch_size=8)
+    for x, y in feed:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+"""
+    a = Analysis(cst.parse_module(src), src)
+    roles = {ld.target: ld.role for ld in a.loaders}
+    assert roles == {"loader": "eval", "batches": "train", "feed": "train"}

@@ -218,3 +218,34 @@ def test_directives_are_comments_not_text():
     assert skipped_lines(src) == {3, 4, 5, 6}
     assert ignored_codes(src) == {}
     assert skipped_lines("a = 1\n# ddpify: off\nb = 2\n") == {2, 3, 4}  # off to the end
+
+
+def test_a_module_that_trains_itself_names_the_class_and_the_manual_fix():
+    # forward-forward: each layer owns an optimizer over self.parameters() and steps it itself
+    src = """\
+import torch
+from torch import nn
+
+
+class Layer(nn.Linear):
+    def __init__(self, n_in, n_out):
+        super().__init__(n_in, n_out)
+        self.opt = torch.optim.Adam(self.parameters(), lr=0.03)
+
+    def fit(self, x, steps=10):
+        for _ in range(steps):
+            loss = self.forward(x).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+layer = Layer(4, 4)
+layer.fit(torch.randn(8, 4))
+"""
+    res = convert_source(src)
+    assert res.status == "refused" and not res.changed
+    (f,) = [f for f in res.findings if f.code == "DDP034"]  # DDP024 too: no DataLoader here
+    assert f.blocking
+    assert "class `Layer` builds its own optimizer" in f.message and "method `fit`" in f.message
+    assert "dist.all_reduce(p.grad)" in f.message

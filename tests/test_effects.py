@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-model = nn.Linear(4, 1)
+model = nn.Linear(4, 1)  # a device named (below): the GPU set-up, not a CPU program
+device = "cpu"
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
 """
@@ -267,7 +268,23 @@ def test_io_open_for_writing_goes_to_devnull_elsewhere():
     assert 'io.open("notes.txt" if RANK == 0 else os.devnull, "w")' in res.source
 
 
-def test_tracker_used_through_an_attribute_chain_is_reported():
+@pytest.mark.parametrize("use", [
+    "writer.file_writer.flush()",
+    'writer.file_writer.add_text("note", str(step))',
+    'writer.meta["steps"] = step',
+])
+def test_statement_that_only_feeds_a_tracker_runs_on_rank_0(use):
     # seen on a real script: `experiment.config.update(...)` on every rank with experiment None there
-    res = convert(TRACKED.format(use="writer.file_writer.flush()"))
-    assert "DDP063" in codes(res)
+    res = convert(TRACKED.format(use=use))
+    assert "DDP063" not in codes(res) and res.status == "converted"
+    assert f"    if RANK == 0:\n        {use}\n" in res.source
+
+
+@pytest.mark.parametrize("use", [
+    "logdir = writer.log_dir",  # the value is kept: other ranks would need it
+    'writer.file_writer.add_text("n", str(train_epoch(writer, step)))',  # runs the model
+    'writer.file_writer.add_text("n", str(next(iter(loader))))',  # moves an iterator
+])
+def test_tracker_use_that_a_guard_cannot_hold_is_refused(use):
+    res = convert(TRACKED.format(use=use))
+    assert "DDP063" in codes(res) and res.status == "refused"

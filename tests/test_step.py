@@ -13,7 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-model = nn.Linear(4, 1)
+model = nn.Linear(4, 1)  # a device named (below): the GPU set-up, not a CPU program
+device = "cpu"
 loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.rand(8, 1)), batch_size=4, shuffle=True)
 """
 

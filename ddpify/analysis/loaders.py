@@ -123,10 +123,23 @@ class LoadersMixin:
             return "train"
         if len(all_loaders) == 1:
             return "train"
+        if self._in_eval_function(ld):
+            return "eval"  # makemore's evaluate(): shuffled to sample a few batches, not trained on
         _, kw = call_args(ld.call)
         if "shuffle" in kw and m.matches(kw["shuffle"].value, m.Name("True")):
             return "train"
         return "eval"
+
+    def _in_eval_function(self, ld: Loader) -> bool:
+        """The loader is built in a function that evaluates (named so, or run under
+        torch.no_grad()/inference_mode()) and holds no training step."""
+        fn = self.function_of(ld.call)
+        if fn is None or any(_inside(self, s.stmt, fn) for s in self.steps):
+            return False
+        decorators = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in fn.decorators]
+        if any(self.qualified(d) & {"torch.no_grad", "torch.inference_mode"} for d in decorators):
+            return True
+        return bool(EVAL_RE.search(fn.name.value)) and not TRAIN_RE.search(fn.name.value)
 
     def _iterated_in_training(self, ld: Loader) -> bool:
         if not ld.target:

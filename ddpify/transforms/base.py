@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis import Analysis
+from ddpify.analysis import Analysis, devices
 from ddpify.edits import Edits
 from ddpify.analysis.writes import Effects
 from ddpify.findings import Finding
@@ -43,6 +43,9 @@ class Context:
         self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self._alias = self._resolve_aliases()
         self.effects = Effects(analysis, options.writers)  # which calls write / read files
+        # a script that never names a device stays a CPU program (gloo, no device_ids, no AMP);
+        # apex needs CUDA, so --amp apex keeps the GPU set-up (and DDP035 where the model stays)
+        self.cpu_only = options.amp != "apex" and devices.device_handling(analysis) is None
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:

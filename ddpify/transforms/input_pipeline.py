@@ -16,8 +16,8 @@ class InputPipelineTransform(Transform):
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
-        if ctx.opts.amp == "apex":
-            return  # the apex target reproduces the classic recipe as it was
+        if ctx.opts.amp == "apex" or ctx.cpu_only:
+            return  # the apex target reproduces the classic recipe as it was; a CPU program copies nothing
         # loaders iterated together (zip(l1, l2)) share their loop: each copy is edited once
         self._done: set[int] = set()
         for ld in getattr(ctx, "sharded", []):

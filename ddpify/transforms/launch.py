@@ -33,6 +33,33 @@ AMP_DTYPE = {torch}.float16 if {torch}.cuda.is_available() else None
 SCALER = '''\
 SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)  # one scaler for every optimizer
 '''
+# A script that never names a device (ctx.cpu_only) stays on the CPU: gloo whatever the machine,
+# nothing that touches CUDA (no set_device, device_id or device_ids), so a GPU machine runs it too.
+RANKS_CPU = '''\
+# ddpify: torchrun sets these; a plain `python` run is rank 0 of 1.
+LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # this process's index on its machine
+RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
+WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
+# ddpify: the script never names a device, so it trains on the CPU: one CPU process per rank.
+LOCAL_DEVICE = {torch}.device("cpu")
+'''
+SETUP_CPU = '''\
+
+
+def ddp_setup():
+    """Join torchrun's process group over gloo (the script trains on the CPU, also on a GPU
+    machine); alone, form a group of one."""
+    if "MASTER_ADDR" in {os}.environ:
+        {dist}.init_process_group("gloo")
+    else:
+        {dist}.init_process_group("gloo", store={dist}.HashStore(), rank=0, world_size=1)
+    # gloo's worker threads may still free finished work (which needs the GIL) as Python
+    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    import atexit
+    import time
+
+    atexit.register(time.sleep, 0.2)
+'''
 SETUP = '''\
 
 
@@ -135,12 +162,12 @@ class LaunchTransform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         names = {k: ctx.name(k) for k in ("os", "torch", "dist")}
-        text = RANKS
+        text = RANKS_CPU if ctx.cpu_only else RANKS
         if "amp" in ctx.helpers:
             text += AMP["auto" if ctx.opts.amp not in AMP else ctx.opts.amp]
             if "scaler" in ctx.helpers:
                 text += SCALER
-        text += SETUP
+        text += SETUP_CPU if ctx.cpu_only else SETUP
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
         if "shard_stream" in ctx.helpers:
@@ -164,6 +191,8 @@ class LaunchTransform(Transform):
             ctx.edits.after[anchor].extend(imports + block)
         self._entry(ctx, anchor)
         ctx.finding(anchor or a.module.body[0], "DDP001", "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)", True)
+        if ctx.cpu_only:
+            ctx.finding(anchor or a.module.body[0], "DDP120", "the script never names a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
 
     def _missing(self, ctx: Context, key: str) -> bool:
         return IMPORTS[key][1] not in ctx._bound

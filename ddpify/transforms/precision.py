@@ -34,6 +34,11 @@ class PrecisionTransform(Transform):
             return
         if ctx.opts.amp in ("none", "apex"):
             return
+        if ctx.cpu_only:
+            # autocast and GradScaler are for GPUs: a CPU program keeps full precision
+            for step in a.steps[:1]:
+                ctx.finding(step.forward_first or step.backward, "DDP121", "mixed precision not added: the script trains on the CPU (see DDP120); full precision", False)
+            return
         scaled = ctx.opts.amp in ("auto", "fp16")
         self._updates: dict[int, cst.BaseStatement] = {}
         self._update_stmt: dict[int, cst.BaseStatement] = {}

@@ -94,7 +94,42 @@ class Rank0Transform(Transform):
                 continue  # another variable of the same name
             if self._in_guarded(a, attr, guarded) or self._checked(a, attr, base):
                 continue
+            stmt = a.statement(attr)
+            if self._tracker_statement(ctx, stmt, base):
+                guarded.add(stmt)
+                ctx.edits.guarded.add(stmt)
+                ctx.finding(attr, "DDP060", f"{code(attr)} on global rank 0 only ({base} exists there only)", True)
+                continue
             ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank: put it under `if {base} is not None:`", False)
+
+    def _tracker_statement(self, ctx: Context, stmt: cst.CSTNode, base: str) -> bool:
+        """A statement that only feeds the tracker, so rank 0 alone may run it: one call whose
+        result is dropped (run.config.update(...)) or an assignment into the tracker
+        (run.summary["best"] = acc), that runs no model, no collective and none of the script's
+        own functions (their side effects may be needed on every rank), and is a statement of a
+        block (a guard can hold it). Its value is not kept, so no rank needs it later."""
+        a = ctx.a
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not ctx.editable(stmt):
+            return False
+        if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            return False
+        small = stmt.body[0]
+        if isinstance(small, cst.Expr):
+            if not isinstance(small.value, cst.Call) or _root(small.value.func) != base:
+                return False
+        elif isinstance(small, (cst.Assign, cst.AugAssign)):
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if not all(isinstance(t, (cst.Attribute, cst.Subscript)) and _root(t) == base for t in targets):
+                return False
+        else:
+            return False
+        if a.runs_model(stmt) or a.runs_collective(stmt):
+            return False
+        for c in a.findall(stmt, m.Call()):
+            name = (dotted(c.func) or "").rsplit(".", 1)[-1]
+            if name in a.functions or name == "next":
+                return False
+        return True
 
     @staticmethod
     def _checked(a, node: cst.CSTNode, name: str) -> bool:
@@ -284,3 +319,10 @@ class Rank0Transform(Transform):
                 return True
             cur = a.parent.get(cur)
         return False
+
+
+def _root(node: cst.CSTNode) -> str | None:
+    """run for run.config.update, run.summary["best"]: the name an attribute chain starts at."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return dotted(node)

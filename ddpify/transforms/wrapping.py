@@ -24,10 +24,29 @@ class WrappingTransform(Transform):
             ctx.finding(call, "DDP034", f"the model `{what}` is held in a dict or list: wrap each trained one by hand after its last change, {what} = DDP({what}, device_ids=[LOCAL_RANK]), and use {what}.module where the plain model is needed", False)
         if not a.models:
             if a.steps and not held:
-                ctx.finding(a.steps[0].backward, "DDP034", "no model found (no optimizer over model.parameters()): wrap it with DDP(model, device_ids=[LOCAL_RANK]) by hand", False)
+                why = self._trains_itself(ctx) or "no model found (no optimizer over model.parameters()): wrap it with DDP(model, device_ids=[LOCAL_RANK]) by hand"
+                ctx.finding(a.steps[0].backward, "DDP034", why, False)
             return
         for name in a.models:
             self._wrap(ctx, name, dp_stmts)
+
+    @staticmethod
+    def _trains_itself(ctx: Context) -> str | None:
+        """A module class that builds its own optimizer over self.parameters() and steps it in
+        its own method (forward-forward's per-layer training): no outside forward for a DDP
+        wrap to sync, so say that, and what to do by hand."""
+        a = ctx.a
+        for step in a.steps:
+            cls, fn = a.class_of(step.stmt), a.function_of(step.stmt)
+            if cls is None or fn is None:
+                continue
+            for call in a.findall(cls, m.Call()):
+                if a._is_optimizer_call(call) and "self" in a._param_sources(call):
+                    return (f"class `{cls.name.value}` builds its own optimizer over self.parameters() (line {a.pos[call].start.line}) "
+                            f"and updates itself in its method `{fn.name.value}`: no forward of the model runs outside it, so a DDP wrap "
+                            "would sync nothing; by hand, give each rank its share of the data and average the gradients before "
+                            "each step (for p in self.parameters(): dist.all_reduce(p.grad); p.grad /= WORLD_SIZE)")
+        return None
 
     def _replace_dataparallel(self, ctx: Context) -> set[cst.BaseStatement]:
         a = ctx.a
@@ -145,18 +164,19 @@ class WrappingTransform(Transform):
         if dropped:
             unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
         extra = ", find_unused_parameters=True" if unused else ""
-        ctx.edits.after[anchor].append(
-            ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None{extra})\n')
-        )
+        # a CPU program (ctx.cpu_only) has no device to name: no device_ids
+        devices = "" if ctx.cpu_only else ', device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None'
+        ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ddp}({name}{devices}{extra})\n"))
         if unused:
             ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
         why = lifecycle.last_change(a, anchor, name) if anchor is not bind else None
         if why:
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why})", True)
         else:
-            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
-        if not self._ever_placed(ctx, name, bind):
-            ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, so it stays on the CPU: on GPUs, DDP refuses a CPU module with device_ids; move it (and its batches) with .to(LOCAL_DEVICE)", False)
+            where = "where it is built (a CPU program: no device_ids)" if ctx.cpu_only else "after it reaches its device"
+            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel {where}", True)
+        if not ctx.cpu_only and not self._ever_placed(ctx, name, bind):
+            ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU, and DDP refuses a CPU module with device_ids; move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
 
     def _ever_placed(self, ctx: Context, name: str, bind: cst.BaseStatement) -> bool:
         """Whether anything in the script may put the model on a device: a placement call on
