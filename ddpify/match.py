@@ -69,6 +69,12 @@ AnnAssign = _factory("AnnAssign")
 Comparison = _factory("Comparison")
 ComparisonTarget = _factory("ComparisonTarget")
 Equal = _factory("Equal")
+If = _factory("If")
+IfExp = _factory("IfExp")
+Try = _factory("Try")
+Continue = _factory("Continue")
+CompIf = _factory("CompIf")
+CompFor = _factory("CompFor")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

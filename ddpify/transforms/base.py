@@ -43,6 +43,7 @@ class Context:
         self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self._alias = self._resolve_aliases()
         self.effects = Effects(analysis, options.writers)  # which calls write / read files
+        self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
