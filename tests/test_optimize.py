@@ -105,3 +105,21 @@ def test_verify_optimize_fails_when_the_optimised_training_differs(tmp_path):
     outcome, checks = _verify(tmp_path, converter)
     assert checks["optimize-parity"].status == "FAIL", checks["optimize-parity"].to_dict()
     assert outcome.exit_code == 1
+
+
+def test_channels_last_refused_for_a_view_in_a_function_that_runs_the_model():
+    """A segmentation-style evaluation that views the 4-d output: it would raise on channels-last."""
+    src = (ROOT / "fixtures/160_optimize_cnn_applied/input.py").read_text()
+    helper = '''
+
+def pixel_scores(model, images):
+    out = model(images)
+    return out.view(out.size(0), -1)
+'''
+    src = src.replace("\n\ndef main():", helper + "\n\ndef main():")
+    line = '        print(f"epoch {epoch} loss {loss.item():.4f}")'
+    src = src.replace(line, "        pixel_scores(model, images)\n" + line)
+    res = convert_source(src, Options(optimize=("channels-last",)), path="input.py")
+    (finding,) = [f for f in res.findings if f.code == "DDP130"]
+    assert not finding.fixed and ".view(...)" in finding.message
+    assert "channels_last" not in res.source

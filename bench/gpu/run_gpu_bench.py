@@ -6,7 +6,9 @@ For each model (cnn, gpt) it converts <model>_single.py with ddpify (--amp auto 
 default precision, --amp none for fp32), then launches, with torchrun, each variant
 (ddpify's output, <model>_ddp_handwritten.py, <model>_accelerate.py) at each GPU count
 and precision, one launch per (model, variant, precision, GPU count), variants of one
-configuration back to back so that drift hits them alike. Each script prints
+configuration back to back so that drift hits them alike. Issue 20's variants: ddpify-opt
+(ddpify --optimize) and opt-<name> (ddpify --optimize-only <name>, each speed-up on its own;
+not launched where the conversion equals plain ddpify's), run after the others. Each script prints
 "BENCH samples_per_s=<global rate> ..." on rank 0 (see benchmodels.StepTimer).
 
 Writes to --out (default $OUT, else bench/gpu/results/local/): gpu_results.md (tables, target

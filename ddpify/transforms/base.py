@@ -44,6 +44,7 @@ class Context:
         self._alias = self._resolve_aliases()
         self.effects = Effects(analysis, options.writers)  # which calls write / read files
         self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
+        self.model_code: dict[str, object] = {}  # --optimize: model name -> its class code (or why none)
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:

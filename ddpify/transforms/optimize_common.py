@@ -18,11 +18,10 @@ def wrapped_models(ctx: Context) -> list[str]:
 
 def code_of(ctx: Context, name: str) -> ModelCode | str:
     """The class code of model `name`, or why it cannot be read; computed once per conversion."""
-    cache = ctx.__dict__.setdefault("_model_code", {})
-    if name not in cache:
+    if name not in ctx.model_code:
         bind = WrappingTransform()._binding(ctx, name)
-        cache[name] = "ddpify did not find where it is built" if bind is None else model_code(ctx.a, bind, ctx.path)
-    return cache[name]
+        ctx.model_code[name] = "ddpify did not find where it is built" if bind is None else model_code(ctx.a, bind, ctx.path)
+    return ctx.model_code[name]  # type: ignore[return-value]
 
 
 def ddp_call(ctx: Context, name: str) -> tuple[list[cst.BaseStatement], int, cst.Call] | None:

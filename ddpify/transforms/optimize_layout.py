@@ -40,7 +40,10 @@ class ChannelsLastTransform(Transform):
             ctx.finding(anchor, CODE, f"channels-last not applied to `{name}`: {cls} has 3-d layers (5-d weights take channels_last_3d, not channels_last)", False)
             return
         steps = [s for s in a.steps if name in s.models]
+        # where the model's outputs may go: the training step, and the script's functions that
+        # run a model (evaluation, a loss helper); a .view there on a 4-d output would raise
         region = [st for s in steps for st in self._region(ctx, s)]
+        region += [fn for f in sorted(a.forward_functions) for fn in a.functions.get(f, [])]
         hazards = [(h, mc.line(h)) for h in model_hazards(mc)] + [(h, f"line {a.pos[h].start.line}") for h in layout_hazards(a, region)]
         if hazards:
             call, where = hazards[0]

@@ -2,7 +2,9 @@
 loader keeps its worker processes from one epoch to the next (persistent_workers) instead of
 starting them again, each with a copy of the dataset. Refused where the training code changes
 the dataset between epochs (persistent workers would keep their old copy). prefetch_factor
-stays at its default: each extra batch in flight is a whole batch per worker in shared memory."""
+stays at its default: each extra batch in flight is a whole batch per worker in shared memory.
+Workers that persist are not seeded again each epoch: random augmentations after the first
+epoch are other draws (verify --optimize's loss comparison allows for that)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ class LoaderWorkersTransform(Transform):
     name = "optimize_loader"
 
     def plan(self, ctx: Context) -> None:
-        if "loader-workers" not in ctx.opts.optimize:
-            return
+        if "loader-workers" not in ctx.opts.optimize or ctx.opts.amp == "apex":
+            return  # the apex target reproduces the classic recipe as it was
         for ld in getattr(ctx, "sharded", []):
             if ld.role == "train":
                 self._loader(ctx, ld)
@@ -46,7 +48,7 @@ class LoaderWorkersTransform(Transform):
             ctx.finding(ld.call, CODE, f"persistent_workers refused: line {ctx.a.pos[changed].start.line} changes the dataset during training, and persistent workers would keep their old copy of it", False)
             return
         ctx.edits.replace(ld.call, lambda n: append_kwarg(n, "persistent_workers", ctx.expr(value)))
-        ctx.finding(ld.call, CODE, "persistent_workers on the training loader: its worker processes (and their copies of the dataset) live from one epoch to the next instead of starting again", True)
+        ctx.finding(ld.call, CODE, "persistent_workers on the training loader: its worker processes (and their copies of the dataset) live from one epoch to the next instead of starting again; their random streams go on instead of being seeded again, so random augmentations after the first epoch are other draws from the same distribution", True)
 
     @staticmethod
     def _dataset_changed(ctx: Context, ld) -> cst.CSTNode | None:
@@ -54,8 +56,6 @@ class LoaderWorkersTransform(Transform):
         called inside a loop: the dataset may differ from epoch to epoch."""
         a = ctx.a
         names = {n for n in (dotted(ld.dataset) if ld.dataset is not None else None, f"{ld.target}.dataset" if ld.target else None) if n}
-        if not names:
-            return ld.call if ld.dataset is not None and not isinstance(ld.dataset, cst.Call) else None
         for asg in a.assigns:
             targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
             if any(isinstance(t, (cst.Attribute, cst.Subscript)) and any((dotted(t.value) or "").startswith(n) for n in names) for t in targets):

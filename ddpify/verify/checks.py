@@ -847,7 +847,9 @@ def check_loss(ctx: Context) -> Check:
 # `verify --optimize`: the optimised conversion's losses against the plain conversion's, step by
 # step and rank by rank. bf16 keeps 8 significant bits (2^-8 = 0.4% per rounding); two runs that
 # differ only in kernel choice and summation order (channels-last, fused optimizers, cuDNN
-# benchmark) drift apart by well under 1% over a short run. A changed computation moves further.
+# benchmark) drift apart by well under 1% over a short run; persistent DataLoader workers draw
+# other random augmentations after the first epoch (about 1% on fixture 160's second epoch).
+# A changed computation moves further.
 OPT_LOSS_RTOL = 0.02
 
 
@@ -867,7 +869,8 @@ def check_optimized(optimized: RunResult, plain: RunResult, nproc: int) -> Check
             if rel > worst[0]:
                 worst = (rel, r, i + 1, x, y)
     data = {"max_rel_diff": worst[0], "rtol": OPT_LOSS_RTOL, "compared": compared}
-    figure = f"{compared} losses compared, largest difference {100 * worst[0]:.3f}% (rank {worst[1]}, backward {worst[2]}: {worst[3]:.5g} vs {worst[4]:.5g})"
+    figure = (f"{compared} losses compared, largest difference {100 * worst[0]:.3f}% (rank {worst[1]}, backward {worst[2]}: {worst[3]:.5g} vs {worst[4]:.5g})"
+              if worst[0] else f"{compared} losses compared: identical")
     if worst[0] > OPT_LOSS_RTOL:
         return Check("optimize-parity", FAIL, figure, f"the --optimize conversion computes another training than the plain one (loss differs by more than {100 * OPT_LOSS_RTOL:.0f}%, beyond bf16 noise)", data=data)
     return Check("optimize-parity", PASS, figure, data=data)
