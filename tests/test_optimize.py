@@ -123,3 +123,14 @@ def pixel_scores(model, images):
     (finding,) = [f for f in res.findings if f.code == "DDP130"]
     assert not finding.fixed and ".view(...)" in finding.message
     assert "channels_last" not in res.source
+
+
+def test_pyproject_optimize_key(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpify]\noptimize = ["fused-optimizer"]\n')
+    script = tmp_path / "train.py"
+    script.write_text((ROOT / "fixtures/160_optimize_cnn_applied/input.py").read_text())
+    res = CliRunner().invoke(convert_command, ["--diff", str(script)])
+    assert "fused=LOCAL_DEVICE.type" in res.output and "static_graph" not in res.output
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpify]\noptimize = "yes"\n')
+    res = CliRunner().invoke(convert_command, ["--diff", str(script)])
+    assert res.exit_code == 2 and "optimize must be" in res.output
