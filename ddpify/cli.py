@@ -25,7 +25,7 @@ import click
 from ddpify import __version__, fileio
 from ddpify.config import Config, ConfigError, config_for, find_config, matches_any
 from ddpify.fileio import FileError, SourceFile
-from ddpify.options import AMP_CHOICES, OPT_LEVELS, Options
+from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, Options, parse_optimize
 
 SUBCOMMANDS = {
     "verify": ("ddpify.verify.cli", "verify_command"),
@@ -391,6 +391,10 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="Convert BatchNorm to SyncBatchNorm [default: no].")
 @click.option("--shard-eval/--no-shard-eval", default=None, help="Shard evaluation loaders too [default: no].")
+@click.option("--optimize", is_flag=True, default=None,
+              help="Add verified-safe speed-ups, each only where a static check shows it safe, each with a finding (DDP130-DDP135).")
+@click.option("--optimize-only", metavar="NAMES", default=None,
+              help=f"Only these speed-ups (comma-separated; implies --optimize): {', '.join(OPTIMIZATIONS)}.")
 @click.option("--writers", multiple=True, metavar="FUNC", help="A function that writes files (mylib.dump_results): rank 0 alone calls it; repeatable (overrides [tool.ddpify] writers).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
@@ -407,6 +411,8 @@ def convert_command(
     opt_level: str | None,
     sync_bn: bool | None,
     shard_eval: bool | None,
+    optimize: bool | None,
+    optimize_only: str | None,
     writers: tuple[str, ...],
     exclude: tuple[str, ...],
     force_exclude: bool,
@@ -432,8 +438,14 @@ def convert_command(
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
+    if optimize_only is not None:
+        try:
+            optimize = parse_optimize(optimize_only) or None
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--optimize-only") from None
     overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval,
-                 "partial": partial or None, "ignore": codes or None, "writers": writers or None}
+                 "partial": partial or None, "ignore": codes or None, "writers": writers or None,
+                 "optimize": optimize}
     job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
     for w in warns:
         if not quiet:

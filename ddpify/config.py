@@ -12,6 +12,7 @@ The closest pyproject.toml that has a [tool.ddpify] table, walking up from the f
     force-exclude = false   # also exclude matching files named on the command line
     ignore = ["DDP027"]     # codes never reported (so never blocking), like ruff's ignore
     writers = ["mylib.io.dump_results"]  # functions that write files: rank 0 alone calls them
+    optimize = true         # --optimize: every verified-safe speed-up, or a list of some
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from ddpify.options import AMP_CHOICES, OPT_LEVELS, Options
+from ddpify.options import AMP_CHOICES, OPT_LEVELS, Options, parse_optimize
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,7 +34,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     except ImportError:
         tomllib = None
 
-_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers"}
+_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers", "optimize"}
 
 
 class ConfigError(Exception):
@@ -121,6 +122,14 @@ def _parse_table(path: str, table: dict) -> Config:
         raise ConfigError(path, "[tool.ddpify] writers must be a list of function names (\"mylib.dump_results\")")
     if writers:
         values["writers"] = tuple(writers)
+    if "optimize" in norm:
+        value = norm["optimize"]
+        if not isinstance(value, (bool, list)):
+            raise ConfigError(path, "[tool.ddpify] optimize must be true, false or a list of speed-ups")
+        try:
+            values["optimize"] = parse_optimize(value)
+        except ValueError as exc:
+            raise ConfigError(path, f"[tool.ddpify] {exc}") from None
     exclude = norm.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(g, str) for g in exclude):
         raise ConfigError(path, "[tool.ddpify] exclude must be a list of glob strings")

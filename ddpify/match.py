@@ -70,6 +70,12 @@ Comparison = _factory("Comparison")
 ComparisonTarget = _factory("ComparisonTarget")
 Equal = _factory("Equal")
 FormattedStringText = _factory("FormattedStringText")
+If = _factory("If")
+IfExp = _factory("IfExp")
+Try = _factory("Try")
+Continue = _factory("Continue")
+CompIf = _factory("CompIf")
+CompFor = _factory("CompFor")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

@@ -6,6 +6,25 @@ from dataclasses import dataclass
 
 AMP_CHOICES = ("auto", "bf16", "fp16", "none", "apex")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
+# --optimize: the speed-ups ddpify may add where a static check shows them safe (opt-in).
+OPTIMIZATIONS = ("channels-last", "fused-optimizer", "ddp-buckets", "static-graph", "cudnn-benchmark", "loader-workers")
+
+
+def parse_optimize(value) -> tuple[str, ...]:
+    """--optimize / [tool.ddpify] optimize: True or "all" for every speed-up, a comma-separated
+    string or a list for some, False / "" / None for none."""
+    if value is True or value == "all":
+        return OPTIMIZATIONS
+    if not value:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(x).strip() for x in items if str(x).strip()]
+    if "all" in names:
+        return OPTIMIZATIONS
+    bad = [n for n in names if n not in OPTIMIZATIONS]
+    if bad:
+        raise ValueError(f"optimize: unknown speed-up {bad[0]!r} (known: all, {', '.join(OPTIMIZATIONS)})")
+    return tuple(o for o in OPTIMIZATIONS if o in names)
 
 
 @dataclass(frozen=True)
@@ -22,9 +41,12 @@ class Options:
     partial: bool = False
     # functions that write files, beyond ddpify's table (ddpify/analysis/writes.py): "mylib.dump_results"
     writers: tuple[str, ...] = ()
+    # --optimize: verified-safe speed-ups to add (names from OPTIMIZATIONS); () adds none
+    optimize: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "writers", tuple(self.writers))
+        object.__setattr__(self, "optimize", parse_optimize(self.optimize))
         if self.amp not in AMP_CHOICES:
             raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}")
         if self.opt_level not in OPT_LEVELS:

@@ -13,7 +13,7 @@ from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
 from ddpify.result import ConversionError, Result
-from ddpify.transforms import PIPELINE
+from ddpify.transforms import OPTIMIZE, PIPELINE, LaunchTransform
 from ddpify.transforms.base import Context
 from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
 
@@ -38,7 +38,7 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     gc.disable()
     options = options or Options()
     try:
-        result = _convert_source(source, options)
+        result = _convert_source(source, options, path)
     finally:
         if enabled:
             gc.enable()
@@ -63,7 +63,7 @@ def _apply_policy(source: str, result: Result, options: Options) -> Result:
     return result
 
 
-def _convert_source(source: str, options: Options) -> Result:
+def _convert_source(source: str, options: Options, path: str = "<stdin>") -> Result:
     module = parse(source)
     if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank")):
         # no backward() and nothing distributed: not a training script, and the analysis
@@ -73,17 +73,17 @@ def _convert_source(source: str, options: Options) -> Result:
     analysis = Analysis(module, source)
     clash = names.clashes(analysis, source)
     if clash:
-        return _convert_renamed(source, analysis, clash, options)
-    return _convert_module(source, analysis, options)
+        return _convert_renamed(source, analysis, clash, options, path)
+    return _convert_module(source, analysis, options, path)
 
 
-def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options) -> Result:
+def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options, path: str) -> Result:
     """The script uses names ddpify generates: convert it with its names set aside, then give
     ddpify's names free spellings and the script its own back (see ddpify/names.py)."""
     hidden = names.placeholders(list(clash), source)
     renamed = names.rename(original.module, hidden)
     text = codegen(renamed, renamed)
-    res = _convert_module(text, Analysis(parse(text), text), options)
+    res = _convert_module(text, Analysis(parse(text), text), options, path)
     back = {p: n for n, p in hidden.items()}
     findings = [Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
     if not res.changed:
@@ -97,8 +97,9 @@ def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name]
     return Result(out, out != source, res.status, sorted(set(findings)))
 
 
-def _convert_module(source: str, analysis: Analysis, options: Options) -> Result:
+def _convert_module(source: str, analysis: Analysis, options: Options, path: str = "<stdin>") -> Result:
     ctx = Context(analysis, options)
+    ctx.path = path  # --optimize reads model classes from modules beside the script
     ctx.edits.parent = analysis.parent  # lets the Applier skip subtrees without edits
     try:
         return _convert(source, analysis, ctx)
@@ -125,6 +126,9 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
         ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)
         return Result(source, False, "not-training", sorted(ctx.findings))
     for transform in PIPELINE:
+        if transform is LaunchTransform and ctx.opts.optimize:
+            for planner in OPTIMIZE:  # opt-in speed-ups, after the wrap and before launch's imports
+                planner().plan(ctx)
         transform().plan(ctx)
     if ctx.edits.is_empty():
         return Result(source, False, "converted", sorted(ctx.findings))

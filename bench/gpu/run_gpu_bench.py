@@ -6,7 +6,9 @@ For each model (cnn, gpt) it converts <model>_single.py with ddpify (--amp auto 
 default precision, --amp none for fp32), then launches, with torchrun, each variant
 (ddpify's output, <model>_ddp_handwritten.py, <model>_accelerate.py) at each GPU count
 and precision, one launch per (model, variant, precision, GPU count), variants of one
-configuration back to back so that drift hits them alike. Each script prints
+configuration back to back so that drift hits them alike. Issue 20's variants: ddpify-opt
+(ddpify --optimize) and opt-<name> (ddpify --optimize-only <name>, each speed-up on its own;
+not launched where the conversion equals plain ddpify's), run after the others. Each script prints
 "BENCH samples_per_s=<global rate> ..." on rank 0 (see benchmodels.StepTimer).
 
 Writes to --out (default $OUT, else bench/gpu/results/local/): gpu_results.md (tables, target
@@ -38,7 +40,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 MODELS = ("cnn", "gpt")
-VARIANTS = ("ddpify", "handwritten", "accelerate")
+BASE_VARIANTS = ("ddpify", "handwritten", "accelerate")
+# ddpify --optimize (issue 20): every speed-up together, then each on its own (--optimize-only).
+OPTIMIZATIONS = ("channels-last", "fused-optimizer", "ddp-buckets", "static-graph", "cudnn-benchmark", "loader-workers")
+OPT_VARIANTS = ("ddpify-opt",) + tuple(f"opt-{o}" for o in OPTIMIZATIONS)
+VARIANTS = BASE_VARIANTS + OPT_VARIANTS
+DDPIFY_VARIANTS = ("ddpify",) + OPT_VARIANTS
+# Issue 20's targets for the optimised output at the largest GPU count: ratio to hand-written DDP.
+OPT_TARGET = {"cnn": 1.3, "gpt": 1.03}
 # Scaling-efficiency targets at 4 GPUs, from issue 5.
 SCALING_TARGET = {"cnn": 0.96, "gpt": 0.93}
 SMOKE_ARGS = {
@@ -52,7 +61,7 @@ LABEL = {"ddpify": "ddpify", "handwritten": "hand-written DDP", "accelerate": "A
 @dataclass
 class Run:
     model: str
-    variant: str  # ddpify | handwritten | accelerate | original
+    variant: str  # ddpify | handwritten | accelerate | original | ddpify-opt | opt-<speed-up>
     precision: str  # default | fp32
     gpus: int
     status: str = "pending"  # ok | failed | timeout | no-bench-line | invalid | skipped
@@ -76,7 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--fp32-gpus", type=int, nargs="*", default=[1, 4], help="GPU counts also run in fp32")
     p.add_argument("--precisions", nargs="+", choices=["default", "fp32"], default=["default", "fp32"])
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                   help="ddpify-opt: ddpify --optimize; opt-<name>: ddpify --optimize-only <name> (launched only where it changes the conversion)")
     p.add_argument("--no-original", action="store_true", help="skip the unconverted script (fp32, 1 GPU)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps per run (default 10; smoke 2)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 40; smoke 4)")
@@ -140,18 +150,29 @@ class Log:
             f.write(f"\n===== {title} =====\n{body.rstrip()}\n")
 
 
-def convert(args, model: str, amp: str, work: Path, log: Log) -> tuple[Path | None, str, list[str]]:
+def optimize_flags(variant: str) -> str:
+    if variant == "ddpify-opt":
+        return " --optimize"
+    if variant.startswith("opt-"):
+        return f" --optimize-only {variant[4:]}"
+    return ""
+
+
+def convert(args, model: str, amp: str, work: Path, log: Log, variant: str = "ddpify") -> tuple[Path | None, str, list[str]]:
     """Copy <model>_single.py and convert it in place with the ddpify CLI; None if that failed."""
-    dst = work / f"{model}_ddpify_{amp}.py"
+    dst = work / variant / f"{model}_ddpify_{amp}.py"
+    dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / f"{model}_single.py", dst)
-    cmd = f"{args.ddpify_cmd} --amp {amp} {shlex.quote(str(dst))}"
+    # --optimize reads the model's class from the module beside the script.
+    shutil.copy(HERE / "benchmodels.py", dst.parent / "benchmodels.py")
+    cmd = f"{args.ddpify_cmd} --amp {amp}{optimize_flags(variant)} {shlex.quote(str(dst))}"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])))
     try:
         r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120, env=env)
         out, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired:
         out, rc = "(timed out after 120 s)", -1
-    log.add(f"convert {model} --amp {amp}: {cmd} (rc={rc})", out)
+    log.add(f"convert {model} --amp {amp} ({variant}): {cmd} (rc={rc})", out)
     # Findings without [*] are ones ddpify could not fix: the output may be incomplete.
     manual = [ln.split(": ", 1)[-1] for ln in out.splitlines() if re.search(r": DDP\d+ ", ln) and "[*]" not in ln]
     text = dst.read_text()
@@ -184,7 +205,8 @@ def plan(args) -> list[Run]:
                 runs.append(Run(model, variant, precision, n))
             if precision == "fp32" and n == 1 and not args.no_original:
                 runs.append(Run(model, "original", "fp32", 1))
-    return runs
+    # Each speed-up on its own (opt-<name>) after every comparison of the others, at the largest count first.
+    return sorted(runs, key=lambda r: (r.variant.startswith("opt-"), -r.gpus if r.variant.startswith("opt-") else 0))
 
 
 def launch(args, run: Run, script: Path, extra: list[str], env: dict, log: Log, timeout: float) -> None:
@@ -222,7 +244,7 @@ def launch(args, run: Run, script: Path, extra: list[str], env: dict, log: Log, 
         run.status, run.reason = "failed", f"exit {rc}: {(err[-1] if err else text.strip()[-300:])[:300]}"
     elif "samples_per_s" not in run.figures:
         run.status, run.reason = "no-bench-line", (bench[-1] if bench else "no BENCH line from rank 0")
-    elif run.figures.get("ddp_modules") == 0 and (run.gpus > 1 or run.variant in ("ddpify", "handwritten")):
+    elif run.figures.get("ddp_modules") == 0 and (run.gpus > 1 or run.variant in DDPIFY_VARIANTS + ("handwritten",)):
         # Accelerate alone skips DDP on one process; elsewhere no DDP means no gradient sync (or no like-for-like).
         run.status, run.reason = "invalid", "no DistributedDataParallel module in rank 0: the model was not wrapped"
     else:
@@ -296,8 +318,8 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float, no
             out += ["| GPUs | ddpify | hand-written DDP | Accelerate | ddpify / hand-written | ddpify / Accelerate | scaling ddpify | scaling hand-written | scaling Accelerate |",
                     "|---|---|---|---|---|---|---|---|---|"]
             for n in counts:
-                cells = [fmt_rate(by.get((m, v, p, n))) for v in VARIANTS]
-                effs = [eff(m, v, p, n) for v in VARIANTS]
+                cells = [fmt_rate(by.get((m, v, p, n))) for v in BASE_VARIANTS]
+                effs = [eff(m, v, p, n) for v in BASE_VARIANTS]
                 out.append(
                     f"| {n} | " + " | ".join(cells) + f" | {ratio(rate(m, 'ddpify', p, n), rate(m, 'handwritten', p, n))}"
                     f" | {ratio(rate(m, 'ddpify', p, n), rate(m, 'accelerate', p, n))} | "
@@ -308,6 +330,17 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float, no
                 out += ["", f"Unconverted single-GPU script (plain `python`, fp32, 1 GPU): {fmt_rate(orig)}"
                         + (f"; ddpify's fp32 output at 1 GPU / it: {ratio(rate(m, 'ddpify', 'fp32', 1), orig.rate)}" if orig.rate else "")]
             out.append("")
+            opt_rows = [(n, v) for n in counts for v in OPT_VARIANTS if by.get((m, v, p, n))]
+            if opt_rows:
+                out += [f"ddpify --optimize (issue 20), {p} precision: all speed-ups (ddpify-opt) and each on its own (opt-<name>)", "",
+                        "| GPUs | variant | samples/s | / hand-written | / ddpify | / Accelerate | scaling | scaling hand-written |",
+                        "|---|---|---|---|---|---|---|---|"]
+                for n, v in opt_rows:
+                    e, eh = eff(m, v, p, n), eff(m, "handwritten", p, n)
+                    out.append(f"| {n} | {v} | {fmt_rate(by.get((m, v, p, n)))} | {ratio(rate(m, v, p, n), rate(m, 'handwritten', p, n))}"
+                               f" | {ratio(rate(m, v, p, n), rate(m, 'ddpify', p, n))} | {ratio(rate(m, v, p, n), rate(m, 'accelerate', p, n))}"
+                               f" | {'-' if e is None or n == 1 else f'{100 * e:.1f}%'} | {'-' if eh is None or n == 1 else f'{100 * eh:.1f}%'} |")
+                out.append("")
     # Targets of issue 5.
     out += ["## Targets", "", "| target | figure | met |", "|---|---|---|"]
 
@@ -327,6 +360,18 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float, no
         a, b = rate(m, "ddpify", "default", 1), rate(m, "ddpify", "fp32", 1)
         v = a / b if a and b else None
         row(f"{m}: ddpify default precision / fp32 at 1 GPU >= 1.5", v, v is not None and v >= 1.5)
+    for m in args.models:  # issue 20: the optimised output
+        opt_counts = sorted({r.gpus for r in runs if r.model == m and r.precision == "default" and r.variant == "ddpify-opt"})
+        if not opt_counts:
+            continue
+        n = opt_counts[-1]
+        a, b = rate(m, "ddpify-opt", "default", n), rate(m, "handwritten", "default", n)
+        v = a / b if a and b else None
+        row(f"{m}, {n} GPU(s), default precision: ddpify --optimize / hand-written DDP >= {OPT_TARGET[m]:.2f} (issue 20 asks it at 4 GPUs)", v, v is not None and v >= OPT_TARGET[m])
+        if n > 1:
+            e, eh = eff(m, "ddpify-opt", "default", n), eff(m, "handwritten", "default", n)
+            row(f"{m}: scaling of ddpify --optimize at {n} GPUs >= hand-written's ({'-' if eh is None else f'{100 * eh:.1f}%'})",
+                None if e is None else 100 * e, e is not None and eh is not None and e >= eh, "{:.1f}%")
     if notes:
         out += ["", "## ddpify findings it did not fix itself (notes, or parts its output lacks)", ""] + [f"- {n}" for n in notes]
     problems = [r for r in runs if r.status != "ok"]
@@ -361,14 +406,25 @@ def main(argv=None) -> int:
     notes: list[str] = []
     for m in args.models:
         for p in args.precisions:
-            if "ddpify" in args.variants and any(r.model == m and r.precision == p and r.variant == "ddpify" for r in runs):
-                path, why, manual = convert(args, m, AMP_FOR[p], work, log)
-                notes += [f"{m}_single.py --amp {AMP_FOR[p]}: {x}" for x in manual]
-                scripts[(m, "ddpify", p)] = path
+            plain_text = None
+            for v in DDPIFY_VARIANTS:
+                if v not in args.variants or not any(r.model == m and r.precision == p and r.variant == v for r in runs):
+                    continue
+                path, why, manual = convert(args, m, AMP_FOR[p], work, log, v)
+                if v == "ddpify":
+                    notes += [f"{m}_single.py --amp {AMP_FOR[p]}: {x}" for x in manual]
+                scripts[(m, v, p)] = path
                 if path is None:
-                    unavailable[(m, "ddpify", p)] = f"conversion failed: {why}"
-                else:
-                    converted_txt.append(f"# ===== ddpify --amp {AMP_FOR[p]} {m}_single.py =====\n{path.read_text()}")
+                    unavailable[(m, v, p)] = f"conversion failed: {why}"
+                    continue
+                text = path.read_text()
+                if v.startswith("opt-") and plain_text is not None and text == plain_text:
+                    # This speed-up does not apply to this model (its finding says why): nothing new to time.
+                    unavailable[(m, v, p)] = "not applied to this model: the conversion equals plain ddpify's"
+                    continue
+                if v == "ddpify":
+                    plain_text = text
+                converted_txt.append(f"# ===== ddpify --amp {AMP_FOR[p]}{optimize_flags(v)} {m}_single.py =====\n{text}")
             scripts[(m, "handwritten", p)] = HERE / f"{m}_ddp_handwritten.py"
             scripts[(m, "accelerate", p)] = HERE / f"{m}_accelerate.py"
             if not have_accelerate:

@@ -1,7 +1,7 @@
 """One module per concern. The pipeline runs them in PIPELINE order; launch runs last
 because it emits the imports and set-up code the others asked for. legacy.py is not in
 PIPELINE: for a script distributed the legacy way (apex, torch.distributed.launch) the pipeline
-runs its convert_legacy instead."""
+runs its convert_legacy instead. OPTIMIZE holds the opt-in speed-ups of --optimize."""
 
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
@@ -11,6 +11,12 @@ from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.transforms.input_pipeline import InputPipelineTransform
 from ddpify.transforms.launch import LaunchTransform
+from ddpify.transforms.optimize_cudnn import CudnnBenchmarkTransform
+from ddpify.transforms.optimize_ddp import DDPBucketsTransform
+from ddpify.transforms.optimize_layout import ChannelsLastTransform
+from ddpify.transforms.optimize_loader import LoaderWorkersTransform
+from ddpify.transforms.optimize_optimizer import FusedOptimizerTransform
+from ddpify.transforms.optimize_static_graph import StaticGraphTransform
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.rank0 import Rank0Transform
 from ddpify.transforms.sampler import SamplerTransform
@@ -31,4 +37,13 @@ PIPELINE = (
     DataPrepTransform,
     DecisionTransform,
     LaunchTransform,
+)
+# --optimize only: run after the others and before LaunchTransform (which emits the imports).
+OPTIMIZE = (
+    ChannelsLastTransform,
+    CudnnBenchmarkTransform,
+    FusedOptimizerTransform,
+    DDPBucketsTransform,
+    StaticGraphTransform,
+    LoaderWorkersTransform,
 )

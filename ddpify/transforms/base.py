@@ -46,6 +46,8 @@ class Context:
         # a script that never names a device stays a CPU program (gloo, no device_ids, no AMP);
         # apex needs CUDA, so --amp apex keeps the GPU set-up (and DDP035 where the model stays)
         self.cpu_only = options.amp != "apex" and devices.device_handling(analysis) is None
+        self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
+        self.model_code: dict[str, object] = {}  # --optimize: model name -> its class code (or why none)
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:

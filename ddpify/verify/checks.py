@@ -842,6 +842,40 @@ def check_loss(ctx: Context) -> Check:
     return Check("loss", PASS, cand, data=data)
 
 
+# ------------------------------------------------------------------------ --optimize parity
+
+# `verify --optimize`: the optimised conversion's losses against the plain conversion's, step by
+# step and rank by rank. bf16 keeps 8 significant bits (2^-8 = 0.4% per rounding); two runs that
+# differ only in kernel choice and summation order (channels-last, fused optimizers, cuDNN
+# benchmark) drift apart by well under 1% over a short run; persistent DataLoader workers draw
+# other random augmentations after the first epoch (about 1% on fixture 160's second epoch).
+# A changed computation moves further.
+OPT_LOSS_RTOL = 0.02
+
+
+def check_optimized(optimized: RunResult, plain: RunResult, nproc: int) -> Check:
+    worst = (0.0, 0, 0, 0.0, 0.0)  # relative difference, rank, step, optimised, plain
+    compared = 0
+    for r in range(nproc):
+        a = (optimized.records.get(r) or {}).get("losses") or []
+        b = (plain.records.get(r) or {}).get("losses") or []
+        if not a or not b:
+            return Check("optimize-parity", NA, f"rank {r}: no losses recorded by {'the optimised' if not a else 'the plain'} conversion")
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not (math.isfinite(x) and math.isfinite(y)):
+                return Check("optimize-parity", FAIL, f"rank {r}, backward {i + 1}: optimised {x}, plain {y}", "a loss became NaN/inf in one run only" if math.isfinite(x) != math.isfinite(y) else "the loss became NaN/inf")
+            rel = abs(x - y) / max(abs(y), 1e-6)
+            compared += 1
+            if rel > worst[0]:
+                worst = (rel, r, i + 1, x, y)
+    data = {"max_rel_diff": worst[0], "rtol": OPT_LOSS_RTOL, "compared": compared}
+    figure = (f"{compared} losses compared, largest difference {100 * worst[0]:.3f}% (rank {worst[1]}, backward {worst[2]}: {worst[3]:.5g} vs {worst[4]:.5g})"
+              if worst[0] else f"{compared} losses compared: identical")
+    if worst[0] > OPT_LOSS_RTOL:
+        return Check("optimize-parity", FAIL, figure, f"the --optimize conversion computes another training than the plain one (loss differs by more than {100 * OPT_LOSS_RTOL:.0f}%, beyond bf16 noise)", data=data)
+    return Check("optimize-parity", PASS, figure, data=data)
+
+
 # ------------------------------------------------------------------------ throughput
 
 

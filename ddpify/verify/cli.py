@@ -20,7 +20,7 @@ from typing import Callable
 import click
 
 from ddpify.verify import report
-from ddpify.verify.checks import FAIL, Check, Context, run_checks
+from ddpify.verify.checks import FAIL, Check, Context, check_optimized, run_checks
 from ddpify.verify.runner import RunResult, launch
 
 
@@ -162,7 +162,10 @@ def run_verify(
     converter: Callable | None = None,
     echo: Callable[[str], None] = click.echo,
     colour: bool = False,
+    compare_plain: bool = False,
 ) -> VerifyOutcome:
+    """compare_plain (with options.optimize): also run the plain conversion (no --optimize) as
+    N processes, and check that the optimised one trains the same (the optimize-parity check)."""
     script_path = Path(script).resolve()
     token = uuid.uuid4().hex
     run_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
@@ -211,6 +214,17 @@ def run_verify(
             exec_path = str(run_dir / f"{script_path.stem}.ddp.py")
             Path(exec_path).write_text(converted)
         doc.update(conversion=status, ran=exec_path)
+        plain_path = None
+        if compare_plain and convert:
+            from dataclasses import replace
+
+            from ddpify import Options
+
+            plain, _ = _convert(script_path, source, replace(options or Options(), optimize=()), converter)
+            if plain is None or plain == converted:
+                raise CannotRun("--optimize changed nothing in this script: there is no optimised conversion to compare")
+            plain_path = str(run_dir / f"{script_path.stem}.plain.py")
+            Path(plain_path).write_text(plain)
         nproc, backend, hide_gpus = _plan_processes(nproc, backend, nnodes)
         doc.update(nproc=nproc, backend=backend)
     except (CannotRun, OSError) as exc:
@@ -289,6 +303,16 @@ def run_verify(
         cand, base_run, world, steps, exec_path, timeout=current_timeout[0], min_scaling=min_scaling, nnodes=nnodes, epochs=epochs
     )
     checks = run_checks(ctx)
+    if plain_path is not None and not cand.hang:
+        note(f"  plain conversion (no --optimize): {how}, to compare its losses ...")
+        ref = launch(
+            "plain", plain_path, str(script_path), args, nproc, steps, current_timeout[0], run_dir / "plain", token,
+            hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "plain", lambda: current_timeout[0]),
+            node_gpus=_gpu_ids() if nnodes > 1 and not hide_gpus else None,
+        )  # fmt: skip
+        runs.append(ref)
+        doc["plain"] = report.run_summary(ref)
+        checks.append(check_optimized(cand, ref, world))
     failed = [c for c in checks if c.status == FAIL]
     # Without a baseline, a script that dies before its first step on every rank could not be run at all.
     never_ran = any((rec or {}).get("status") in ("crashed", "exited") for rec in cand.records.values()) and not any(
@@ -333,9 +357,11 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none", "apex"]), default="auto", show_default=True)
 @click.option("--sync-bn/--no-sync-bn", default=False, show_default=True)
 @click.option("--shard-eval/--no-shard-eval", default=False, show_default=True)
+@click.option("--optimize", is_flag=True, help="Verify the --optimize conversion, and check its losses against the plain conversion's (within bf16 noise).")
+@click.option("--optimize-only", metavar="NAMES", default=None, help="As --optimize, with only these speed-ups (comma-separated).")
 @click.option("--min-scaling", type=click.FloatRange(0, 1), default=None, help="Fail when scaling efficiency is below this.")
 @click.option("--keep", is_flag=True, help="Keep the run directory (logs, per-rank records).")
-def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, timeout, json_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, min_scaling, keep):
+def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, timeout, json_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
     """Run SCRIPT as one process and distributed under torchrun, and check the DDP conversion.
 
     Arguments after `--` go to the script:
@@ -359,6 +385,14 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, t
             raise click.BadParameter(f"{timeout!r} is neither a number of seconds nor auto", param_hint="--timeout") from None
         if seconds < 1:
             raise click.BadParameter("at least 1 second", param_hint="--timeout")
+    from ddpify.options import parse_optimize
+
+    try:
+        speedups = parse_optimize(optimize_only) if optimize_only is not None else parse_optimize(optimize)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--optimize-only") from None
+    if speedups and no_convert:
+        raise click.UsageError("--optimize compares two conversions: it cannot go with --no-convert")
     to_stdout = json_path == "-"
     outcome = run_verify(
         script,
@@ -374,7 +408,8 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, t
         echo=(lambda msg="", err=False: click.echo(msg, err=True)) if to_stdout else click.echo,
         baseline=not no_baseline,
         convert=not no_convert,
-        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers),
+        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers, optimize=speedups),
+        compare_plain=bool(speedups),
         keep=keep,
         min_scaling=min_scaling,
         colour=use_colour(sys.stderr if to_stdout else sys.stdout),

@@ -1,0 +1,60 @@
+"""--optimize: DDP static_graph=True (DDP133) where the model's graph provably does not change
+between steps: its code is read (this file or a module beside it) and its forward has no branch,
+no loop over data and no class ddpify cannot read; every parameter gets a gradient (no
+find_unused_parameters); the model runs once per backward, with no gradient accumulation.
+DDP then reuses what it learnt in the first step (which buckets are ready when)."""
+
+from __future__ import annotations
+
+import ddpify.match as m
+
+from ddpify.analysis import dotted
+from ddpify.analysis.model_code import dynamic_forward
+from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.optimize_common import add_ddp_kwarg, code_of, ddp_call, wrapped_models
+
+CODE = "DDP133"
+
+
+class StaticGraphTransform(Transform):
+    name = "optimize_static_graph"
+
+    def plan(self, ctx: Context) -> None:
+        if "static-graph" not in ctx.opts.optimize:
+            return
+        for name in wrapped_models(ctx):
+            why = self._why_not(ctx, name)
+            anchor = ctx.wrapped[name]
+            if why:
+                ctx.finding(anchor, CODE, f"static_graph not set for `{name}`: {why}", False)
+            elif add_ddp_kwarg(ctx, name, "static_graph", "True"):
+                ctx.finding(anchor, CODE, f"DDP of `{name}` with static_graph=True: its forward has no branch or data-dependent loop, every parameter gets a gradient, and it runs once per backward", True)
+
+    @staticmethod
+    def _why_not(ctx: Context, name: str) -> str | None:
+        a = ctx.a
+        found = ddp_call(ctx, name)
+        if found is None:
+            return "ddpify did not find its DDP wrap"
+        if any(x.keyword is not None and x.keyword.value == "find_unused_parameters" for x in found[2].args):
+            return "some parameters may get no gradient (find_unused_parameters=True), so the graph may change"
+        if any(a.is_call(c, "torch.compile") for c in a.calls):
+            return "torch.compile may change the graph DDP sees"
+        mc = code_of(ctx, name)
+        if isinstance(mc, str):
+            return f"{mc}, so ddpify cannot show that its graph does not change"
+        dynamic = dynamic_forward(mc)
+        if dynamic:
+            return f"{mc.name} may change its graph between steps: {dynamic}"
+        steps = [s for s in a.steps if name in s.models]
+        if len(steps) != 1:
+            return f"it takes part in {len(steps)} backward passes, not exactly one"
+        step = steps[0]
+        if step.accumulation_test is not None:
+            return "gradients are accumulated over micro-steps (no_sync), which a static graph does not cover"
+        body = list(step.block.body)
+        region = body[body.index(step.forward_first) : body.index(step.stmt) + 1] if step.forward_first in body else [step.stmt]
+        runs = [c for st in region for c in a.findall(st, m.Call()) if dotted(c.func) == name]
+        if len(runs) != 1:
+            return f"it runs {len(runs)} times per backward pass"
+        return None
