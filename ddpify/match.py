@@ -69,6 +69,9 @@ AnnAssign = _factory("AnnAssign")
 Comparison = _factory("Comparison")
 ComparisonTarget = _factory("ComparisonTarget")
 Equal = _factory("Equal")
+Subscript = _factory("Subscript")
+If = _factory("If")
+Continue = _factory("Continue")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

@@ -428,7 +428,7 @@ def check_sharding(ctx: Context) -> Check:
     per_rank = {r: _training_epochs(recs[r]) for r in range(ctx.nproc)}
     keys = set.intersection(*(set(g) for g in per_rank.values())) if per_rank else set()
     if not keys:
-        return Check("data-sharding", NA, "no training DataLoader seen (no backward pass between its batches)")
+        return _check_step_sharding(ctx)
     iterable = {k for k in keys if per_rank[0][k][0].get("iterable")}
     if iterable:
         return _check_iterable_sharding(ctx, per_rank, sorted(iterable, key=str)[0])
@@ -479,6 +479,36 @@ def check_sharding(ctx: Context) -> Check:
     else:
         cause = "the ranks' samplers hand out overlapping indices"
     return Check("data-sharding", FAIL, figure, cause, data={"epochs": data})
+
+
+def _same(a: list[float], b: list[float]) -> bool:
+    # the same batch gives bitwise-equal gradients on CPU; a GPU's reduction order may move the last bits
+    return all(abs(x - y) <= 1e-6 * max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def _check_step_sharding(ctx: Context) -> Check:
+    """No DataLoader: compare, step by step, what the DDP model was fed on each rank and the
+    gradients each rank computed before DDP averaged them. Equal on every rank at every step:
+    the ranks trained on the same data."""
+    recs = ctx.candidate.records
+    grads = [recs[r].get("grad_prints") or [] for r in range(ctx.nproc)]
+    inputs = [recs[r].get("input_prints") or [] for r in range(ctx.nproc)]
+    n = min(len(g) for g in grads)
+    if n == 0:
+        return Check("data-sharding", NA, "no training DataLoader seen, and no backward pass through a DDP model to compare")
+    same_grads = sum(1 for i in range(n) if all(_same(grads[r][i], grads[0][i]) for r in range(1, ctx.nproc)))
+    k = min(len(x) for x in inputs)
+    same_inputs = sum(1 for i in range(k) if all(inputs[r][i] == inputs[0][i] for r in range(1, ctx.nproc)))
+    figure = (f"no DataLoader: the DDP model's training inputs were the same on every rank at {same_inputs} of {k} forwards, "
+              f"its local gradients at {same_grads} of {n} backward passes")
+    data = {"backwards": n, "same_grads": same_grads, "forwards": k, "same_inputs": same_inputs}
+    if same_grads == n:
+        cause = ("every rank computed the same gradients from the same batches: the training data is not sharded "
+                 "(draw per-rank batches: seed with RANK added, or slice the data by RANK/WORLD_SIZE)")
+        return Check("data-sharding", FAIL, figure, cause, data=data)
+    if same_inputs == k and k:
+        figure += " (the same inputs: the loss reads a per-rank part of the output, or per-rank randomness such as dropout differs)"
+    return Check("data-sharding", PASS, figure, data=data)
 
 
 def _check_iterable_sharding(ctx: Context, per_rank: dict, key: tuple) -> Check:
