@@ -437,6 +437,16 @@ def check_sharding(ctx: Context) -> Check:
         count = min(len(per_rank[r][key]) for r in range(ctx.nproc))
         for i in range(count):
             eps = [per_rank[r][key][i] for r in range(ctx.nproc)]
+            if eps[0].get("replacement"):
+                # draws with replacement repeat indices by design: only the same draws on every rank is unsharded
+                n = min(len(e["indices"]) for e in eps)
+                same = sum(1 for k in range(n) if len({e["indices"][k] for e in eps}) == 1)
+                data.append({"epoch": i, "drawn": [len(e["indices"]) for e in eps], "same_position": same})
+                if i == 0:
+                    figures.append(f"epoch 0: {ctx.nproc} ranks drew with replacement from {key[1]}, the same index at {same} of {n} positions")
+                if n and same > max(4 * n / max(key[1] or 1, 1), n / 4):
+                    problems.append((i, same, 0, eps))
+                continue
             seen: dict = {}
             for r, e in enumerate(eps):
                 for idx in set(e["indices"]):
@@ -461,7 +471,11 @@ def check_sharding(ctx: Context) -> Check:
         f"epoch {i}: {ctx.nproc} ranks drew {each} of {e0['dataset_len']}, "
         f"{shared} drawn by more than one rank (padding allows {allowed})"
     )
-    if e0["sampler"] != "DistributedSampler":
+    if e0.get("replacement"):
+        figure = f"epoch {i}: {ctx.nproc} ranks drew with replacement the same index at {shared} positions of {min(drawn)}"
+        cause = (f"the training DataLoader ({e0['dataset']}) draws with {e0['sampler']}(replacement=True) from the same "
+                 "random state on every rank: give each rank a generator of its own (seeded with RANK added)")
+    elif e0["sampler"] != "DistributedSampler":
         cause = (
             f"the training DataLoader ({e0['dataset']}, {e0['dataset_len']} samples) draws with "
             f"{e0['sampler']}, not DistributedSampler: every rank reads the whole dataset"

@@ -311,6 +311,7 @@ class Probe:
             "dataset_len": length,
             "batch_size": getattr(sampler, "batch_size", None),
             "sampler": type(inner).__qualname__,
+            "replacement": bool(getattr(inner, "replacement", False)),
             "shuffle": _shuffles(inner),
             "sampler_epoch": getattr(inner, "epoch", None),
             "num_replicas": getattr(inner, "num_replicas", None),
