@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import ddpify.match as m
-from ddpify.analysis.tree import _flatten_targets, call_args, dotted
+from ddpify.analysis.tree import _flatten_targets, call_args, code, dotted
 
 TORCH_DRAWS = frozenset(f"torch.{n}" for n in (
     "randint", "randperm", "rand", "randn", "randint_like", "rand_like", "randn_like", "multinomial",
@@ -95,7 +95,7 @@ class BatchesMixin:
     def _data_loop(self, step) -> tuple[cst.CSTNode | None, cst.CSTNode]:
         """The loop that feeds the step, and the node in it where the step's forward starts:
         train(x, y) called once per batch from a loop gets its batch from that loop."""
-        first = step.forward_first or step.stmt
+        first = step.loss_stmt or step.forward_first or step.stmt  # the training forward, not an evaluation before it
         loop = self.enclosing_loop(step.stmt)
         fn = self.function_of(step.stmt)
         if loop is None and fn is not None:
@@ -127,10 +127,12 @@ class BatchesMixin:
         return it, [dotted(t) for t in _flatten_targets(target) if dotted(t)]
 
     def _slices_with(self, nodes: list[cst.CSTNode], names: set[str]) -> bool:
+        """A slice `a[i:i + n]` bounded by one of names (`lrs[epoch]` picks a value, not a batch)."""
         for n in nodes:
             for sub in self.findall(n, m.Subscript()):
-                if any(isinstance(x, cst.Name) and x.value in names for el in sub.slice for x in self.findall(el, m.Name())):
-                    return True
+                for el in sub.slice:
+                    if isinstance(el.slice, cst.Slice) and any(x.value in names for x in self.findall(el.slice, m.Name())):
+                        return True
         return False
 
     def _range_source(self, loop: cst.For) -> BatchSource | None:
@@ -152,7 +154,9 @@ class BatchesMixin:
         return None
 
     def _sequence_source(self, loop: cst.For) -> BatchSource | None:
-        it, _ = self._loop_names(loop)
+        it, names = self._loop_names(loop)
+        if not any(n.value in names for n in self.findall(loop.body, m.Name())):
+            return None
         parts = [a.value for a in it.args] if m.matches(it, m.Call(func=m.Name("zip"))) else [it]
         if not parts or not all(isinstance(p, cst.Name) for p in parts):
             return None
@@ -165,7 +169,9 @@ class BatchesMixin:
 
     def _prebatched(self, value: cst.BaseExpression) -> bool:
         """A list of batches made up front: a list/comprehension, or tensor.split/chunk."""
-        if isinstance(value, (cst.List, cst.ListComp, cst.Tuple)):
+        if isinstance(value, (cst.List, cst.Tuple)):  # [0.1, 0.01] are settings, not batches
+            return bool(value.elements) and not any(isinstance(e.value, (cst.BaseNumber, cst.BaseString)) for e in value.elements)
+        if isinstance(value, cst.ListComp):
             return True
         if isinstance(value, cst.Call):
             if self.is_call(value, "torch.split", "torch.chunk", "torch.unbind"):
@@ -184,13 +190,28 @@ class BatchesMixin:
         while top is not None and top not in body:
             top = self.parent.get(top)
         upto = body[: body.index(top) + 1] if top in body else body
-        reached = self._reached(upto)
+        reached = self._reached(self._feeding(upto, first))
         draws = self._draws_in(reached)
         if not draws:
             return None
         src = BatchSource("random", loop, loop, families={self.draw_family(c) for c in draws})
         src.problem = self._random_problem(loop, reached, draws)
         return src
+
+    def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> list[cst.CSTNode]:
+        """What computes the forward's inputs: the forward statement and, going back through
+        stmts, the assignments to the names it reads (an evaluation before it does not count)."""
+        out: list[cst.CSTNode] = [first]
+        needed = {n.value for n in self.findall(first, m.Name())}
+        for s in reversed(stmts):
+            if s is first or self._order.get(id(s), 0) > self._order.get(id(first), 0):
+                continue
+            for asg in self.findall(s, m.Assign()):
+                targets = {dotted(el) for t in asg.targets for el in _flatten_targets(t.target)}
+                if targets & needed:
+                    out.append(asg.value)
+                    needed |= {n.value for n in self.findall(asg.value, m.Name())}
+        return out
 
     def _random_problem(self, loop: cst.CSTNode, reached: list[cst.CSTNode], draws: list[cst.Call]) -> str | None:
         for c in draws:
@@ -232,8 +253,11 @@ class BatchesMixin:
         if not names:
             return None
         src = BatchSource("index", stmt, self.enclosing_loop(step.stmt), index=names[0])
+        picks = sum(1 for sub in self.findall(stmt, m.Subscript()) if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and dotted(sub.slice[0].slice.value) == names[0])
         if len(names) > 1:
             src.problem = f"the loss picks rows with several indices ({', '.join(names)}): shard them alike by hand"
+        elif picks < 2:
+            return None  # out[idx] against targets picked elsewhere: not a full-batch index ddpify can follow
         else:
             src.problem = self._index_origin_problem(stmt, names[0])
         return src
@@ -257,6 +281,8 @@ class BatchesMixin:
                 work += more
         seeded = {fam for fam in ("numpy", "random") if any(self.is_call(c, f"{fam}.random.seed" if fam == "numpy" else "random.seed") for c in self.calls)}
         for v in values:
+            if isinstance(v, (cst.BaseNumber, cst.BaseString, cst.Dict)):
+                return f"`{name}` is `{code(v)}`, not an index of rows: ddpify cannot tell which rows the loss reads"
             for c in self.findall(v, m.Call()) if not isinstance(v, cst.Call) else [v, *self.findall(v, m.Call())]:
                 fam = self.draw_family(c)
                 if fam in ("numpy", "random") and fam not in seeded:
