@@ -129,3 +129,14 @@ def test_draws_that_do_not_feed_the_batch_do_not_shard_it():
     src = HEAD + ("for epoch in range(10):\n    if epoch % 5 == 0:\n        probe = X[torch.randint(0, 64, (4,))]\n"
                   "        print(model(probe.to(device)).mean().item())\n    xb, yb = X, Y\n" + STEP)
     assert codes(src).get("DDP024") == "blocking"
+
+
+def test_noise_next_to_batches_from_an_unknown_loader_is_not_sharding():
+    # a GAN whose images come from a loader built in another module: the noise is random, the data is not sharded
+    src = HEAD + "def fit(loader):\n    for xb, yb in loader:\n        xb = xb + 0.1 * torch.randn_like(xb)\n" + STEP.replace("    ", "        ")
+    assert codes(src).get("DDP024") == "blocking"
+
+
+def test_noise_on_samples_picked_by_the_loop_counter_is_not_sharding():
+    src = HEAD + "for i in range(64):\n    xb, yb = X[i] + 0.1 * torch.randn(4), Y[i]\n" + STEP
+    assert codes(src).get("DDP024") == "blocking"

@@ -87,6 +87,15 @@ class BatchesMixin:
             found = self._range_source(loop) or self._sequence_source(loop)
             if found is not None:
                 return found
+            body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
+            nodes, needed = self._feeding(body, first)
+            it, names = self._loop_names(loop)
+            if m.matches(it, m.Call(func=m.Name("range"))):
+                # a counter: it feeds the batch only as an index (X[i]), which is not sharded here
+                if any(x.value in names for node in nodes for sub in self.findall(node, m.Subscript()) for x in self.findall(sub, m.Name())):
+                    return None
+            elif needed & set(names + [dotted(t) for t in _flatten_targets(loop.target)]):
+                return None  # the loop hands out the batches (a loader from elsewhere): not known here
         found = self._random_source(first, loop)
         if found is not None:
             return found
@@ -190,7 +199,7 @@ class BatchesMixin:
         while top is not None and top not in body:
             top = self.parent.get(top)
         upto = body[: body.index(top) + 1] if top in body else body
-        reached = self._reached(self._feeding(upto, first))
+        reached = self._reached(self._feeding(upto, first)[0])
         draws = self._draws_in(reached)
         if not draws:
             return None
@@ -198,7 +207,7 @@ class BatchesMixin:
         src.problem = self._random_problem(loop, reached, draws)
         return src
 
-    def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> list[cst.CSTNode]:
+    def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> tuple[list[cst.CSTNode], set[str]]:
         """What computes the forward's inputs: the forward statement and, going back through
         stmts, the assignments to the names it reads (an evaluation before it does not count)."""
         out: list[cst.CSTNode] = [first]
@@ -211,7 +220,7 @@ class BatchesMixin:
                 if targets & needed:
                     out.append(asg.value)
                     needed |= {n.value for n in self.findall(asg.value, m.Name())}
-        return out
+        return out, needed
 
     def _random_problem(self, loop: cst.CSTNode, reached: list[cst.CSTNode], draws: list[cst.Call]) -> str | None:
         for c in draws:
