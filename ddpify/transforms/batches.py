@@ -20,7 +20,9 @@ from ddpify.transforms.base import Context, Transform
 
 BATCH_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
 RESEED = {
-    "torch": "{torch}.manual_seed({torch}.initial_seed() + RANK)",
+    # a draw from the generator (the same on every rank until now) plus RANK: a function that
+    # runs the loop again on its next call goes on with new draws, not the first ones again
+    "torch": "{torch}.manual_seed(int({torch}.randint(2**62, ())) + RANK)",
     "numpy": "{alias}.random.seed(({alias}.random.randint(2**31) + RANK) % 2**32)",
     "random": "{alias}.seed({alias}.getrandbits(64) + RANK)",
 }
@@ -76,7 +78,7 @@ class BatchesTransform(Transform):
         for k, line in enumerate(lines[1:]):
             ctx.edits.before[anchor].append(ctx.stmt((lines[0] + "\n" if k == 0 else "") + line + "\n"))
         fams = "/".join(sorted(src.families))
-        ctx.finding(anchor, "DDP110", f"batches drawn at random ({fams}): each rank re-seeds before training with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
+        ctx.finding(anchor, "DDP110", f"batches drawn at random ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
         ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
 
     @staticmethod

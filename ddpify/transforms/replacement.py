@@ -1,6 +1,6 @@
 """A training DataLoader drawing with RandomSampler(replacement=True): draws with replacement
 are independent, so each rank drawing its own num_samples // WORLD_SIZE with a generator of its
-own (seeded with RANK added) is together one draw of num_samples, and every rank gets as many
+own (seeded from a draw with RANK added) is together one draw of num_samples, and every rank gets as many
 batches. Without replacement (a permutation) there is no such equivalent: DistributedSampler."""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def distribute_replacement(ctx: Context, ld, sampler: cst.BaseExpression) -> boo
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         node = node.with_changes(args=args)
         node = append_kwarg(node, "num_samples", ctx.expr(f"{total} // WORLD_SIZE"))
-        return append_kwarg(node, "generator", ctx.expr(f"{torch}.Generator().manual_seed({torch}.initial_seed() + RANK)"))
+        return append_kwarg(node, "generator", ctx.expr(f"{torch}.Generator().manual_seed(int({torch}.randint(2**62, ())) + RANK)"))
 
     ctx.edits.replace(call, fn)
-    ctx.finding(call, "DDP113", "RandomSampler draws with replacement: each rank draws num_samples // WORLD_SIZE with a generator of its own (seeded with RANK added), together one draw of num_samples; every rank gets as many batches", True)
+    ctx.finding(call, "DDP113", "RandomSampler draws with replacement: each rank draws num_samples // WORLD_SIZE with a generator of its own (seeded from a draw with RANK added: a loader built again draws anew), together one draw of num_samples; every rank gets as many batches", True)
     ctx.finding(ld.call, "DDP026", BATCH_NOTE, False)
     return True
