@@ -188,7 +188,8 @@ class Applier(cst.CSTTransformer):
             if before:
                 flush()
                 if stmts and _leading(stmts[0]):
-                    before[0] = _with_leading(before[0], _leading(stmts[0]))
+                    # the statement's blank lines go first; a comment of the inserted one stays on it
+                    before[0] = _with_leading(before[0], [*_leading(stmts[0]), *_leading(before[0])])
                     stmts = [_with_leading(stmts[0], ())] + stmts[1:]
                 out.extend(before)
             if first is last and first in e.guarded and stmts:

@@ -77,6 +77,13 @@ CODES: dict[str, str] = {
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
     "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
+    "DDP110": "batches drawn at random without a DataLoader: generators re-seeded per rank (RANK added) before training",
+    "DDP111": "loop over pre-loaded data or pre-made batches runs over this rank's contiguous share (rank_share)",
+    "DDP112": "full-batch training: the loss reads this rank's rows of its index (rank_rows)",
+    "DDP113": "RandomSampler drawing with replacement: each rank draws num_samples // WORLD_SIZE with a generator of its own",
+    "DDP114": "BLOCKING: LBFGS closure: its line search uses the rank's own loss, so the ranks diverge",
+    "DDP116": "BLOCKING: random batch draws ddpify cannot make per-rank (own generator, re-seeded in the loop, draw decides the step)",
+    "DDP117": "BLOCKING: full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)",
     "DDP120": "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
     "DDP121": "mixed precision not added: the script trains on the CPU",
 }
@@ -96,6 +103,9 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP064",  # a file write that cannot be guarded: every rank would write
     "DDP036",  # the model changes after the wrap point in a way DDP cannot follow
     "DDP038",  # the model runs through a container that holds it: not wrapped
+    "DDP114",  # an LBFGS line search on per-rank losses
+    "DDP116",  # random batch draws that stay the same on every rank
+    "DDP117",  # a full-batch index that may differ per rank
 })
 SEVERITIES = ("blocking", "note")
 

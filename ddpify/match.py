@@ -76,6 +76,7 @@ Try = _factory("Try")
 Continue = _factory("Continue")
 CompIf = _factory("CompIf")
 CompFor = _factory("CompFor")
+Subscript = _factory("Subscript")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

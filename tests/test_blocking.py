@@ -17,7 +17,7 @@ from ddpify.directives import ignored_codes, skipped_lines
 from ddpify.findings import BLOCKING, CODES, Finding
 
 ROOT = Path(__file__).resolve().parent.parent
-NO_LOADER = (ROOT / "fixtures/80_manual_batches_no_loader/input.py").read_text()  # DDP024
+NO_LOADER = (ROOT / "fixtures/133_generator_batches_refused/input.py").read_text()  # DDP024
 CONVERTS = (ROOT / "fixtures/01_toplevel_regression/input.py").read_text()
 
 
@@ -66,7 +66,7 @@ def test_refused_file_is_untouched_and_exit_2(here):
     assert Path("train.py").read_text() == NO_LOADER
     lines = res.stderr.splitlines()
     assert lines[0] == (
-        "train.py:31:9: DDP024 [blocking] no training DataLoader found: every rank sees the same data; "
+        "train.py:23:9: DDP024 [blocking] no training DataLoader found: every rank sees the same data; "
         "shard it by RANK/WORLD_SIZE by hand"
     )
     assert lines[1].startswith("train.py: refused: 1 blocking finding above would make the output a wrong DDP program")
@@ -128,7 +128,7 @@ def test_quiet_prints_only_blocking_and_errors(here):
     res = invoke("-q", "a.py", "b.py")
     assert res.exit_code == 2
     lines = res.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("a.py:31:9: DDP024 [blocking]") and "refused" in lines[1]
+    assert len(lines) == 2 and lines[0].startswith("a.py:23:9: DDP024 [blocking]") and "refused" in lines[1]
     assert "DDP(" in Path("b.py").read_text()  # the other file is still converted
 
 
@@ -136,7 +136,7 @@ def test_stdin_refused_echoes_input(here):
     res = invoke("-", "--stdin-filename", "train.py", input=NO_LOADER)
     assert res.exit_code == 2
     assert res.stdout == NO_LOADER
-    assert "train.py:31:9: DDP024 [blocking]" in res.stderr
+    assert "train.py:23:9: DDP024 [blocking]" in res.stderr
     assert "the input was echoed unchanged" in res.stderr
 
 
@@ -149,7 +149,7 @@ def test_json_output(here):
     files = {f["path"]: f for f in doc["files"]}
     assert files["a.py"]["outcome"] == "refused" and files["a.py"]["blocking"] is True
     assert files["a.py"]["findings"] == [{
-        "line": 31, "col": 9, "code": "DDP024", "severity": "blocking", "fixed": False,
+        "line": 23, "col": 9, "code": "DDP024", "severity": "blocking", "fixed": False,
         "message": "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand",
     }]
     assert files["b.py"]["outcome"] == "changed" and not files["b.py"]["blocking"]

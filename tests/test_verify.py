@@ -129,6 +129,8 @@ BROKEN = [
     ("no_ddp.py", "params-in-sync", "never wrapped in DistributedDataParallel"),
     ("all_ranks_save.py", "rank0-writes", "torch.save at all_ranks_save.py:48 runs on every rank"),
     ("no_set_epoch.py", "epoch-shuffle", "DistributedSampler.set_epoch(epoch) is never called"),
+    ("same_random_batches.py", "data-sharding", "every rank computed the same gradients from the same batches"),
+    ("replacement_same_draws.py", "data-sharding", "draws with RandomSampler(replacement=True) from the same random state"),
 ]
 
 

@@ -15,6 +15,7 @@ One module per question (each Analysis part is a mixin of core.Analysis):
   effects    runs_model, runs_collective (directly or through the script's functions)
   steps      training steps: backward, loss, forward, optimizer steps, micro-batch loops
   loaders    DataLoaders, their names and roles, where they are iterated
+  batches    where a training batch comes from without a DataLoader (random draws, slices, an index)
   loops      enclosing loop, branch owner, callers of a function, the main guard
   core       Analysis, composed of the parts above
 Submodules import each other, never this package (no import cycles); this package only

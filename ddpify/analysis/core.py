@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 from ddpify.analysis.apis import DISTRIBUTED_APIS, LEGACY_APIS, ApisMixin
+from ddpify.analysis.batches import BatchesMixin
 from ddpify.analysis.effects import EffectsMixin
 from ddpify.analysis.loaders import LoadersMixin
 from ddpify.analysis.loops import LoopsMixin
@@ -19,7 +20,7 @@ from ddpify.analysis.walk import WalkMixin
 from ddpify.directives import skipped_lines
 
 
-class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin):
+class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin, BatchesMixin):
     def __init__(self, module: cst.Module, source: str | None = None) -> None:
         # source: the text module was parsed from (its codegen, which need not be run again:
         # positions and line numbers are those of the codegen)

@@ -121,6 +121,10 @@ class LoadersMixin:
                 return "train"
         if self._iterated_in_training(ld):
             return "train"
+        # built inside evaluate()/test(): an evaluation loader, even when it shuffles
+        fn = self.function_of(ld.call)
+        if fn is not None and EVAL_RE.search(fn.name.value) and not TRAIN_RE.search(fn.name.value):
+            return "eval"
         if len(all_loaders) == 1:
             return "train"
         if self._in_eval_function(ld):

@@ -5,6 +5,7 @@ runs its convert_legacy instead. OPTIMIZE holds the opt-in speed-ups of --optimi
 
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
+from ddpify.transforms.batches import BatchesTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.dataprep import DataPrepTransform
 from ddpify.transforms.decisions import DecisionTransform
@@ -25,6 +26,7 @@ from ddpify.transforms.wrapping import WrappingTransform
 
 PIPELINE = (
     DeviceTransform,
+    BatchesTransform,
     SamplerTransform,
     InputPipelineTransform,
     WrappingTransform,

@@ -156,6 +156,30 @@ class DistributedWeightedSampler({torch}.utils.data.Sampler):
 '''
 
 
+RANK_SHARE = '''\
+
+
+def rank_share(batches):
+    """This rank's contiguous share of pre-made batches (a range of offsets, a list, a tensor's
+    rows): len // WORLD_SIZE of them on every rank, so every rank runs as many steps."""
+    if not hasattr(batches, "__getitem__"):
+        batches = list(batches)
+    n = len(batches) // WORLD_SIZE
+    return batches[RANK * n:(RANK + 1) * n]
+'''
+
+RANK_ROWS = '''\
+
+
+def rank_rows(index):
+    """This rank's rows of a full-batch index (a boolean mask becomes its positions): every
+    WORLD_SIZE-th from RANK on, so the ranks' mean gradients average to the whole batch's."""
+    if isinstance(index, {torch}.Tensor) and index.dtype == {torch}.bool:
+        index = index.nonzero().squeeze(1)
+    return index[RANK::WORLD_SIZE]
+'''
+
+
 class LaunchTransform(Transform):
     name = "launch"
 
@@ -174,6 +198,10 @@ class LaunchTransform(Transform):
             text += SHARD
         if "weighted_sampler" in ctx.helpers:
             text += WEIGHTED
+        if "rank_share" in ctx.helpers:
+            text += RANK_SHARE
+        if "rank_rows" in ctx.helpers:
+            text += RANK_ROWS
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

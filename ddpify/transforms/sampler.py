@@ -8,6 +8,7 @@ import ddpify.match as m
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
+from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
 
 
@@ -17,7 +18,7 @@ class SamplerTransform(Transform):
     def plan(self, ctx: Context) -> None:
         a = ctx.a
         train = [ld for ld in a.loaders if ld.role == "train"]
-        if a.steps and not train:
+        if a.steps and not train and not getattr(ctx, "batches_done", False):
             node = a.steps[0].backward
             ctx.finding(node, "DDP024", "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand", False)
         ctx.sharded = []  # type: ignore[attr-defined]
@@ -42,6 +43,9 @@ class SamplerTransform(Transform):
         if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
             if "sampler" in kw and "batch_sampler" not in kw and distribute_weighted(ctx, ld, kw["sampler"].value):
                 return True
+            if "sampler" in kw and "batch_sampler" not in kw and distribute_replacement(ctx, ld, kw["sampler"].value):
+                ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): False}  # type: ignore[attr-defined]
+                return False  # no set_epoch: the draws go on from each rank's generator
             ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
             return False
         if ld.dataset is None:

@@ -428,7 +428,7 @@ def check_sharding(ctx: Context) -> Check:
     per_rank = {r: _training_epochs(recs[r]) for r in range(ctx.nproc)}
     keys = set.intersection(*(set(g) for g in per_rank.values())) if per_rank else set()
     if not keys:
-        return Check("data-sharding", NA, "no training DataLoader seen (no backward pass between its batches)")
+        return _check_step_sharding(ctx)
     iterable = {k for k in keys if per_rank[0][k][0].get("iterable")}
     if iterable:
         return _check_iterable_sharding(ctx, per_rank, sorted(iterable, key=str)[0])
@@ -437,6 +437,16 @@ def check_sharding(ctx: Context) -> Check:
         count = min(len(per_rank[r][key]) for r in range(ctx.nproc))
         for i in range(count):
             eps = [per_rank[r][key][i] for r in range(ctx.nproc)]
+            if eps[0].get("replacement"):
+                # draws with replacement repeat indices by design: only the same draws on every rank is unsharded
+                n = min(len(e["indices"]) for e in eps)
+                same = sum(1 for k in range(n) if len({e["indices"][k] for e in eps}) == 1)
+                data.append({"epoch": i, "drawn": [len(e["indices"]) for e in eps], "same_position": same})
+                if i == 0:
+                    figures.append(f"epoch 0: {ctx.nproc} ranks drew with replacement from {key[1]}, the same index at {same} of {n} positions")
+                if n and same > max(4 * n / max(key[1] or 1, 1), n / 4):
+                    problems.append((i, same, 0, eps))
+                continue
             seen: dict = {}
             for r, e in enumerate(eps):
                 for idx in set(e["indices"]):
@@ -461,7 +471,11 @@ def check_sharding(ctx: Context) -> Check:
         f"epoch {i}: {ctx.nproc} ranks drew {each} of {e0['dataset_len']}, "
         f"{shared} drawn by more than one rank (padding allows {allowed})"
     )
-    if e0["sampler"] != "DistributedSampler":
+    if e0.get("replacement"):
+        figure = f"epoch {i}: {ctx.nproc} ranks drew with replacement the same index at {shared} positions of {min(drawn)}"
+        cause = (f"the training DataLoader ({e0['dataset']}) draws with {e0['sampler']}(replacement=True) from the same "
+                 "random state on every rank: give each rank a generator of its own (seeded with RANK added)")
+    elif e0["sampler"] != "DistributedSampler":
         cause = (
             f"the training DataLoader ({e0['dataset']}, {e0['dataset_len']} samples) draws with "
             f"{e0['sampler']}, not DistributedSampler: every rank reads the whole dataset"
@@ -479,6 +493,36 @@ def check_sharding(ctx: Context) -> Check:
     else:
         cause = "the ranks' samplers hand out overlapping indices"
     return Check("data-sharding", FAIL, figure, cause, data={"epochs": data})
+
+
+def _same(a: list[float], b: list[float]) -> bool:
+    # the same batch gives bitwise-equal gradients on CPU; a GPU's reduction order may move the last bits
+    return all(abs(x - y) <= 1e-6 * max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def _check_step_sharding(ctx: Context) -> Check:
+    """No DataLoader: compare, step by step, what the DDP model was fed on each rank and the
+    gradients each rank computed before DDP averaged them. Equal on every rank at every step:
+    the ranks trained on the same data."""
+    recs = ctx.candidate.records
+    grads = [recs[r].get("grad_prints") or [] for r in range(ctx.nproc)]
+    inputs = [recs[r].get("input_prints") or [] for r in range(ctx.nproc)]
+    n = min(len(g) for g in grads)
+    if n == 0:
+        return Check("data-sharding", NA, "no training DataLoader seen, and no backward pass through a DDP model to compare")
+    same_grads = sum(1 for i in range(n) if all(_same(grads[r][i], grads[0][i]) for r in range(1, ctx.nproc)))
+    k = min(len(x) for x in inputs)
+    same_inputs = sum(1 for i in range(k) if all(inputs[r][i] == inputs[0][i] for r in range(1, ctx.nproc)))
+    figure = (f"no DataLoader: the DDP model's training inputs were the same on every rank at {same_inputs} of {k} forwards, "
+              f"its local gradients at {same_grads} of {n} backward passes")
+    data = {"backwards": n, "same_grads": same_grads, "forwards": k, "same_inputs": same_inputs}
+    if same_grads == n:
+        cause = ("every rank computed the same gradients from the same batches: the training data is not sharded "
+                 "(draw per-rank batches: seed with RANK added, or slice the data by RANK/WORLD_SIZE)")
+        return Check("data-sharding", FAIL, figure, cause, data=data)
+    if same_inputs == k and k:
+        figure += " (the same inputs: the loss reads a per-rank part of the output, or per-rank randomness such as dropout differs)"
+    return Check("data-sharding", PASS, figure, data=data)
 
 
 def _check_iterable_sharding(ctx: Context, per_rank: dict, key: tuple) -> Check:

@@ -39,6 +39,7 @@ MAIN_FILE = os.environ.get("DDPIFY_VERIFY_MAIN_FILE", "")
 MAX_DUMP_NUMEL = 16_000_000
 MAX_INDICES_PER_EPOCH = 1_000_000
 MAX_FINGERPRINTS = 8  # batches per epoch of an IterableDataset
+MAX_STEP_PRINTS = 64  # training forwards/backwards of the DDP model whose inputs and local gradients are kept
 HEARTBEAT_S = 0.25
 
 _real_open = builtins.open
@@ -93,6 +94,10 @@ class Probe:
         self.last_epoch: dict | None = None
         self.train_epochs_done = 0
         self.last_scaled = None  # (scaled tensor, unscaled loss) from GradScaler.scale
+        # without a DataLoader, sharding shows in what the DDP model sees: its training inputs,
+        # and the gradients each rank computes before DDP averages them
+        self.input_prints: list = []
+        self.grad_prints: dict[int, list[float]] = {}
         self.in_probe = False  # our own writes are not the script's
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
         self.hb_time = 0.0
@@ -130,6 +135,8 @@ class Probe:
                 mode="step" if self.optimizers else "backward",
                 marks=self.marks,
                 epochs=[_public_epoch(e) for e in self.epochs],
+                input_prints=self.input_prints,
+                grad_prints=[self.grad_prints[k] for k in sorted(self.grad_prints)],
                 t_saved=time.time(),
             )
             tmp = self.prefix + ".json.tmp"
@@ -259,6 +266,21 @@ class Probe:
             self.last_epoch = rec
         self.heartbeat(force=False)
 
+    def on_ddp_forward(self, module, args, kwargs) -> None:
+        import torch
+
+        if torch.is_grad_enabled() and module.training and len(self.input_prints) < MAX_STEP_PRINTS:
+            self.input_prints.append(_fingerprint([*args, *kwargs.values()]))
+
+    def on_local_grad(self, grad) -> None:
+        # one entry per backward pass: the sums of the watched parameters' local gradients
+        if self.backward not in self.grad_prints and len(self.grad_prints) >= MAX_STEP_PRINTS:
+            return
+        entry = self.grad_prints.setdefault(self.backward, [0.0, 0.0])
+        g = grad.detach().double()
+        entry[0] += float(g.sum())
+        entry[1] += float(g.abs().sum())
+
     def on_epoch_end(self, it) -> None:
         rec = it.__dict__.get("_ddpify_epoch")
         if rec is not None and not rec["complete"]:
@@ -289,6 +311,7 @@ class Probe:
             "dataset_len": length,
             "batch_size": getattr(sampler, "batch_size", None),
             "sampler": type(inner).__qualname__,
+            "replacement": bool(getattr(inner, "replacement", False)),
             "shuffle": _shuffles(inner),
             "sampler_epoch": getattr(inner, "epoch", None),
             "num_replicas": getattr(inner, "num_replicas", None),
@@ -634,6 +657,11 @@ def install(probe: Probe) -> None:
         probe.ddp_modules.append(module)
         probe.milestone()
         orig_ddp_init(self, module, *args, **kwargs)
+        if len(probe.ddp_modules) == 1:  # the first DDP model: its inputs and local gradients
+            self.register_forward_pre_hook(probe.on_ddp_forward, with_kwargs=True)
+            watched = [p for p in module.parameters() if p.requires_grad][:4]
+            for p in watched:
+                p.register_hook(lambda g: probe.on_local_grad(g))
 
     DistributedDataParallel.__init__ = ddp_init
 

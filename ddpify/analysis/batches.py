@@ -1,0 +1,342 @@
+"""Where a training batch comes from when no DataLoader feeds the step:
+
+  random    drawn at random each step (offsets or indices from torch.randint/randperm,
+            np.random, random; synthetic torch.randn batches)
+  range     a pre-loaded tensor sliced by a `for i in range(...)` loop variable
+  sequence  a list of pre-made batches iterated by the loop
+  index     full-batch training: the loss picks its rows with an index (graph nets)
+  closure   an LBFGS optimizer, whose line search re-evaluates the loss (refused)
+
+A source with `problem` set cannot be sharded safely; the problem says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import ddpify.match as m
+from ddpify.analysis.tree import _flatten_targets, call_args, code, dotted
+
+TORCH_DRAWS = frozenset(f"torch.{n}" for n in (
+    "randint", "randperm", "rand", "randn", "randint_like", "rand_like", "randn_like", "multinomial",
+    "normal", "bernoulli", "poisson",
+))
+SEEDS = ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed",
+         "numpy.random.seed", "random.seed")
+GENERATORS = ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator", "random.Random",
+              "torch.Generator")
+_NOT_DRAWS = {"seed", "get_state", "set_state", "getstate", "setstate", "RandomState", "default_rng", "Generator", "Random"}
+
+
+@dataclass
+class BatchSource:
+    kind: str  # "random" | "range" | "sequence" | "index" | "closure"
+    node: cst.CSTNode  # what gets sharded: the range call, the iterable, the loss statement, the step call
+    loop: cst.CSTNode | None = None  # the loop that draws the batches
+    families: set[str] = field(default_factory=set)  # random: "torch", "numpy", "random"
+    index: str | None = None  # index: the name of the index
+    problem: str | None = None  # why it cannot be sharded (blocking)
+
+
+class BatchesMixin:
+    # -- random draws -----------------------------------------------------------------
+    def draw_family(self, call: cst.Call) -> str | None:
+        """"torch"/"numpy"/"random" for a draw from that library's global generator."""
+        for q in self.qualified(call.func):
+            if q in TORCH_DRAWS:
+                return "torch"
+            for fam, prefix in (("numpy", "numpy.random."), ("random", "random.")):
+                if q.startswith(prefix) and q.count(".") == prefix.count(".") and q.rsplit(".", 1)[-1] not in _NOT_DRAWS:
+                    return fam
+        return None
+
+    def _reached(self, stmts: list[cst.CSTNode], depth: int = 3) -> list[cst.CSTNode]:
+        """stmts and the bodies of the script's functions they call (not the models' methods)."""
+        out, work, seen = [], [(s, 0) for s in stmts], set()
+        while work:
+            node, d = work.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            out.append(node)
+            if d >= depth:
+                continue
+            for c in self.findall(node, m.Call()):
+                if self._is_forward_call(c):
+                    continue
+                name = dotted(c.func)
+                if not name or ("." in name and not name.startswith("self.")):
+                    continue
+                for fn in self.functions.get(name.rsplit(".", 1)[-1], []):
+                    if fn.name.value in ("forward", "__init__"):
+                        continue
+                    work.append((fn.body, d + 1))
+        return out
+
+    def _draws_in(self, nodes: list[cst.CSTNode]) -> list[cst.Call]:
+        return [c for n in nodes for c in self.findall(n, m.Call()) if self.draw_family(c)]
+
+    # -- the batch source of a step ---------------------------------------------------
+    def batch_source(self, step) -> BatchSource | None:
+        closure = self._closure_step(step)
+        if closure is not None:
+            return closure
+        loop, first = self._data_loop(step)
+        if isinstance(loop, cst.For):
+            found = self._range_source(loop) or self._sequence_source(loop)
+            if found is not None:
+                return found
+            body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
+            nodes, needed = self._feeding(body, first)
+            it, names = self._loop_names(loop)
+            if m.matches(it, m.Call(func=m.Name("range"))):
+                # a counter: it feeds the batch only as an index (X[i]), which is not sharded here
+                if any(x.value in names for node in nodes for sub in self.findall(node, m.Subscript()) for x in self.findall(sub, m.Name())):
+                    return None
+            elif needed & set(names + [dotted(t) for t in _flatten_targets(loop.target)]):
+                return None  # the loop hands out the batches (a loader from elsewhere): not known here
+        found = self._random_source(first, loop)
+        if found is not None:
+            return found
+        return self._index_source(step)
+
+    def _data_loop(self, step) -> tuple[cst.CSTNode | None, cst.CSTNode]:
+        """The loop that feeds the step, and the node in it where the step's forward starts:
+        train(x, y) called once per batch from a loop gets its batch from that loop."""
+        first = step.loss_stmt or step.forward_first or step.stmt  # the training forward, not an evaluation before it
+        loop = self.enclosing_loop(step.stmt)
+        fn = self.function_of(step.stmt)
+        if loop is None and fn is not None:
+            callers = [c for c in self.callers(fn) if not (isinstance(c.func, cst.Attribute) and self.is_model_ref(c.func.value))]
+            if len(callers) == 1 and self.enclosing_loop(callers[0]) is not None:
+                return self.enclosing_loop(callers[0]), callers[0]
+        return loop, first
+
+    def _closure_step(self, step) -> BatchSource | None:
+        """optimizer.step(closure) of an LBFGS optimizer (the backward is inside the closure)."""
+        for c in self.calls:
+            if not m.matches(c.func, m.Attribute(attr=m.Name("step"))) or not self.is_optimizer_ref(c.func.value):
+                continue
+            pos, kw = call_args(c)
+            opt = dotted(c.func.value)
+            made = self.optimizers.get(opt or "")
+            if (pos or "closure" in kw) and made is not None and self.is_call(made, "torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"):
+                return BatchSource("closure", c, problem=(
+                    "LBFGS re-evaluates the loss in its line search: on each rank that loss is the rank's own, "
+                    "so the ranks take different steps (and a different number of backward passes, which hangs DDP); "
+                    "ddpify cannot shard this training. Keep it on one process, or use a first-order optimizer"))
+        return None
+
+    def _loop_names(self, loop: cst.For) -> tuple[cst.BaseExpression, list[str]]:
+        """The iterable under enumerate(), and the names the loop binds to its items."""
+        it, target = loop.iter, loop.target
+        if m.matches(it, m.Call(func=m.Name("enumerate"))) and it.args and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+            it, target = it.args[0].value, target.elements[1].value
+        return it, [dotted(t) for t in _flatten_targets(target) if dotted(t)]
+
+    def _slices_with(self, nodes: list[cst.CSTNode], names: set[str]) -> bool:
+        """A slice `a[i:i + n]` bounded by one of names (`lrs[epoch]` picks a value, not a batch)."""
+        for n in nodes:
+            for sub in self.findall(n, m.Subscript()):
+                for el in sub.slice:
+                    if isinstance(el.slice, cst.Slice) and any(x.value in names for x in self.findall(el.slice, m.Name())):
+                        return True
+        return False
+
+    def _range_source(self, loop: cst.For) -> BatchSource | None:
+        it, names = self._loop_names(loop)
+        if not (m.matches(it, m.Call(func=m.Name("range"))) and names):
+            return None
+        if self._slices_with([loop.body], set(names)):
+            return BatchSource("range", it, loop)
+        # get_batch(source, i): the callee slices with the parameter the loop variable fills
+        for c in self.findall(loop.body, m.Call()):
+            name = dotted(c.func)
+            for fn in self.functions.get((name or "").rsplit(".", 1)[-1], []) if name else []:
+                params = [p.name.value for p in fn.params.params if p.name.value not in ("self", "cls")]
+                pos, kw = call_args(c)
+                filled = {params[i] for i, arg in enumerate(pos) if i < len(params) and dotted(arg.value) in names}
+                filled |= {k for k, arg in kw.items() if dotted(arg.value) in names}
+                if filled and self._slices_with([fn.body], filled):
+                    return BatchSource("range", it, loop)
+        return None
+
+    def _sequence_source(self, loop: cst.For) -> BatchSource | None:
+        it, names = self._loop_names(loop)
+        if not any(n.value in names for n in self.findall(loop.body, m.Name())):
+            return None
+        parts = [a.value for a in it.args] if m.matches(it, m.Call(func=m.Name("zip"))) else [it]
+        if not parts or not all(isinstance(p, cst.Name) for p in parts):
+            return None
+        scope = self.function_of(loop)
+        for p in parts:
+            values = self._local_values(scope, p.value) or self._local_values(None, p.value)
+            if len(values) != 1 or not self._prebatched(values[0]):
+                return None
+        return BatchSource("sequence", it, loop)
+
+    def _prebatched(self, value: cst.BaseExpression) -> bool:
+        """A list of batches made up front: a list/comprehension, or tensor.split/chunk."""
+        if isinstance(value, (cst.List, cst.Tuple)):  # [0.1, 0.01] are settings, not batches
+            return bool(value.elements) and not any(isinstance(e.value, (cst.BaseNumber, cst.BaseString)) for e in value.elements)
+        if isinstance(value, cst.ListComp):
+            return True
+        if isinstance(value, cst.Call):
+            if self.is_call(value, "torch.split", "torch.chunk", "torch.unbind"):
+                return True
+            if isinstance(value.func, cst.Attribute) and value.func.attr.value in ("split", "chunk", "unbind") and not isinstance(value.func.value, cst.SimpleString):
+                return True
+            if m.matches(value.func, m.Name("list")) and value.args:
+                return self._prebatched(value.args[0].value) or isinstance(value.args[0].value, cst.GeneratorExp)
+        return False
+
+    def _random_source(self, first: cst.CSTNode, loop: cst.CSTNode | None) -> BatchSource | None:
+        if loop is None:
+            return None
+        body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
+        top = first
+        while top is not None and top not in body:
+            top = self.parent.get(top)
+        upto = body[: body.index(top) + 1] if top in body else body
+        reached = self._reached(self._feeding(upto, first)[0])
+        draws = self._draws_in(reached)
+        if not draws:
+            return None
+        src = BatchSource("random", loop, loop, families={self.draw_family(c) for c in draws})
+        src.problem = self._random_problem(loop, reached, draws)
+        return src
+
+    def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> tuple[list[cst.CSTNode], set[str]]:
+        """What computes the forward's inputs: the forward statement and, going back through
+        stmts, the assignments to the names it reads (an evaluation before it does not count)."""
+        out: list[cst.CSTNode] = [first]
+        needed = {n.value for n in self.findall(first, m.Name())}
+        for s in reversed(stmts):
+            if s is first or self._order.get(id(s), 0) > self._order.get(id(first), 0):
+                continue
+            for asg in self.findall(s, m.Assign()):
+                targets = {dotted(el) for t in asg.targets for el in _flatten_targets(t.target)}
+                if targets & needed:
+                    out.append(asg.value)
+                    needed |= {n.value for n in self.findall(asg.value, m.Name())}
+        return out, needed
+
+    def _random_problem(self, loop: cst.CSTNode, reached: list[cst.CSTNode], draws: list[cst.Call]) -> str | None:
+        for c in draws:
+            if "generator" in call_args(c)[1]:
+                return f"`{dotted(c.func)}(..., generator=...)` draws the batch from a generator of the script's own: seed it with RANK added by hand"
+        for node in [loop, *reached]:
+            for c in self.findall(node, m.Call()):
+                if self.is_call(c, *SEEDS):
+                    return f"`{dotted(c.func)}` re-seeds the generator inside the training loop: every rank would draw the same batches again; add RANK to that seed by hand"
+        for if_ in self.findall(loop.body, m.If()):
+            if any(self.draw_family(c) for c in self.findall(if_.test, m.Call())) and self.findall(
+                    if_.body, m.Break() | m.Continue() | m.Return() | m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+                return "a random draw decides whether this step runs: with per-rank draws the ranks would run different numbers of steps (DDP hangs)"
+        for fam in {self.draw_family(c) for c in draws} - {"torch"}:
+            if self.module_alias(fam) is None:
+                return f"the {fam} draws come from names imported out of `{fam}`: ddpify needs `import {fam}` to re-seed it per rank"
+        return None
+
+    def module_alias(self, fam: str) -> str | None:
+        """The name a library module is bound to at module level ("numpy" -> "np")."""
+        full = {"torch": "torch", "numpy": "numpy", "random": "random"}[fam]
+        for name, whats in self.bindings.get(None, {}).items():
+            if full in whats:
+                return name
+        return None
+
+    # -- full-batch index -------------------------------------------------------------
+    def _index_source(self, step) -> BatchSource | None:
+        stmt = step.loss_stmt or step.stmt
+        fn = self.function_of(stmt)
+        # `target[t]` in a loop over time steps is not a row index
+        loop_vars = {dotted(t) for f in self.fors if self.function_of(f) is fn for t in _flatten_targets(f.target)}
+        names = []
+        for sub in self.findall(stmt, m.Subscript()):
+            if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+                idx = dotted(sub.slice[0].slice.value)
+                if idx and not idx.isupper() and idx not in names and idx not in loop_vars:
+                    names.append(idx)
+        if not names:
+            return None
+        src = BatchSource("index", stmt, self.enclosing_loop(step.stmt), index=names[0])
+        picks = sum(1 for sub in self.findall(stmt, m.Subscript()) if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and dotted(sub.slice[0].slice.value) == names[0])
+        if len(names) > 1:
+            src.problem = f"the loss picks rows with several indices ({', '.join(names)}): shard them alike by hand"
+        elif picks < 2:
+            return None  # out[idx] against targets picked elsewhere: not a full-batch index ddpify can follow
+        else:
+            src.problem = self._index_origin_problem(stmt, names[0])
+        return src
+
+    def _index_origin_problem(self, at: cst.CSTNode, name: str) -> str | None:
+        """The index must be the same on every rank, or the ranks' shares overlap and miss rows."""
+        values = self._values_reaching(at, name)
+        if not values:
+            return f"where `{name}` comes from is not visible here: ddpify cannot tell it is the same on every rank"
+        # and the values of the names they are computed from (perm in `idx = perm[:30]`)
+        seen, work = {name}, list(values)
+        while work and len(values) < 32:
+            v = work.pop()
+            for n in self.findall(v, m.Name()):
+                par = self.parent.get(n)
+                if n.value in seen or (isinstance(par, cst.Call) and par.func is n) or (isinstance(par, cst.Attribute) and par.attr is n):
+                    continue
+                seen.add(n.value)
+                more = self._values_reaching(v, n.value)
+                values += more
+                work += more
+        seeded = {fam for fam in ("numpy", "random") if any(self.is_call(c, f"{fam}.random.seed" if fam == "numpy" else "random.seed") for c in self.calls)}
+        for v in values:
+            if isinstance(v, (cst.BaseNumber, cst.BaseString, cst.Dict)):
+                return f"`{name}` is `{code(v)}`, not an index of rows: ddpify cannot tell which rows the loss reads"
+            for c in self.findall(v, m.Call()) if not isinstance(v, cst.Call) else [v, *self.findall(v, m.Call())]:
+                fam = self.draw_family(c)
+                if fam in ("numpy", "random") and fam not in seeded:
+                    return f"`{name}` is drawn with an unseeded {fam} generator: it differs per rank, so the ranks' shares would overlap"
+                name_c = dotted(c.func) or ""
+                local = self.functions.get(name_c.rsplit(".", 1)[-1]) if "." not in name_c else None
+                if local:
+                    for fam in {self.draw_family(d) for d in self._draws_in(self._reached([f.body for f in local]))} - {"torch", None} - seeded:
+                        return f"`{name}` comes from {name_c}(), which draws with an unseeded {fam} generator: it may differ per rank"
+                elif self.draw_family(c) is None and not self._plain_call(c) and "numpy" not in seeded:
+                    return (f"`{name}` comes from {name_c}(), which ddpify cannot see: if it splits at random without a seed, "
+                            "the ranks' indices differ (seed numpy with np.random.seed, or shard by hand)")
+        return None
+
+    def _plain_call(self, c: cst.Call) -> bool:
+        """A call that cannot draw at random: a method of a tensor (.cuda(), .to()), a builtin, a torch op."""
+        if isinstance(c.func, cst.Attribute) and not (dotted(c.func) or "").startswith(("np.", "numpy.", "random.")):
+            q = self.qualified(c.func)
+            return not q or all(x.startswith("torch.") for x in q)
+        return dotted(c.func) in ("range", "list", "len", "int", "sorted", "tuple", "Variable") or any(
+            q.startswith("torch.") for q in self.qualified(c.func))
+
+    def _values_reaching(self, at: cst.CSTNode, name: str, depth: int = 0) -> list[cst.BaseExpression]:
+        """Right-hand sides of the assignments to name in at's scope, following a parameter
+        to the callers' arguments (one level) and module-level names."""
+        fn = self.function_of(at)
+        if fn is not None and name in [p.name.value for p in fn.params.params]:
+            if depth > 1:
+                return []
+            i = [p.name.value for p in fn.params.params].index(name)
+            out = []
+            for call in self.callers(fn):
+                pos, kw = call_args(call)
+                arg = kw[name].value if name in kw else pos[i].value if i < len(pos) else None
+                if arg is None or dotted(arg) is None:
+                    return []
+                out += self._values_reaching(call, dotted(arg), depth + 1)
+            return out
+        out = []
+        for scope in ([fn, None] if fn is not None else [None]):
+            for asg in self.assigns:
+                if not isinstance(asg, cst.Assign) or self.function_of(asg) is not scope:
+                    continue
+                if any(dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)):
+                    out.append(asg.value)
+            if out:
+                return out
+        return out

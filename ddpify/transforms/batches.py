@@ -1,0 +1,134 @@
+"""Training batches that no DataLoader hands out (see ddpify/analysis/batches.py), sharded per rank:
+
+- random draws: each rank re-seeds the generators the draws use with RANK added, once, just
+  before the training loop (everything before it, a random split included, stays the same on
+  every rank; the model is in sync anyway: DDP broadcasts rank 0's weights at the wrap);
+- a loop over range(...) that slices pre-loaded tensors, or over a list of pre-made batches:
+  the loop runs over this rank's contiguous share (rank_share), the same length on every rank;
+- full-batch training whose loss picks rows with an index: the loss reads every
+  WORLD_SIZE-th row of the index from RANK on (rank_rows);
+- an LBFGS closure, or draws/indices ddpify cannot make per-rank: refused (blocking).
+Evaluation loops are not touched: only the loop that feeds a backward pass is."""
+
+from __future__ import annotations
+
+import libcst as cst
+import ddpify.match as m
+
+from ddpify.analysis import code, dotted
+from ddpify.transforms.base import Context, Transform
+
+BATCH_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
+RESEED = {
+    # a draw from the generator (the same on every rank until now) plus RANK: a function that
+    # runs the loop again on its next call goes on with new draws, not the first ones again
+    "torch": "{torch}.manual_seed(int({torch}.randint(2**62, ())) + RANK)",
+    "numpy": "{alias}.random.seed(({alias}.random.randint(2**31) + RANK) % 2**32)",
+    "random": "{alias}.seed({alias}.getrandbits(64) + RANK)",
+}
+
+
+class BatchesTransform(Transform):
+    name = "batches"
+
+    def plan(self, ctx: Context) -> None:
+        a = ctx.a
+        ctx.batches_done = False  # type: ignore[attr-defined]
+        if any(ld.role == "train" for ld in a.loaders):
+            for step in a.steps:  # an LBFGS line search is per rank with a DataLoader too
+                src = a._closure_step(step)
+                if src is not None:
+                    ctx.finding(src.node, "DDP114", src.problem)
+            return
+        sources = []
+        for step in a.steps:
+            src = a.batch_source(step)
+            if src is None:
+                return  # SamplerTransform reports DDP024
+            sources.append((step, src))
+        problems = [(s, src) for s, src in sources if src.problem]
+        for step, src in problems:
+            code_ = {"closure": "DDP114", "index": "DDP117"}.get(src.kind, "DDP116")
+            ctx.finding(src.node if src.kind != "random" else step.backward, code_, src.problem)
+        ctx.batches_done = True  # type: ignore[attr-defined]
+        if problems:
+            return
+        done: set[int] = set()
+        for step, src in sources:
+            if id(src.node) in done:
+                continue
+            done.add(id(src.node))
+            if not ctx.editable(src.node):
+                ctx.skipped_here(src.node, "training batches not sharded per rank", blocking=True)
+                continue
+            getattr(self, f"_{src.kind}")(ctx, step, src)
+
+    # -- random draws -----------------------------------------------------------------
+    def _random(self, ctx: Context, step, src) -> None:
+        a = ctx.a
+        anchor = self._anchor(a, src.loop)
+        if anchor is None:
+            ctx.finding(step.backward, "DDP116", "the training loop's function is called from several places: re-seed the batch draws with RANK added by hand before training")
+            return
+        torch = ctx.name("torch")
+        lines = ["# ddpify: each rank draws its own batches: its generators go on from a seed of its own (RANK added)"]
+        for fam in ("torch", "numpy", "random"):
+            if fam in src.families:
+                lines.append(RESEED[fam].format(torch=torch, alias=a.module_alias(fam)))
+        for k, line in enumerate(lines[1:]):
+            ctx.edits.before[anchor].append(ctx.stmt((lines[0] + "\n" if k == 0 else "") + line + "\n"))
+        fams = "/".join(sorted(src.families))
+        ctx.finding(anchor, "DDP110", f"batches drawn at random ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
+        ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
+
+    @staticmethod
+    def _anchor(a, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """The outermost loop that runs the training, climbing through the functions that run
+        it in a loop (train() called once per epoch re-seeds once, not every epoch); None when
+        such a function is called from several places."""
+
+        def outermost(node):
+            outer = a.enclosing_loop(node)
+            while outer is not None:
+                node, outer = outer, a.enclosing_loop(outer)
+            return node
+
+        def callers(fn):  # model.train() is not a call of a Trainer's train()
+            return [c for c in a.callers(fn) if not (isinstance(c.func, cst.Attribute) and a.is_model_ref(c.func.value))]
+
+        def runs_in_loop(fn, depth=0):
+            if fn is None or depth > 4:
+                return False
+            return any(a.enclosing_loop(c) is not None or runs_in_loop(a.function_of(c), depth + 1) for c in callers(fn))
+
+        node = outermost(loop)
+        while True:
+            fn = a.function_of(node)
+            if fn is None or not runs_in_loop(fn):
+                return node
+            found = callers(fn)
+            if len(found) > 1:
+                return None
+            node = outermost(a.statement(found[0]))
+
+    # -- pre-batched data -------------------------------------------------------------
+    def _range(self, ctx: Context, step, src) -> None:
+        ctx.edits.replace(src.node, lambda n: cst.Call(func=cst.Name("rank_share"), args=[cst.Arg(n)]))
+        ctx.helpers.add("rank_share")
+        ctx.finding(src.node, "DDP111", "the loop over pre-loaded data runs over this rank's contiguous share (rank_share): the same number of steps on every rank, a remainder of fewer than WORLD_SIZE batches dropped", True)
+        ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
+
+    _sequence = _range
+
+    # -- full-batch index -------------------------------------------------------------
+    def _index(self, ctx: Context, step, src) -> None:
+        a = ctx.a
+        region = [src.node]
+        if step.forward_first is not None and step.forward_first is not src.node:
+            region.append(step.forward_first)
+        for stmt in region:
+            for sub in a.findall(stmt, m.Subscript()):
+                if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and dotted(sub.slice[0].slice.value) == src.index:
+                    ctx.edits.replace(sub.slice[0].slice.value, lambda n: cst.Call(func=cst.Name("rank_rows"), args=[cst.Arg(n)]))
+        ctx.helpers.add("rank_rows")
+        ctx.finding(src.node, "DDP112", f"full-batch training: the loss reads this rank's rows of `{src.index}` (every WORLD_SIZE-th from RANK on, rank_rows), so the averaged gradient is the full batch's; when len({src.index}) is not a multiple of WORLD_SIZE the shares differ by one row and the rows weigh slightly unequally", True)
