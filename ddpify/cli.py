@@ -71,6 +71,7 @@ class Report:
     stdin: bool = False
     findings: list = field(default_factory=list)  # Finding objects, for --output-format json
     blocked: bool = False  # a blocking finding remains (refused, or written anyway with --partial)
+    member: bool = False  # a module of a project (project mode): run through its entry script
 
     def fail(self, text: str) -> None:
         self.outcome = "error"
@@ -443,7 +444,9 @@ def convert_command(
         for d in sorted({os.path.dirname(os.path.realpath(j.path)) for j in job_list if not j.stdin and not j.error}):
             fileio.clean_stale_temps(d)
 
-    reports = _run(job_list, settings, jobs)
+    projects, job_list = _split_projects(job_list, explicit=paths)
+    reports = _run(job_list, settings, jobs) + [r for p in projects for r in _process_project(p, settings)]
+    reports.sort(key=lambda r: (not r.stdin, r.path))
     if as_json:
         click.echo(json.dumps(json_document(reports, settings), indent=2))
     else:
@@ -456,6 +459,111 @@ def convert_command(
     if check and any(r.outcome == "changed" for r in reports):
         sys.exit(1)
     sys.exit(0)
+
+
+# --------------------------------------------------------------------------- project mode
+
+
+def _split_projects(job_list: list[Job], explicit: tuple[str, ...]) -> tuple[list[list[Job]], list[Job]]:
+    """Entry scripts that import local modules (project mode) and their modules, apart from the
+    files converted one at a time. A file named on the command line that imports a local module is
+    an entry; in a directory, an entry also has `if __name__ == "__main__":`. Modules of an entry
+    are not converted on their own."""
+    from ddpify.analysis.project import local_modules
+
+    named = {os.path.realpath(p) for p in explicit if p != "-" and not os.path.isdir(p)}
+    entries: list[tuple[Job, list[str]]] = []
+    for job in job_list:
+        if job.stdin or job.error or job.passthrough:
+            continue
+        try:
+            _, files = local_modules(job.path)
+        except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
+            continue
+        if len(files) < 2:
+            continue
+        if os.path.realpath(job.path) in named or files[0].main_guard is not None:
+            entries.append((job, [f.path for f in files]))
+    if not entries:
+        return [], job_list
+    members = {p for _, files in entries for p in files[1:]}
+    entry_paths = {os.path.realpath(j.path) for j, _ in entries}
+    rest = [j for j in job_list if j.stdin or os.path.realpath(j.path) not in members | entry_paths]
+    return [[j] for j, _ in entries], rest
+
+
+def _display(path: str, entry: Job) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
+
+
+def _process_project(group: list[Job], settings: Settings) -> list[Report]:
+    """Convert one entry and its local modules as one program: all files are written, or none."""
+    from ddpify.pipeline import ConversionError
+    from ddpify.project import convert_project
+
+    entry = group[0]
+    sources: dict[str, fileio.SourceFile] = {}
+    signatures: dict[str, tuple[int, int, int]] = {}
+
+    def read(path: str) -> str:
+        signatures[path] = fileio.file_signature(path)
+        sources[path] = fileio.decode_source(fileio.read_bytes(path))
+        return sources[path].text
+
+    try:
+        result = convert_project(entry.path, entry.options or Options(), read=read)
+    except (FileError, SyntaxError, ConversionError, OSError, UnicodeDecodeError) as exc:
+        report = Report(entry.path)
+        report.fail(f"{entry.path}: error: project mode: {getattr(exc, 'message', None) or exc}")
+        return [report]
+    reports: list[Report] = []
+    outputs: dict[str, bytes] = {}
+    blocked = bool(result.blocking)
+    for fr in result.files:
+        path = entry.path if fr.path == os.path.realpath(entry.path) else _display(fr.path, entry)
+        report = Report(path, status=result.status, member=fr.path != result.entry)
+        report.findings = fr.findings
+        for finding in fr.findings:
+            kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+            report.messages.append((kind, finding.format(path)))
+        if fr.findings and any(f.blocking for f in fr.findings):
+            report.blocked = True
+        src = sources[fr.path]
+        out = fileio.encode_source(src, fr.output) if fr.changed and not blocked else src.data
+        if out != src.data:
+            try:
+                check_syntax(fr.output, path)
+            except FileError:
+                report.fail(f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug.")
+                blocked = True
+        outputs[fr.path] = out
+        report.outcome = "changed" if out != src.data else "refused" if blocked else "unchanged"
+        if settings.diff and out != src.data:
+            report.diff = unified_diff(src.text, fr.output, path)
+        reports.append(report)
+    if blocked:
+        for report in reports:
+            report.outcome = "refused" if report.outcome != "error" else "error"
+            report.diff = ""
+            report.blocked = True
+        n = len(result.blocking)
+        reports[0].messages.append(("blocking", (
+            f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "
+            f"({len(reports)} files) would make it a wrong DDP program, so every file was left unchanged."
+        )))
+        return reports
+    if settings.write:
+        try:
+            for fr in result.files:
+                if outputs[fr.path] != sources[fr.path].data:
+                    fileio.check_writable(fr.path)
+            for fr in result.files:
+                if outputs[fr.path] != sources[fr.path].data:
+                    fileio.write_atomic(fr.path, outputs[fr.path], expected=signatures[fr.path])
+        except (OSError, FileError) as exc:
+            reports[0].fail(f"{entry.path}: error: cannot write the project: {exc}")
+    return reports
 
 
 def _run(job_list: list[Job], settings: Settings, jobs: int) -> list[Report]:
@@ -487,7 +595,7 @@ def _print_report(report: Report, settings: Settings, quiet: bool, color: bool) 
         click.echo(text, err=True)
     if report.outcome == "changed" and not quiet:
         click.echo(f"{'converted' if settings.write else 'would convert'} {report.path}", err=True)
-        if settings.write and not report.stdin:
+        if settings.write and not report.stdin and not report.member:
             first, *rest = run_commands(report.path)
             click.echo(f"  run it with: {first}", err=True)
             for line in rest:

@@ -199,3 +199,39 @@ class ModelsMixin:
         if last in {o.rsplit(".", 1)[-1] for o in self.optimizers}:
             return True
         return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers
+
+    def _hand_to_classes(self) -> None:
+        """Project mode: `Trainer(model, ...)` where Trainer, in another file, keeps the model as
+        self.model in __init__ and trains it: the model is self.model from there on, wrapped
+        where the class last changes it (`self.model = model.to(device)`)."""
+        if len(set(map(self.region_of, self.module.body))) <= 1:
+            return
+        trainers = {id(self.class_of(s.stmt)) for s in self.steps if self.class_of(s.stmt) is not None}
+        for name in list(self.models):
+            if "." in name:
+                continue
+            for call in self.calls:
+                cls = self.classes.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+                if cls is None or id(cls) not in trainers or self.region_of(cls) == self.region_of(call):
+                    continue
+                init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+                if init is None:
+                    continue
+                params = [p.name.value for p in init.params.params][1:]
+                pos, kw = call_args(call)
+                param = next((params[i] for i, a in enumerate(pos) if dotted(a.value) == name and i < len(params)), None)
+                param = param or next((k for k, a in kw.items() if dotted(a.value) == name and k in params), None)
+                if param is None:
+                    continue
+                for asg in self.findall(init, m.Assign()):
+                    target = dotted(asg.targets[0].target) if len(asg.targets) == 1 else None
+                    base = asg.value
+                    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+                        base = base.func.value  # model.to(device).float()
+                    if target and target.startswith("self.") and dotted(base) == param:
+                        self.models[self.models.index(name)] = target
+                        break
+                else:
+                    continue
+                break
+        self.model_bindings = self._propagate(self.models)

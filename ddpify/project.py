@@ -1,0 +1,349 @@
+"""Project mode: an entry script and the local modules it imports, converted as one program.
+
+The modules' texts are placed, in import order, after the entry's imports in one merged source
+(each between two marker functions; every import of a local module and every module's own
+`if __name__ == "__main__":` block stands in as a placeholder import), the merged source goes
+through the one-file pipeline, and the result is split back into files. So the analysis sees the
+model, optimizer, loaders, step and epoch loop wherever they are; the set-up (ddp_setup(), the
+teardown) lands in the entry, and each module gets the generated names it uses (the import-safe
+rank constants, imports, helpers) in a small header of its own: no process group at import time.
+Findings come back with the line of the file they concern.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpify.analysis.project import ModuleFile, local_modules
+from ddpify.findings import Finding
+from ddpify.options import Options
+from ddpify.pipeline import ConversionError, convert_source
+
+BEGIN = "def __ddpify_begin_{}__(): pass\n"
+END = "def __ddpify_end_{}__(): pass\n"
+IMPORT = "import __ddpify_import_{}__\n"
+MARK_RE = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
+PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)__[ \t]*\r?\n", re.M)
+HEADER_NOTE = "# ddpify: ranks read from torchrun's environment (import-safe); the process group is set up by the entry script\n"
+
+
+@dataclass
+class FileResult:
+    path: str  # absolute
+    source: str  # the original text
+    output: str  # converted text (== source when unchanged or refused)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.source
+
+
+@dataclass
+class ProjectResult:
+    entry: str
+    root: str
+    status: str
+    files: list[FileResult]
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for r in self.files for f in r.findings if f.blocking]
+
+
+def is_project(entry: str) -> bool:
+    """Whether the entry imports a local module at top level (project mode applies)."""
+    try:
+        _, files = local_modules(entry)
+    except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
+        return False
+    return len(files) > 1
+
+
+@dataclass
+class _Merged:
+    text: str
+    segments: list[tuple[int, int, int, int]]  # (merged first line, count, file index, file first line)
+    restore: dict[int, str]  # placeholder number -> original statement text
+    modules: list[int]  # file index of each region
+
+
+def _lines(text: str) -> list[str]:
+    out = text.splitlines(keepends=True)
+    if out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    return out
+
+
+def _merge(files: list[ModuleFile]) -> _Merged:
+    restore: dict[int, str] = {}
+    counter = [0]
+
+    def placeholder(lines: list[str], start: int, end: int) -> str:
+        counter[0] += 1
+        restore[counter[0]] = "".join(lines[start - 1 : end])
+        return IMPORT.format(counter[0])
+
+    def pieces(mod: ModuleFile) -> list[tuple[str, int]]:
+        """(text, original first line) runs of the file with its placeholders in."""
+        lines = _lines(mod.text)
+        spans = [(i.line, i.end) for i in mod.imports]
+        if mod is not files[0] and mod.main_guard is not None:
+            spans.append(mod.main_guard)
+        out: list[tuple[str, int]] = []
+        at = 1
+        for start, end in sorted(spans):
+            if start > at:
+                out.append(("".join(lines[at - 1 : start - 1]), at))
+            out.append((placeholder(lines, start, end), start))
+            at = end + 1
+        if at <= len(lines):
+            out.append(("".join(lines[at - 1 :]), at))
+        return out
+
+    entry = files[0]
+    prelude = 0  # the entry's last top-level import before its first def/class/main guard
+    for node in entry.tree.body:
+        if node.__class__.__name__ in ("FunctionDef", "AsyncFunctionDef", "ClassDef") or (
+            entry.main_guard and node.lineno == entry.main_guard[0]
+        ):
+            break
+        if node.__class__.__name__ in ("Import", "ImportFrom"):
+            prelude = node.end_lineno or node.lineno
+    text: list[str] = []
+    segments: list[tuple[int, int, int, int]] = []
+    line = [1]
+
+    def emit(chunk: str, index: int, first: int, mapped: bool = True) -> None:
+        n = chunk.count("\n")
+        if mapped:
+            if chunk.startswith("import __ddpify_import_"):
+                segments.append((line[0], 1, index, first))
+            else:
+                segments.append((line[0], n, index, first))
+        text.append(chunk)
+        line[0] += n
+
+    regions: list[int] = []
+
+    def emit_modules() -> None:
+        for k, mod in enumerate(files[1:], start=1):
+            if not mod.tree.body:
+                continue  # nothing runs there: nothing to convert
+            regions.append(k)
+            emit(BEGIN.format(k), k, 1, mapped=False)
+            for chunk, first in pieces(mod):
+                emit(chunk, k, first)
+            emit(END.format(k), k, 1, mapped=False)
+
+    done = prelude == 0
+    if done:
+        emit_modules()
+    for chunk, first in pieces(entry):
+        n = chunk.count("\n")
+        last = first if chunk.startswith("import __ddpify_import_") else first + n - 1
+        if done or last < prelude:
+            emit(chunk, 0, first)
+            continue
+        cut = n if chunk.startswith("import __ddpify_import_") else prelude - first + 1
+        lines = _lines(chunk)
+        emit("".join(lines[:cut]), 0, first)
+        emit_modules()
+        done = True
+        if lines[cut:]:
+            emit("".join(lines[cut:]), 0, first + cut)
+    return _Merged("".join(text), segments, restore, regions)
+
+
+def _where(merged: _Merged, line: int) -> tuple[int, int]:
+    for start, count, index, first in merged.segments:
+        if start <= line < start + max(count, 1):
+            return index, first + (line - start if count > 1 or count == 0 else 0)
+    return 0, 1
+
+
+def convert_project(entry: str, options: Options | None = None, read=None) -> ProjectResult:
+    """Convert entry and its local modules as one program. Nothing is written here."""
+    options = options or Options()
+    root, files = local_modules(entry, read)
+    merged = _merge(files)
+    result = convert_source(merged.text, options, path=entry)
+    per_file: list[list[Finding]] = [[] for _ in files]
+    for f in result.findings:
+        index, line = _where(merged, f.line) if f.line else (0, f.line)
+        per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed))
+    outputs = [m.text for m in files]
+    status = result.status
+    if result.changed:
+        try:
+            outputs = _split(result.source, merged, files)
+        except ConversionError as exc:
+            per_file[0].append(Finding(1, 1, "DDP100", f"project mode: the converted program could not be split back into its files ({exc.message}): convert by hand", False))
+            outputs = [m.text for m in files]
+            status = "refused"
+    return ProjectResult(os.path.realpath(entry), root, status, [
+        FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
+    ])
+
+
+def _restore(text: str, merged: _Merged) -> str:
+    def back(mt: re.Match) -> str:
+        indent, k = mt.group(1), int(mt.group(2))
+        original = merged.restore[k]
+        if not indent:
+            return original
+        return "".join(indent + ln if ln.strip() else ln for ln in _lines(original))
+
+    return PLACE_RE.sub(back, text)
+
+
+def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
+    module = cst.parse_module(out)
+    entry_body: list[cst.BaseStatement] = []
+    regions: dict[int, list[cst.BaseStatement]] = {}
+    footers: dict[int, str] = {}
+    current: int | None = None
+    for stmt in module.body:
+        mark = MARK_RE.match(stmt.name.value) if isinstance(stmt, cst.FunctionDef) else None
+        if mark and mark.group(1) == "begin":
+            current = int(mark.group(2))
+            regions[current] = []
+        elif mark:
+            footers[current] = cst.Module(body=[], header=list(stmt.leading_lines)).code
+            current = None
+        elif current is None:
+            entry_body.append(stmt)
+        else:
+            regions[current].append(stmt)
+    if set(regions) != set(merged.modules) or set(footers) != set(regions):
+        raise ConversionError("a module's boundaries moved")
+    outputs = [m.text for m in files]
+    entry_mod = module.with_changes(body=entry_body)
+    outputs[0] = _restore(entry_mod.code, merged)
+    providers = _providers(entry_body, files[0])
+    for k, body in regions.items():
+        code = _module_with_header(module, body, providers, files[k]) + footers[k]
+        code = _restore(code, merged)
+        original = files[k].text
+        if not original.endswith("\n") and code == original + "\n":
+            code = original
+        outputs[k] = code
+    if any(PLACE_RE.search(o) for o in outputs):
+        raise ConversionError("a placeholder was left behind")
+    return outputs
+
+
+def _bound(node: cst.CSTNode) -> set[str]:
+    """Names a top-level statement binds."""
+    out: set[str] = set()
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return {node.name.value}
+    for n in _walk(node):
+        if isinstance(n, cst.ImportAlias):
+            if n.asname is not None and isinstance(n.asname.name, cst.Name):
+                out.add(n.asname.name.value)
+            else:
+                name = n.name
+                while isinstance(name, cst.Attribute):
+                    name = name.value
+                if isinstance(name, cst.Name):
+                    out.add(name.value)
+        elif isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name):
+            out.add(n.target.value)
+        elif isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name):
+            out.add(n.target.value)
+    return out
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
+
+
+def _used(node: cst.CSTNode) -> set[str]:
+    """Names read: not an attribute's own name (torch.nn), a keyword, or an import's name."""
+    skip: set[int] = set()
+    out: set[str] = set()
+    for n in _walk(node):
+        if isinstance(n, cst.Attribute):
+            skip.add(id(n.attr))
+        elif isinstance(n, cst.Arg) and n.keyword is not None:
+            skip.add(id(n.keyword))
+        elif isinstance(n, (cst.Import, cst.ImportFrom)):
+            skip |= {id(x) for x in _walk(n)}
+        elif isinstance(n, cst.Name) and id(n) not in skip:
+            out.add(n.value)
+    return out
+
+
+def _providers(entry_body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
+    """Top-level statements of the converted entry a module may need a copy of: what ddpify
+    generated (imports, rank constants, helpers) and the entry's own imports."""
+    original = {cst.parse_module("").code_for_node(s.with_changes(leading_lines=[])) for s in cst.parse_module(entry.text).body}
+    out = []
+    empty = cst.parse_module("")
+    for s in entry_body:
+        text = empty.code_for_node(s.with_changes(leading_lines=[]))
+        is_import = isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+        if "__ddpify_import_" in text or isinstance(s, cst.If):
+            continue
+        if is_import or (text not in original and _bound(s) and "ddp_setup" not in _bound(s)):
+            out.append(s)
+    return out
+
+
+def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], providers: list[cst.BaseStatement], mod: ModuleFile) -> str:
+    own: set[str] = set()
+    for s in body:
+        own |= _bound(s) | {n.value for n in _walk(s) if isinstance(n, (cst.Param,)) for n in [n.name]}
+        for n in _walk(s):
+            if isinstance(n, cst.AssignTarget):
+                own |= {x.value for x in _walk(n.target) if isinstance(x, cst.Name)}
+    need = set().union(*(_used(s) for s in body)) - own if body else set()
+    chosen: list[cst.BaseStatement] = []
+    changed = True
+    while changed:
+        changed = False
+        for p in providers:
+            if p in chosen:
+                continue
+            names = _bound(p)
+            if names & need:
+                chosen.append(p)
+                need |= _used(p) - own - names
+                changed = True
+    header = [p for p in providers if p in chosen]
+    if not header:
+        return module.with_changes(body=body, header=[], footer=[]).code
+    # after the module's own imports at the top (a docstring and __future__ first)
+    at = 0
+    for i, s in enumerate(body):
+        if isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If)):
+            break
+        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+            if "__ddpify_import_" in cst.parse_module("").code_for_node(s):
+                break
+            at = i + 1
+        elif i == 0 and isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.SimpleString):
+            at = 1
+    imports = [p for p in header if isinstance(p, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in p.body)]
+    rest = [p for p in header if p not in imports]
+    block = [s.with_changes(leading_lines=[]) for s in imports]
+    if rest:
+        first = rest[0]
+        note = cst.EmptyLine(comment=cst.Comment(HEADER_NOTE.strip()))
+        lead = [ln for ln in first.leading_lines if ln.comment is not None]
+        block.append(first.with_changes(leading_lines=[cst.EmptyLine(), note, *lead]))
+        block += rest[1:]
+    if at < len(body) and at > 0:
+        nxt = body[at]
+        if not any(ln.comment is None for ln in nxt.leading_lines[:1]):
+            body = [*body[:at], nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines]), *body[at + 1 :]]
+    return module.with_changes(body=[*body[:at], *block, *body[at:]], header=[], footer=[]).code
