@@ -445,7 +445,7 @@ def convert_command(
             fileio.clean_stale_temps(d)
 
     projects, job_list = _split_projects(job_list, explicit=paths)
-    reports = _run(job_list, settings, jobs) + [r for p in projects for r in _process_project(p, settings)]
+    reports = _run(job_list, settings, jobs) + (_process_projects(projects, settings) if projects else [])
     reports.sort(key=lambda r: (not r.stdin, r.path))
     if as_json:
         click.echo(json.dumps(json_document(reports, settings), indent=2))
@@ -497,72 +497,83 @@ def _display(path: str, entry: Job) -> str:
     return rel if not rel.startswith("..") else path
 
 
-def _process_project(group: list[Job], settings: Settings) -> list[Report]:
-    """Convert one entry and its local modules as one program: all files are written, or none."""
-    from ddpify.pipeline import ConversionError
-    from ddpify.project import convert_project
+def _convert_projects(groups: list[list[Job]]):
+    """Every project converted in memory from the files as they are on disk (ddpify/project.py)."""
+    from ddpify.project import convert_projects
 
-    entry = group[0]
     sources: dict[str, fileio.SourceFile] = {}
     signatures: dict[str, tuple[int, int, int]] = {}
 
     def read(path: str) -> str:
-        signatures[path] = fileio.file_signature(path)
-        sources[path] = fileio.decode_source(fileio.read_bytes(path))
+        if path not in sources:
+            signatures[path] = fileio.file_signature(path)
+            sources[path] = fileio.decode_source(fileio.read_bytes(path))
         return sources[path].text
 
-    try:
-        result = convert_project(entry.path, entry.options or Options(), read=read)
-    except (FileError, SyntaxError, ConversionError, OSError, UnicodeDecodeError) as exc:
-        report = Report(entry.path)
-        report.fail(f"{entry.path}: error: project mode: {getattr(exc, 'message', None) or exc}")
-        return [report]
+    results = convert_projects([(g[0].path, g[0].options or Options()) for g in groups], read=read, errors=(FileError,))
+    return [(g[0], r) for g, r in zip(groups, results)], sources, signatures
+
+
+def _process_projects(groups: list[list[Job]], settings: Settings) -> list[Report]:
+    """Convert each entry and its local modules as one program: all files are written, or none;
+    a module shared by several projects is reported and written once."""
+    done, sources, signatures = _convert_projects(groups)
     reports: list[Report] = []
-    outputs: dict[str, bytes] = {}
-    blocked = bool(result.blocking)
-    for fr in result.files:
-        path = entry.path if fr.path == os.path.realpath(entry.path) else _display(fr.path, entry)
-        report = Report(path, status=result.status, member=fr.path != result.entry)
-        report.findings = fr.findings
-        for finding in fr.findings:
-            kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
-            report.messages.append((kind, finding.format(path)))
-        if fr.findings and any(f.blocking for f in fr.findings):
-            report.blocked = True
-        src = sources[fr.path]
-        out = fileio.encode_source(src, fr.output) if fr.changed and not blocked else src.data
-        if out != src.data:
-            try:
-                check_syntax(fr.output, path)
-            except FileError:
-                report.fail(f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug.")
-                blocked = True
-        outputs[fr.path] = out
-        report.outcome = "changed" if out != src.data else "refused" if blocked else "unchanged"
-        if settings.diff and out != src.data:
-            report.diff = unified_diff(src.text, fr.output, path)
-        reports.append(report)
-    if blocked:
-        for report in reports:
-            report.outcome = "refused" if report.outcome != "error" else "error"
-            report.diff = ""
-            report.blocked = True
-        n = len(result.blocking)
-        reports[0].messages.append(("blocking", (
-            f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "
-            f"({len(reports)} files) would make it a wrong DDP program, so every file was left unchanged."
-        )))
-        return reports
-    if settings.write:
+    seen: set[str] = set()
+    writes: dict[str, bytes] = {}
+    for entry, result in done:
+        if isinstance(result, str):
+            report = Report(entry.path)
+            report.fail(result)
+            reports.append(report)
+            continue
+        group_reports = []
+        blocked = result.status == "refused" or (bool(result.blocking) and not (entry.options or Options()).partial)
+        for fr in result.files:
+            path = entry.path if fr.path == result.entry else _display(fr.path, entry)
+            report = Report(path, status=result.status, member=fr.path != result.entry)
+            report.findings = fr.findings
+            report.blocked = any(f.blocking for f in fr.findings)
+            for finding in fr.findings:
+                kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+                report.messages.append((kind, finding.format(path)))
+            src = sources[fr.path]
+            out = fileio.encode_source(src, fr.output) if fr.changed and not blocked else src.data
+            if out != src.data:
+                try:
+                    check_syntax(fr.output, path)
+                except FileError:
+                    report.fail(f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug.")
+                    blocked = True
+            report.outcome = "changed" if out != src.data else "unchanged"
+            if settings.diff and out != src.data:
+                report.diff = unified_diff(src.text, fr.output, path)
+            group_reports.append((fr.path, out, report))
+        if blocked:
+            n = len(result.blocking)
+            for _, _, report in group_reports:
+                report.outcome = "refused" if report.outcome != "error" else "error"
+                report.diff = ""
+                report.blocked = True
+            group_reports[0][2].messages.append(("blocking", (
+                f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "
+                f"({len(group_reports)} files) would make it a wrong DDP program, so every file was left unchanged."
+            )))
+        for path, out, report in group_reports:
+            if path in seen:
+                continue  # a module of several projects: reported (and written) once
+            seen.add(path)
+            reports.append(report)
+            if not blocked and out != sources[path].data:
+                writes[path] = out
+    if settings.write and writes:
         try:
-            for fr in result.files:
-                if outputs[fr.path] != sources[fr.path].data:
-                    fileio.check_writable(fr.path)
-            for fr in result.files:
-                if outputs[fr.path] != sources[fr.path].data:
-                    fileio.write_atomic(fr.path, outputs[fr.path], expected=signatures[fr.path])
+            for path in writes:
+                fileio.check_writable(path)
+            for path, data in writes.items():
+                fileio.write_atomic(path, data, expected=signatures[path])
         except (OSError, FileError) as exc:
-            reports[0].fail(f"{entry.path}: error: cannot write the project: {exc}")
+            reports[0].fail(f"{reports[0].path}: error: cannot write the project: {exc}")
     return reports
 
 

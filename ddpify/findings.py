@@ -71,6 +71,8 @@ CODES: dict[str, str] = {
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
     "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
+    "DDP100": "BLOCKING: project mode: training code in a local module it cannot follow (imported inside a function)",
+    "DDP101": "BLOCKING: project mode: a module shared by several entry scripts would be converted differently for each",
 }
 
 # Codes that block by default: without the missing piece the output is not a correct DDP program.
@@ -88,6 +90,8 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP064",  # a file write that cannot be guarded: every rank would write
     "DDP036",  # the model changes after the wrap point in a way DDP cannot follow
     "DDP038",  # the model runs through a container that holds it: not wrapped
+    "DDP100",  # project mode: a training loop in a module that is not followed
+    "DDP101",  # project mode: one module, two different conversions
 })
 SEVERITIES = ("blocking", "note")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ddpify.analysis.project import ModuleFile, local_modules
+from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
 from ddpify.pipeline import ConversionError, convert_source
@@ -175,19 +176,45 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = _where(merged, f.line) if f.line else (0, f.line)
-        per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed))
+        per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed, f.severity))
+    for k, mod in enumerate(files):
+        for line, path in mod.lazy:
+            if _trains(path):
+                rel = os.path.relpath(path, os.path.dirname(mod.path))
+                per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
+    per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
-    if result.changed:
-        try:
-            outputs = _split(result.source, merged, files)
-        except ConversionError as exc:
-            per_file[0].append(Finding(1, 1, "DDP100", f"project mode: the converted program could not be split back into its files ({exc.message}): convert by hand", False))
-            outputs = [m.text for m in files]
-            status = "refused"
+    if any(f.blocking for fs in per_file for f in fs) and not options.partial:
+        status = "refused"  # a wrong program is worse than none: every file stays as it is
+        per_file = [[f for f in fs if f.blocking] for fs in per_file]
+    elif result.changed:
+        # a tree the split cannot take apart is a bug: ConversionError, and no file is written
+        outputs = _split(result.source, merged, files)
     return ProjectResult(os.path.realpath(entry), root, status, [
         FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
     ])
+
+
+def _trains(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return ".backward(" in f.read()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _kept(findings: list[Finding], text: str, options: Options) -> list[Finding]:
+    """Project-level findings obey `# ddpify: ignore[CODE]` and --ignore like the others."""
+    marks = ignored_codes(text)
+
+    def kept(f: Finding) -> bool:
+        if f.code in options.ignore:
+            return False
+        codes = marks.get(f.line, frozenset())
+        return not (codes is None or f.code in codes)
+
+    return [f for f in findings if f.code not in ("DDP100",) or kept(f)]
 
 
 def _restore(text: str, merged: _Merged) -> str:
@@ -213,7 +240,7 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
             current = int(mark.group(2))
             regions[current] = []
         elif mark:
-            footers[current] = cst.Module(body=[], header=list(stmt.leading_lines)).code
+            footers[current] = "".join(module.code_for_node(line) for line in stmt.leading_lines)
             current = None
         elif current is None:
             entry_body.append(stmt)
@@ -328,8 +355,6 @@ def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], provi
         if isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If)):
             break
         if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
-            if "__ddpify_import_" in cst.parse_module("").code_for_node(s):
-                break
             at = i + 1
         elif i == 0 and isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.SimpleString):
             at = 1
@@ -347,3 +372,45 @@ def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], provi
         if not any(ln.comment is None for ln in nxt.leading_lines[:1]):
             body = [*body[:at], nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines]), *body[at + 1 :]]
     return module.with_changes(body=[*body[:at], *block, *body[at:]], header=[], footer=[]).code
+
+
+def convert_projects(entries: list[tuple[str, Options]], read=None, errors: tuple = ()) -> list[ProjectResult | str]:
+    """Several entry scripts (`ddpify DIR`): each project converted from the files as they are.
+    A module shared by several projects must come out the same in each, and stays as it is when
+    one of them is refused: otherwise those projects are refused too (DDP101). An entry that cannot
+    be read or parsed gives an error text instead of a result."""
+    done: list[ProjectResult | str] = []
+    for path, options in entries:
+        try:
+            done.append(convert_project(path, options, read=read))
+        except (SyntaxError, ConversionError, OSError, UnicodeDecodeError, *errors) as exc:
+            done.append(f"{path}: error: project mode: {getattr(exc, 'message', None) or exc}; no file of the project was changed")
+    results = [r for r in done if isinstance(r, ProjectResult)]
+    outputs: dict[str, dict[str, str]] = {}  # module -> entry -> its output
+    for res in results:
+        for r in res.files[1:]:
+            outputs.setdefault(r.path, {})[res.entry] = r.output
+    for res in results:
+        for r in res.files[1:]:
+            other = next((e for e, out in outputs[r.path].items() if out != r.output), None)
+            if other is not None:
+                _refuse(res, r, f"this module is part of the projects of {os.path.basename(res.entry)} and {os.path.basename(other)}, which would convert it differently: make both use it the same way, or convert it by hand")
+                break
+    changed = True
+    while changed:  # a module shared with a refused project stays as it is: so do its other projects
+        changed = False
+        refused = {r.path: res.entry for res in results if res.status == "refused" for r in res.files[1:]}
+        for res in results:
+            hit = next((r for r in res.files[1:] if r.path in refused and res.status != "refused"), None)
+            if hit is not None:
+                _refuse(res, hit, f"this module is also part of the project of {os.path.basename(refused[hit.path])}, which is refused: it stays as it is, and so does this project")
+                changed = True
+    return done
+
+
+def _refuse(res: ProjectResult, where: FileResult, message: str) -> None:
+    res.status = "refused"
+    for r in res.files:
+        r.output = r.source
+        r.findings = [f for f in r.findings if f.blocking]
+    where.findings.append(Finding(1, 1, "DDP101", message, False))

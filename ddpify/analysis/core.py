@@ -73,7 +73,10 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.forward_functions = self._functions_matching(self._is_forward_call)
         self.collective_functions = self._functions_matching(self._is_collective_call)
         self.steps = self._find_steps()
-        self._hand_to_classes()
+        if self._hand_to_classes():  # the model is a trainer's self.model: find its forwards again
+            self.model_bindings = self._propagate(self.models)
+            self.forward_functions = self._functions_matching(self._is_forward_call)
+            self.steps = self._find_steps()
         self.loaders = self._find_loaders()
         self.main_guard = self._find_main_guard()
         self.existing_amp = any(

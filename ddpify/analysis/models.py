@@ -200,13 +200,16 @@ class ModelsMixin:
             return True
         return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers
 
-    def _hand_to_classes(self) -> None:
+    def _hand_to_classes(self) -> bool:
         """Project mode: `Trainer(model, ...)` where Trainer, in another file, keeps the model as
         self.model in __init__ and trains it: the model is self.model from there on, wrapped
         where the class last changes it (`self.model = model.to(device)`)."""
         if len(set(map(self.region_of, self.module.body))) <= 1:
-            return
-        trainers = {id(self.class_of(s.stmt)) for s in self.steps if self.class_of(s.stmt) is not None}
+            return False
+        before = list(self.models)
+        if any(self.class_of(s.stmt) is None for s in self.steps):
+            return False  # the script trains outside a class too: the model stays where it is
+        trainers = {id(self.class_of(s.stmt)) for s in self.steps}
         for name in list(self.models):
             if "." in name:
                 continue
@@ -234,4 +237,4 @@ class ModelsMixin:
                 else:
                     continue
                 break
-        self.model_bindings = self._propagate(self.models)
+        return self.models != before

@@ -31,7 +31,7 @@ class ModuleFile:
     text: str
     tree: ast.Module
     imports: list[LocalImport] = field(default_factory=list)
-    lazy: list[tuple[int, str]] = field(default_factory=list)  # (line, module) imported inside a function
+    lazy: list[tuple[int, str]] = field(default_factory=list)  # (line, local file) imported inside a function
     main_guard: tuple[int, int] | None = None  # lines of `if __name__ == "__main__":`
 
     @property
@@ -134,7 +134,7 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
             files = _resolve(node, mod.path, bases, root)
             if files:
-                mod.lazy.append((node.lineno, os.path.relpath(files[-1], root)))
+                mod.lazy.append((node.lineno, files[-1]))
     return mod
 
 
