@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ddpify.analysis.project import ModuleFile, local_modules
+from ddpify.analysis.project import ModuleFile, binds, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
@@ -28,7 +28,7 @@ BEGIN = "def __ddpify_begin_{}__(): pass\n"
 END = "def __ddpify_end_{}__(): pass\n"
 IMPORT = "import __ddpify_import_{}__\n"
 MARK_RE = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
-PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)__[ \t]*\r?\n", re.M)
+PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)__(?: as .*)?[ \t]*\r?\n", re.M)
 HEADER_NOTE = "# ddpify: ranks read from torchrun's environment (import-safe); the process group is set up by the entry script\n"
 
 
@@ -84,23 +84,26 @@ def _merge(files: list[ModuleFile]) -> _Merged:
     restore: dict[int, str] = {}
     counter = [0]
 
-    def placeholder(lines: list[str], start: int, end: int) -> str:
+    def placeholder(lines: list[str], start: int, end: int, modules: list[str] = ()) -> str:
         counter[0] += 1
         restore[counter[0]] = "".join(lines[start - 1 : end])
+        if modules:  # `import utils`: utils.f() still names the module's f for the analysis
+            mod = f"__ddpify_import_{counter[0]}__"
+            return f"import {', '.join(f'{mod} as {name}' for name in modules)}\n"
         return IMPORT.format(counter[0])
 
     def pieces(mod: ModuleFile) -> list[tuple[str, int]]:
         """(text, original first line) runs of the file with its placeholders in."""
         lines = _lines(mod.text)
-        spans = [(i.line, i.end) for i in mod.imports]
+        spans = [(i.line, i.end, i.modules) for i in mod.imports]
         if mod is not files[0] and mod.main_guard is not None:
-            spans.append(mod.main_guard)
+            spans.append((*mod.main_guard, []))
         out: list[tuple[str, int]] = []
         at = 1
-        for start, end in sorted(spans):
+        for start, end, modules in sorted(spans):
             if start > at:
                 out.append(("".join(lines[at - 1 : start - 1]), at))
-            out.append((placeholder(lines, start, end), start))
+            out.append((placeholder(lines, start, end, modules), start))
             at = end + 1
         if at <= len(lines):
             out.append(("".join(lines[at - 1 :]), at))
@@ -249,6 +252,7 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     if set(regions) != set(merged.modules) or set(footers) != set(regions):
         raise ConversionError("a module's boundaries moved")
     outputs = [m.text for m in files]
+    entry_body = _own_imports(entry_body, [s for body in regions.values() for s in body])
     entry_mod = module.with_changes(body=entry_body)
     outputs[0] = _restore(entry_mod.code, merged)
     providers = _providers(entry_body, files[0])
@@ -262,6 +266,25 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     if any(PLACE_RE.search(o) for o in outputs):
         raise ConversionError("a placeholder was left behind")
     return outputs
+
+
+def _own_imports(body: list[cst.BaseStatement], modules: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The generated code of the entry may use a name (`os`) that only a module imported in the
+    merged program: the entry gets its own copy of that import, before its first use."""
+    bound = set().union(*(_bound(s) for s in body)) if body else set()
+    imports = [s for s in modules if isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Import) for x in s.body)
+               and "__ddpify_import_" not in cst.parse_module("").code_for_node(s)]
+    out: list[cst.BaseStatement] = []
+    for stmt in body:
+        missing = _used(stmt) - bound - binds(stmt, inside=True)  # not the names a function imports or binds itself
+        for imp in imports:
+            names = _bound(imp)
+            if len(names) == 1 and names & missing:
+                out.append(imp.with_changes(leading_lines=[]))
+                bound |= names
+                missing -= names
+        out.append(stmt)
+    return out
 
 
 def _bound(node: cst.CSTNode) -> set[str]:

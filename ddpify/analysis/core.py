@@ -77,7 +77,7 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
             self.model_bindings = self._propagate(self.models)
             self.forward_functions = self._functions_matching(self._is_forward_call)
             self.steps = self._find_steps()
-        self.loaders = self._find_loaders()
+        self.loaders = [ld for ld in self._find_loaders() if not self.unused_in_project(ld.call)]
         self.main_guard = self._find_main_guard()
         self.existing_amp = any(
             self.is_call(c, "torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",

@@ -224,14 +224,21 @@ class ModelsMixin:
                 pos, kw = call_args(call)
                 param = next((params[i] for i, a in enumerate(pos) if dotted(a.value) == name and i < len(params)), None)
                 param = param or next((k for k, a in kw.items() if dotted(a.value) == name and k in params), None)
-                if param is None:
+                star = init.params.star_kwarg
+                key = next((k for k, a in kw.items() if dotted(a.value) == name), None) if isinstance(star, cst.Param) else None
+                if param is None and key is None:
                     continue
                 for asg in self.findall(init, m.Assign()):
                     target = dotted(asg.targets[0].target) if len(asg.targets) == 1 else None
                     base = asg.value
                     while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
                         base = base.func.value  # model.to(device).float()
-                    if target and target.startswith("self.") and dotted(base) == param:
+                    by_key = (  # self.model = kwargs["model"].to(device)
+                        key is not None and isinstance(base, cst.Subscript) and dotted(base.value) == star.name.value
+                        and len(base.slice) == 1 and isinstance(base.slice[0].slice, cst.Index)
+                        and isinstance(base.slice[0].slice.value, cst.SimpleString) and base.slice[0].slice.value.value[1:-1] == key
+                    )
+                    if target and target.startswith("self.") and (by_key or (param is not None and dotted(base) == param)):
                         self.models[self.models.index(name)] = target
                         break
                 else:

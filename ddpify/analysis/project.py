@@ -13,6 +13,10 @@ import ast
 import os
 from dataclasses import dataclass, field
 
+import libcst as cst
+
+import ddpify.match as m
+
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 NOT_LOCAL = ("site-packages", "dist-packages", "__pypackages__", "node_modules")
 
@@ -23,6 +27,7 @@ class LocalImport:
     end: int  # its last line
     path: str  # the local file it reaches first (a package's __init__.py before its submodule)
     paths: list[str]  # every local file it imports, in import order
+    modules: list[str] = field(default_factory=list)  # names it binds to a local module (`import utils`)
 
 
 @dataclass
@@ -40,7 +45,18 @@ class ModuleFile:
 
 
 def project_root(entry: str) -> str:
+    """The nearest folder above the entry with a project marker (else the entry's folder); a
+    PYTHONPATH folder above the entry widens it (`PYTHONPATH=. python projects/x/train.py`)."""
     here = os.path.dirname(os.path.realpath(entry))
+    marked = _marked_root(here)
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        real = os.path.realpath(p) if p else ""
+        if real and os.path.isdir(real) and os.path.commonpath([real, marked]) == real and real != os.sep:
+            marked = real
+    return marked
+
+
+def _marked_root(here: str) -> str:
     d = here
     for _ in range(6):
         if any(os.path.exists(os.path.join(d, mark)) for mark in ROOT_MARKERS):
@@ -112,6 +128,15 @@ def _resolve(node: ast.stmt, here: str, bases: list[str], root: str) -> list[str
     return [os.path.realpath(f) for f in found if _is_local(f, root)]
 
 
+def _module_names(node: ast.stmt, files: list[str]) -> list[str]:
+    """Names an import binds to a local module: `import utils`, `import pkg.mod` (pkg),
+    `from pkg import mod`; not the classes and functions `from mod import f` binds."""
+    if isinstance(node, ast.Import):
+        return [a.asname or a.name.split(".")[0] for a in node.names]
+    ends = {os.path.basename(f)[:-3] if not f.endswith("__init__.py") else os.path.basename(os.path.dirname(f)) for f in files}
+    return [a.asname or a.name for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
+
+
 def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
     for node in tree.body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
@@ -128,7 +153,7 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]
             if files:
-                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files))
+                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, _module_names(node, files)))
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
@@ -188,24 +213,43 @@ class ProjectMixin:
             cur = self.parent.get(cur)
         return regions.get(id(cur), 0) if cur is not None else 0
 
+    def unused_in_project(self, node) -> bool:
+        """node is in a plain function of an imported module that nothing in the project calls
+        (`utils.load_celebA` of a data set this program never loads): not this program's code."""
+        fn = self.function_of(node)
+        if fn is None or self.region_of(fn) == 0 or self.class_of(fn) is not None:
+            return False
+        name = fn.name.value
+        return not self.callers(fn) and not any(
+            n.value == name and n is not fn.name and not isinstance(self.parent.get(n), cst.Attribute)
+            for n in self.findall(self.module, m.Name(name))
+        )
+
+    def _local_module(self, name: str) -> bool:
+        """`utils.f`: utils names a local module of the project (its import's placeholder)."""
+        head = name.split(".", 1)[0]
+        return any(b.startswith("__ddpify_import_") for b in self.bindings.get(None, {}).get(head, []))
+
     def global_visible(self, name: str, where) -> bool:
         """A plain module-level name is visible at `where` when the file there binds it."""
         if "." in name or len(set(map(self.region_of, self.module.body))) <= 1:
             return True
         here = self.region_of(where)
-        return any(self.region_of(s) == here for s in self.module.body if name in _binds(s))
+        return any(self.region_of(s) == here for s in self.module.body if name in binds(s))
 
 
-def _binds(stmt) -> set[str]:
-    import libcst as cst
-
+def binds(stmt, inside: bool = False) -> set[str]:
+    """Names a statement binds at its level (inside=True: also in the function it defines)."""
     out: set[str] = set()
     stack = [stmt]
     while stack:
         n = stack.pop()
         if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
             out.add(n.name.value)
-            continue
+            if stmt is not n or not inside:
+                continue
+        if isinstance(n, cst.Param):
+            out.add(n.name.value)
         if isinstance(n, cst.AssignTarget) or isinstance(n, (cst.AnnAssign, cst.For)):
             t = n.target
             out |= {x.value for x in ([t] if isinstance(t, cst.Name) else [e.value for e in getattr(t, "elements", [])]) if isinstance(x, cst.Name)}
