@@ -73,6 +73,7 @@ CODES: dict[str, str] = {
     "DDP099": "not a training script: nothing to convert",
     "DDP100": "BLOCKING: project mode: training code in a local module it cannot follow (imported inside a function)",
     "DDP101": "BLOCKING: project mode: a module shared by several entry scripts would be converted differently for each",
+    "DDP102": "BLOCKING: project mode: a module that is also a script (`if __name__ == \"__main__\":`) runs the training loop converted for the entry",
 }
 
 # Codes that block by default: without the missing piece the output is not a correct DDP program.
@@ -92,6 +93,7 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP038",  # the model runs through a container that holds it: not wrapped
     "DDP100",  # project mode: a training loop in a module that is not followed
     "DDP101",  # project mode: one module, two different conversions
+    "DDP102",  # project mode: `python module.py` would run a loop converted for another entry
 })
 SEVERITIES = ("blocking", "note")
 

@@ -185,6 +185,11 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))
                 per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
+    for k, mod in enumerate(files[1:], start=1):
+        line = _script_reaching_training(mod)
+        if line:
+            name = os.path.basename(mod.path)
+            per_file[k].append(Finding(line, 1, "DDP102", f"{name} is also a script, and its `if __name__ == \"__main__\":` block runs its training code, which project mode converts for {os.path.basename(entry)}: `python {name}` would then run it without a DistributedSampler or process group of its own. Move that block into a script of its own (and convert that one too), or convert by hand", False))
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
@@ -197,6 +202,20 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     return ProjectResult(os.path.realpath(entry), root, status, [
         FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
     ])
+
+
+def _script_reaching_training(mod: ModuleFile) -> int:
+    """Line of a module's main guard that calls one of the module's functions or classes holding
+    a backward(), or 0."""
+    import ast
+
+    if mod.main_guard is None or ".backward(" not in mod.text:
+        return 0
+    training = {n.name for n in ast.walk(mod.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and ".backward(" in (ast.get_source_segment(mod.text, n) or "")}
+    guard = next(n for n in mod.tree.body if getattr(n, "lineno", 0) == mod.main_guard[0])
+    called = {n.func.id for n in ast.walk(guard) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return mod.main_guard[0] if called & training or ".backward(" in (ast.get_source_segment(mod.text, guard) or "") else 0
 
 
 def _trains(path: str) -> bool:
@@ -217,7 +236,7 @@ def _kept(findings: list[Finding], text: str, options: Options) -> list[Finding]
         codes = marks.get(f.line, frozenset())
         return not (codes is None or f.code in codes)
 
-    return [f for f in findings if f.code not in ("DDP100",) or kept(f)]
+    return [f for f in findings if f.code not in ("DDP100", "DDP102") or kept(f)]
 
 
 def _restore(text: str, merged: _Merged) -> str:
@@ -258,6 +277,12 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     providers = _providers(entry_body, files[0])
     for k, body in regions.items():
         code = _module_with_header(module, body, providers, files[k]) + footers[k]
+        if files[k].main_guard is not None and _restore(code, merged) != files[k].text:
+            # the module is also a script: run directly, it sets up its own process group
+            dist = next((n for p in providers for n in _bound(p) if "torch.distributed" in cst.parse_module("").code_for_node(p) and "import" in cst.parse_module("").code_for_node(p)), None)
+            if dist is not None and re.search(rf"\b({dist}\.|DDP\()", _restore(code, merged)):  # it needs a group
+                code = _module_with_header(module, body, providers, files[k], {"ddp_setup", dist}) + footers[k]
+                code = _run_directly(_restore(code, merged), dist)
         code = _restore(code, merged)
         original = files[k].text
         if not original.endswith("\n") and code == original + "\n":
@@ -344,19 +369,31 @@ def _providers(entry_body: list[cst.BaseStatement], entry: ModuleFile) -> list[c
         is_import = isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
         if "__ddpify_import_" in text or isinstance(s, cst.If):
             continue
-        if is_import or (text not in original and _bound(s) and "ddp_setup" not in _bound(s)):
+        if is_import or (text not in original and _bound(s)):
             out.append(s)
     return out
 
 
-def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], providers: list[cst.BaseStatement], mod: ModuleFile) -> str:
+def _run_directly(code: str, dist: str) -> str:
+    """`python module.py` still works: its main guard sets up the group first and tears it down."""
+    tree = cst.parse_module(code)
+    body = list(tree.body)
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock) and "__main__" in tree.code_for_node(stmt.test):
+            inner = [cst.parse_statement("ddp_setup()\n"), *stmt.body.body, cst.parse_statement(f"{dist}.destroy_process_group()\n")]
+            body[i] = stmt.with_changes(body=stmt.body.with_changes(body=inner))
+            return tree.with_changes(body=body).code
+    return code
+
+
+def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], providers: list[cst.BaseStatement], mod: ModuleFile, extra: set[str] = frozenset()) -> str:
     own: set[str] = set()
     for s in body:
         own |= _bound(s) | {n.value for n in _walk(s) if isinstance(n, (cst.Param,)) for n in [n.name]}
         for n in _walk(s):
             if isinstance(n, cst.AssignTarget):
                 own |= {x.value for x in _walk(n.target) if isinstance(x, cst.Name)}
-    need = set().union(*(_used(s) for s in body)) - own if body else set()
+    need = (set().union(*(_used(s) for s in body)) - own if body else set()) | set(extra)
     chosen: list[cst.BaseStatement] = []
     changed = True
     while changed:

@@ -204,3 +204,23 @@ def test_project_without_training_is_not_training(tmp_path):
     result = convert_project(str(tmp_path / "main.py"))
     assert result.status == "not-training"
     assert not any(r.changed for r in result.files)
+
+
+def test_modules_that_are_also_scripts_still_run(tmp_path):
+    """A module with its own `if __name__ == "__main__":` block keeps working as a script."""
+    pytest.importorskip("torch")
+    ran = 0
+    for d in PROJECTS:
+        if is_refused(d):
+            continue
+        entry = str(project_entry(d).relative_to(d / "input"))
+        for name, text in _files(d / "expected").items():
+            if name == entry or "__main__" not in text:
+                continue
+            work = tmp_path / d.name
+            if not work.exists():
+                shutil.copytree(d / "expected", work)
+            proc = subprocess.run([sys.executable, name], cwd=work, capture_output=True, text=True, env=clean_env(), timeout=120)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            ran += 1
+    assert ran, "no project fixture has a module that is also a script"
