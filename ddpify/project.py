@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ddpify.analysis.project import ModuleFile, binds, local_modules
+from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
@@ -301,7 +301,8 @@ def _own_imports(body: list[cst.BaseStatement], modules: list[cst.BaseStatement]
                and "__ddpify_import_" not in cst.parse_module("").code_for_node(s)]
     out: list[cst.BaseStatement] = []
     for stmt in body:
-        missing = _used(stmt) - bound - binds(stmt, inside=True)  # not the names a function imports or binds itself
+        _, inner, read = _names(stmt)
+        missing = read - bound - inner  # not the names a function imports or binds itself
         for imp in imports:
             names = _bound(imp)
             if len(names) == 1 and names & missing:
@@ -312,50 +313,44 @@ def _own_imports(body: list[cst.BaseStatement], modules: list[cst.BaseStatement]
     return out
 
 
+_EMPTY = cst.parse_module("")
+
+
+def _names(node: cst.CSTNode) -> tuple[set[str], set[str], set[str]]:
+    """(names the top-level statement binds at its level, every name bound anywhere in it,
+    names it reads), through the standard library's ast (walking LibCST children is slow)."""
+    import ast
+
+    tree = ast.parse(_EMPTY.code_for_node(node.with_changes(leading_lines=[])))
+    top: set[str] = set()
+    inner: set[str] = set()
+    read: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            top.add(stmt.name)
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name):
+                (read if isinstance(n.ctx, ast.Load) else inner).add(n.id)
+                if not isinstance(n.ctx, ast.Load) and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    top.add(n.id)
+            elif isinstance(n, ast.alias):
+                bound = n.asname or n.name.split(".")[0]
+                inner.add(bound)
+                if n in getattr(stmt, "names", ()):
+                    top.add(bound)
+            elif isinstance(n, ast.arg):
+                inner.add(n.arg)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner.add(n.name)
+    return top, inner | top, read
+
+
 def _bound(node: cst.CSTNode) -> set[str]:
-    """Names a top-level statement binds."""
-    out: set[str] = set()
-    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        return {node.name.value}
-    for n in _walk(node):
-        if isinstance(n, cst.ImportAlias):
-            if n.asname is not None and isinstance(n.asname.name, cst.Name):
-                out.add(n.asname.name.value)
-            else:
-                name = n.name
-                while isinstance(name, cst.Attribute):
-                    name = name.value
-                if isinstance(name, cst.Name):
-                    out.add(name.value)
-        elif isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name):
-            out.add(n.target.value)
-        elif isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name):
-            out.add(n.target.value)
-    return out
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.children)
+    return _names(node)[0]
 
 
 def _used(node: cst.CSTNode) -> set[str]:
-    """Names read: not an attribute's own name (torch.nn), a keyword, or an import's name."""
-    skip: set[int] = set()
-    out: set[str] = set()
-    for n in _walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-        elif isinstance(n, (cst.Import, cst.ImportFrom)):
-            skip |= {id(x) for x in _walk(n)}
-        elif isinstance(n, cst.Name) and id(n) not in skip:
-            out.add(n.value)
-    return out
+    return _names(node)[2]
 
 
 def _providers(entry_body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
@@ -388,12 +383,12 @@ def _run_directly(code: str, dist: str) -> str:
 
 def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], providers: list[cst.BaseStatement], mod: ModuleFile, extra: set[str] = frozenset()) -> str:
     own: set[str] = set()
+    need = set(extra)
     for s in body:
-        own |= _bound(s) | {n.value for n in _walk(s) if isinstance(n, (cst.Param,)) for n in [n.name]}
-        for n in _walk(s):
-            if isinstance(n, cst.AssignTarget):
-                own |= {x.value for x in _walk(n.target) if isinstance(x, cst.Name)}
-    need = (set().union(*(_used(s) for s in body)) - own if body else set()) | set(extra)
+        _, inner, read = _names(s)
+        own |= inner
+        need |= read
+    need -= own
     chosen: list[cst.BaseStatement] = []
     changed = True
     while changed:

@@ -204,7 +204,7 @@ class ModelsMixin:
         """Project mode: `Trainer(model, ...)` where Trainer, in another file, keeps the model as
         self.model in __init__ and trains it: the model is self.model from there on, wrapped
         where the class last changes it (`self.model = model.to(device)`)."""
-        if len(set(map(self.region_of, self.module.body))) <= 1:
+        if not self.several_files():
             return False
         before = list(self.models)
         if any(self.class_of(s.stmt) is None for s in self.steps):

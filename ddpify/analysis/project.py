@@ -206,12 +206,30 @@ class ProjectMixin:
                     current = 0
                 regions[id(stmt)] = current
             self._regions = regions
-        if len(set(regions.values())) <= 1:
+            self._several = len(set(regions.values())) > 1
+        if not self._several:
             return 0
         cur = node
         while cur is not None and id(cur) not in regions:
             cur = self.parent.get(cur)
         return regions.get(id(cur), 0) if cur is not None else 0
+
+    def several_files(self) -> bool:
+        self.region_of(self.module)
+        return self._several
+
+    def global_visible(self, name: str, where) -> bool:
+        """A plain module-level name is visible at `where` when the file there binds it."""
+        if "." in name or not self.several_files():
+            return True
+        index = self.__dict__.get("_global_regions")
+        if index is None:
+            index = {}
+            for s in self.module.body:
+                for n in binds(s):
+                    index.setdefault(n, set()).add(self.region_of(s))
+            self._global_regions = index
+        return self.region_of(where) in index.get(name, ())
 
     def unused_in_project(self, node) -> bool:
         """node is in a plain function of an imported module that nothing in the project calls
@@ -230,12 +248,6 @@ class ProjectMixin:
         head = name.split(".", 1)[0]
         return any(b.startswith("__ddpify_import_") for b in self.bindings.get(None, {}).get(head, []))
 
-    def global_visible(self, name: str, where) -> bool:
-        """A plain module-level name is visible at `where` when the file there binds it."""
-        if "." in name or len(set(map(self.region_of, self.module.body))) <= 1:
-            return True
-        here = self.region_of(where)
-        return any(self.region_of(s) == here for s in self.module.body if name in binds(s))
 
 
 def binds(stmt, inside: bool = False) -> set[str]:
