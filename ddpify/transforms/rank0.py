@@ -94,7 +94,7 @@ class Rank0Transform(Transform):
             home = home or (base.startswith("self.") and (id(a.class_of(attr)), base) in self._home_classes)
             if not home and base not in self._trackers.get(fn, ()):
                 continue  # another variable of the same name
-            if self._in_guarded(a, attr, guarded) or self._checked(a, attr, base):
+            if self._in_guarded(a, attr, guarded | ctx.edits.guarded) or self._checked(a, attr, base):
                 continue
             ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank: put it under `if {base} is not None:`", False)
 
@@ -266,6 +266,7 @@ class Rank0Transform(Transform):
                     continue
             osname = ctx.name("os")
             ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
+            guarded.add(path)  # the path is read on rank 0 alone now
             ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
 
     def _path_open(self, ctx: Context, call: cst.Call) -> None:
@@ -276,6 +277,7 @@ class Rank0Transform(Transform):
             return
         osname = ctx.name("os")
         ctx.edits.replace(path, lambda n, osname=osname: ctx.expr(f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"))
+        guarded.add(path)
         ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
 
     @staticmethod
