@@ -272,9 +272,10 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
         raise ConversionError("a module's boundaries moved")
     outputs = [m.text for m in files]
     entry_body = _own_imports(entry_body, [s for body in regions.values() for s in body])
+    providers = _providers(entry_body, files[0])
+    entry_body = _unused_generated(entry_body, files[0])
     entry_mod = module.with_changes(body=entry_body)
     outputs[0] = _restore(entry_mod.code, merged)
-    providers = _providers(entry_body, files[0])
     for k, body in regions.items():
         code = _module_with_header(module, body, providers, files[k]) + footers[k]
         if files[k].main_guard is not None and _restore(code, merged) != files[k].text:
@@ -291,6 +292,34 @@ def _split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     if any(PLACE_RE.search(o) for o in outputs):
         raise ConversionError("a placeholder was left behind")
     return outputs
+
+
+KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the entry's set-up, as in one file
+
+
+def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
+    """What ddpify generated for the modules only (the AMP scaler, DDP's import when the wrap is
+    in a trainer module) does not stay in the entry: each module has its own copy."""
+    original = {_EMPTY.code_for_node(s.with_changes(leading_lines=[])) for s in cst.parse_module(entry.text).body}
+    names = [_names(s) for s in body]
+    keep = [True] * len(body)
+    changed = True
+    while changed:
+        changed = False
+        for i, s in enumerate(body):
+            top = names[i][0]
+            text = _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
+            simple = isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
+            if not keep[i] or not simple or not top or top & KEPT or text in original or "__ddpify_import_" in text:
+                continue
+            if not any(keep[j] and top & names[j][2] for j in range(len(body)) if j != i):
+                keep[i] = False
+                changed = True
+    out = [s for s, k in zip(body, keep) if k]
+    for i, s in enumerate(body):  # a removed statement's blank lines go to the one after it
+        if not keep[i] and i + 1 < len(body) and keep[i + 1] and s.leading_lines and not body[i + 1].leading_lines:
+            out[out.index(body[i + 1])] = body[i + 1].with_changes(leading_lines=[ln for ln in s.leading_lines if ln.comment is None])
+    return out
 
 
 def _own_imports(body: list[cst.BaseStatement], modules: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
