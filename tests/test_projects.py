@@ -224,3 +224,22 @@ def test_modules_that_are_also_scripts_still_run(tmp_path):
             assert proc.returncode == 0, proc.stderr[-3000:]
             ran += 1
     assert ran, "no project fixture has a module that is also a script"
+
+
+def test_module_script_that_needs_a_group_sets_it_up(tmp_path):
+    """A trainer module whose own __main__ block does not train, but whose code now uses DDP: run
+    directly, its block sets up (and tears down) a process group of its own."""
+    d = next(p for p in PROJECTS if p.name.startswith("100_"))
+    shutil.copytree(d / "input", tmp_path / "p")
+    trainer = tmp_path / "p" / "trainer.py"
+    trainer.write_text(trainer.read_text() + '\n\nif __name__ == "__main__":\n    print(Trainer.__doc__ or "Trainer(model, optimizer, train_loader, device)")\n')
+    result = convert_project(str(tmp_path / "p" / "train.py"))
+    assert result.status == "converted", [f.format("x") for r in result.files for f in r.findings]
+    out = next(r.output for r in result.files if r.path.endswith("trainer.py"))
+    guard = out[out.index('if __name__ == "__main__":'):]
+    assert guard.splitlines()[1].strip() == "ddp_setup()" and "dist.destroy_process_group()" in guard
+    assert "\ndef ddp_setup():" in out
+    trainer.write_text(out)
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "trainer.py"], cwd=tmp_path / "p", capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0 and "Trainer" in proc.stdout, proc.stderr[-3000:]
