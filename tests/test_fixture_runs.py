@@ -1,5 +1,6 @@
 """Every expected output trains on CPU: as plain `python` (forked from a process that imported
-torch once, see forkrun.py) and under torchrun with 2 ranks and gloo."""
+torch once, see forkrun.py) and under torchrun with 2 ranks and gloo. Project fixtures run in
+tests/test_projects.py (the converted folder under torchrun, its modules imported alone)."""
 
 from __future__ import annotations
 

@@ -243,3 +243,24 @@ def test_module_script_that_needs_a_group_sets_it_up(tmp_path):
     pytest.importorskip("torch")
     proc = subprocess.run([sys.executable, "trainer.py"], cwd=tmp_path / "p", capture_output=True, text=True, env=clean_env(), timeout=120)
     assert proc.returncode == 0 and "Trainer" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monkeypatch):
+    """`ddpify verify train.py` converts the whole project into its run folder; `--no-convert`
+    runs an already converted folder (its modules found next to the entry)."""
+    pytest.importorskip("torch")
+    from ddpify.verify import run_verify
+
+    d = next(p for p in PROJECTS if p.name.startswith("101_"))
+    monkeypatch.chdir(tmp_path)
+    for folder, convert in (("input", True), ("expected", False)):
+        lines: list[str] = []
+        outcome = run_verify(str(d / folder / "train.py"), nproc=2, steps=12, backend="gloo", timeout=120.0,
+                             baseline=convert, convert=convert, echo=lines.append)
+        text = "\n".join(lines)
+        assert outcome.exit_code == 0, text
+        statuses = {c.name: c.status for c in outcome.checks}
+        for check in ("params-in-sync", "data-sharding", "rank0-writes"):
+            assert statuses[check] == "PASS", text
+        if convert:
+            assert "converted to a temporary copy" in text
