@@ -106,6 +106,8 @@ def _script_reaching_training(mod: ModuleFile) -> int:
 
 def _trains(path: str) -> bool:
     try:
+        if not os.path.isfile(path):
+            return False
         with open(path, encoding="utf-8") as f:
             return ".backward(" in f.read()
     except (OSError, UnicodeDecodeError):

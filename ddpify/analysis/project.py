@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import stat
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -171,6 +172,8 @@ def local_modules(entry: str, read=None) -> tuple[str, list[ModuleFile]]:
     bases = list(dict.fromkeys([here, root]))
     if read is None:
         def read(p: str) -> str:
+            if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the open
+                raise OSError(f"{p}: not a regular file")
             with open(p, encoding="utf-8") as f:
                 return f.read()
     seen: dict[str, ModuleFile] = {}
