@@ -264,3 +264,24 @@ def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monke
             assert statuses[check] == "PASS", text
         if convert:
             assert "converted to a temporary copy" in text
+
+
+def test_loop_in_the_entry_with_a_helper_module(tmp_path):
+    """The loop stays in the entry (the common case): converted as one file would be, plus the
+    helper's print on rank 0."""
+    d = next(p for p in PROJECTS if p.name.startswith("102_"))
+    _tree(tmp_path, {
+        "helpers.py": "def log(epoch, loss):\n    print(f'epoch {epoch} loss {loss:.4f}')\n",
+        "train.py": (d / "input" / "train.py").read_text().replace(
+            "from helpers import describe, head_norm, save_checkpoint\n", "from helpers import log\n"
+        ).replace("describe(model)\n", "").replace(
+            '    print(f"epoch {epoch} loss {loss.item():.4f} head norm {head_norm(model):.3f}")\n    save_checkpoint(model, "classifier.pt")\n',
+            "    log(epoch, loss.item())\n"),
+        "model.py": (d / "input" / "model.py").read_text(),
+    })
+    result = convert_project(str(tmp_path / "train.py"))
+    assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
+    out = {Path(r.path).name: r.output for r in result.files}
+    assert "    train_loader.sampler.set_epoch(epoch)\n" in out["train.py"]
+    assert "    if RANK == 0:\n        print(" in out["helpers.py"]
+    assert out["model.py"] == (d / "input" / "model.py").read_text()

@@ -183,7 +183,7 @@ class LoadersMixin:
         for loop in self.fors:
             fn = self.function_of(loop)
             visible = fn is None or fn is origin or "." in name or not self._is_local(fn, name)
-            names = bound.get(fn, set()) | {n for n in bound.get(None, set()) if visible and self.global_visible(n, loop)}  # type: ignore[arg-type]
+            names = bound.get(fn, set()) | {n for n in bound.get(None, set()) if visible and (fn is origin or self.global_visible(n, loop, origin))}  # type: ignore[arg-type]
             for n in sorted(names, key=lambda n: ("." in n, n)):
                 if self.loop_iterates(loop, n):
                     sites.append((loop, wrapped.get(n, n)))

@@ -221,8 +221,9 @@ class ProjectMixin:
         self.region_of(self.module)
         return self._several
 
-    def global_visible(self, name: str, where) -> bool:
-        """A plain module-level name is visible at `where` when the file there binds it."""
+    def global_visible(self, name: str, where, origin=None) -> bool:
+        """A plain module-level name is visible at `where` when the file there binds it; another
+        name (a local of `origin`, a function) only within origin's own file."""
         if "." in name or not self.several_files():
             return True
         index = self.__dict__.get("_global_regions")
@@ -232,7 +233,9 @@ class ProjectMixin:
                 for n in binds(s):
                     index.setdefault(n, set()).add(self.region_of(s))
             self._global_regions = index
-        return self.region_of(where) in index.get(name, ())
+        if name in index:
+            return self.region_of(where) in index[name]
+        return origin is not None and self.region_of(origin) == self.region_of(where)
 
     def unused_in_project(self, node) -> bool:
         """node is in a plain function of an imported module that nothing in the project calls
