@@ -77,6 +77,9 @@ CODES: dict[str, str] = {
     "DDP097": "apex part kept that needs apex's CUDA extensions (--amp apex)",
     "DDP098": "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
     "DDP099": "not a training script: nothing to convert",
+    "DDP100": "BLOCKING: project mode: training code in a local module it cannot follow (imported inside a function)",
+    "DDP101": "BLOCKING: project mode: a module shared by several entry scripts would be converted differently for each",
+    "DDP102": "BLOCKING: project mode: a module that is also a script (`if __name__ == \"__main__\":`) runs the training loop converted for the entry",
     "DDP110": "batches drawn at random without a DataLoader: generators re-seeded per rank (RANK added) before training",
     "DDP111": "loop over pre-loaded data or pre-made batches runs over this rank's contiguous share (rank_share)",
     "DDP112": "full-batch training: the loss reads this rank's rows of its index (rank_rows)",
@@ -103,6 +106,9 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP064",  # a file write that cannot be guarded: every rank would write
     "DDP036",  # the model changes after the wrap point in a way DDP cannot follow
     "DDP038",  # the model runs through a container that holds it: not wrapped
+    "DDP100",  # project mode: a training loop in a module that is not followed
+    "DDP101",  # project mode: one module, two different conversions
+    "DDP102",  # project mode: `python module.py` would run a loop converted for another entry
     "DDP114",  # an LBFGS line search on per-rank losses
     "DDP116",  # random batch draws that stay the same on every rank
     "DDP117",  # a full-batch index that may differ per rank

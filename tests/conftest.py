@@ -7,6 +7,42 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input.py").exists() and (p / "expected.py").exists())
 
 
+# Project fixtures (project mode): input/ holds the entry script (train.py, or the one entry.txt
+# names) and its local modules; expected/ mirrors input/ with every file as converted;
+# expected.txt lists the findings of all files, each with its path relative to input/.
+PROJECTS = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input").is_dir())
+
+
+def project_entries(d: Path) -> list[Path]:
+    f = d / "entry.txt"
+    return [d / "input" / n for n in (f.read_text().split() if f.exists() else ["train.py"])]
+
+
+def project_entry(d: Path) -> Path:
+    return project_entries(d)[0]
+
+
+def convert_fixture_project(d: Path, base: str = "input"):
+    """(ProjectResult of the first entry, findings as expected.txt lines, every file's output)
+    for the project(s) under d/base: entry.txt may name several entries (`ddpify DIR`)."""
+    from ddpify import Options
+    from ddpify.project import convert_projects
+
+    top = (d / base).resolve()
+    opts = Options(**fixture_options(d))
+    results = convert_projects([(str(top / e.relative_to(d / "input")), opts) for e in project_entries(d)])
+    lines: list[str] = []
+    outputs: dict[str, str] = {}
+    for result in results:
+        for r in result.files:
+            name = str(Path(r.path).relative_to(top))
+            if name in outputs:
+                continue  # a module shared by two entries: listed once
+            outputs[name] = r.output
+            lines += [f.format(name) for f in r.findings]
+    return results[0], lines, outputs
+
+
 def fixture_options(d: Path) -> dict:
     f = d / "options.json"
     return json.loads(f.read_text()) if f.exists() else {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, is_refused
+from conftest import FIXTURES, PROJECTS, is_refused
 
 from ddpify import Options, convert_source
 from ddpify.cli import convert_command
@@ -33,7 +33,7 @@ def here(tmp_path, monkeypatch):
 
 def test_every_blocking_code_has_a_refused_fixture():
     seen = {}
-    for d in FIXTURES:
+    for d in FIXTURES + PROJECTS:  # project fixtures (project mode) too
         for line in (d / "expected.txt").read_text().splitlines():
             if "[blocking]" in line:
                 seen.setdefault(line.split()[1], d.name)

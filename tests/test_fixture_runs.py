@@ -1,6 +1,7 @@
 """Every expected output trains on CPU: as plain `python` (forked from a process that imported
 torch once, see forkrun.py), and as 2 gloo ranks under verify's probe, where verify's checks
-must pass (params in sync, data sharded, one writer, ...)."""
+must pass (params in sync, data sharded, one writer, ...). Project fixtures run in
+tests/test_projects.py (the converted folder under torchrun, its modules imported alone)."""
 
 from __future__ import annotations
 

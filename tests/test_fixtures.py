@@ -1,5 +1,6 @@
 """Every fixture pair: input -> expected output and findings; the output is a fixed point;
-lines the conversion had no reason to touch are byte-identical."""
+lines the conversion had no reason to touch are byte-identical. Project fixtures (a folder of
+files: fixtures/1NN_*/input/ and expected/) are tested by tests/test_projects.py."""
 
 from __future__ import annotations
 

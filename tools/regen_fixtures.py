@@ -8,6 +8,7 @@ committing: the expected files are reviewed snapshots, not generated truth.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,9 +22,26 @@ def options_for(d: Path) -> Options:
     return Options(**json.loads(f.read_text())) if f.exists() else Options()
 
 
+def regen_project(d: Path) -> None:
+    """A project fixture: expected/ mirrors input/ with each file as converted."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import convert_fixture_project
+
+    result, lines, outputs = convert_fixture_project(d)
+    shutil.rmtree(d / "expected", ignore_errors=True)  # files outside the project: copied as they are
+    shutil.copytree(d / "input", d / "expected", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in outputs.items():
+        (d / "expected" / name).write_text(text)
+    (d / "expected.txt").write_text("".join(line + "\n" for line in lines))
+    print(f"{d.name}: {result.status}, {len(lines)} findings (project of {len(result.files)} files)")
+
+
 def main() -> None:
     pattern = sys.argv[1] if len(sys.argv) > 1 else ""
     for d in sorted((ROOT / "fixtures").iterdir()):
+        if (d / "input").is_dir() and d.name.startswith(pattern):
+            regen_project(d)
+            continue
         if not (d / "input.py").exists() or not d.name.startswith(pattern):
             continue
         result = convert_source((d / "input.py").read_text(), options_for(d), path="input.py")

@@ -242,9 +242,10 @@ def fresh_output(pristine: Path, conv: Path, conv_rel: list[str], dest: Path) ->
     return dest
 
 
-def convert(files: list[Path], cwd: Path, env: dict) -> dict:
+def convert(files: list[Path], cwd: Path, env: dict, given: list[Path] | None = None) -> dict:
+    """ddpify on `given` (default: files); `files`: every file it may change."""
     before = sha(files)
-    res = run([sys.executable, "-m", "ddpify", "--json", *map(str, files)], cwd, env, 300)
+    res = run([sys.executable, "-m", "ddpify", "--json", *map(str, given or files)], cwd, env, 300)
     res["changed"] = sha(files) != before
     res["blocking"] = []
     out = res["out"]
@@ -265,6 +266,11 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
     smoke = bool(entry.get("smoke"))
     args = [*entry.get("args", []), *([] if ctx.gpu else entry.get("cpu_args", []))]
     conv_rel = entry.get("convert", [entry["path"]])
+    cmd_rel = conv_rel  # what ddpify is given; conv_rel: the files it may change
+    if entry.get("project"):
+        # project mode: ddpify is given the entry alone and converts the local modules it imports
+        cmd_rel = [entry["path"]]
+        conv_rel = None
     script = entry["path"].split("/")[-1]
     smoke_secs = float(entry.get("smoke_secs", ctx.defaults.get("smoke_secs", 45)))
 
@@ -288,6 +294,8 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
             extra = [str((cwd / p).resolve()) for p in entry.get("pythonpath", [])]
             return cwd, ctx.env(tree / "home", extra)
 
+        if conv_rel is None:
+            conv_rel = sorted(str(p.relative_to(pristine / "src")) for p in (pristine / "src").rglob("*.py"))
         # 0. the original must be Python 3 (some old tutorials are not): else nothing to measure
         for p in conv_rel:
             try:
@@ -300,8 +308,8 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         conv = clone(pristine, base / "conv")
         cwd, env = tree_env(conv)
         files = [conv / "src" / p for p in conv_rel]
-        c = convert(files, cwd, env)
-        section(f"ddpify {' '.join(conv_rel)}", c)
+        c = convert(files, cwd, env, [conv / "src" / p for p in cmd_rel])
+        section(f"ddpify {' '.join(cmd_rel)}", c)
         rec.update(ddpify_rc=c["rc"], changed=c["changed"], findings=finding_codes(c["out"]), blocking=c["blocking"])
         if c["changed"] and ctx.diffs:
             # Diffs quote the repository's code: they go to an ignored folder, never to logs/.
@@ -336,7 +344,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         rec["compiles"] = not bad
         idem = clone(conv, base / "idem")
         icwd, ienv = tree_env(idem)
-        c2 = convert([idem / "src" / p for p in conv_rel], icwd, ienv)
+        c2 = convert([idem / "src" / p for p in conv_rel], icwd, ienv, [idem / "src" / p for p in cmd_rel])
         rec["idempotent"] = c2["rc"] == 0 and not c2["changed"]
         section("ddpify again (idempotency)", c2)
         if bad:

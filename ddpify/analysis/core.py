@@ -13,6 +13,7 @@ from ddpify.analysis.loops import LoopsMixin
 from ddpify.analysis.manual import ManualUpdatesMixin
 from ddpify.analysis.models import ModelsMixin
 from ddpify.analysis.names import NamesMixin
+from ddpify.analysis.project import ProjectMixin
 from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
 from ddpify.analysis.steps import StepsMixin
 from ddpify.analysis.tree import TreeMixin, call_args, dotted
@@ -20,7 +21,7 @@ from ddpify.analysis.walk import WalkMixin
 from ddpify.directives import skipped_lines
 
 
-class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin, BatchesMixin):
+class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin, BatchesMixin, ProjectMixin):
     def __init__(self, module: cst.Module, source: str | None = None) -> None:
         # source: the text module was parsed from (its codegen, which need not be run again:
         # positions and line numbers are those of the codegen)
@@ -73,7 +74,11 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.forward_functions = self._functions_matching(self._is_forward_call)
         self.collective_functions = self._functions_matching(self._is_collective_call)
         self.steps = self._find_steps()
-        self.loaders = self._find_loaders()
+        if self._hand_to_classes():  # the model is a trainer's self.model: find its forwards again
+            self.model_bindings = self._propagate(self.models)
+            self.forward_functions = self._functions_matching(self._is_forward_call)
+            self.steps = self._find_steps()
+        self.loaders = [ld for ld in self._find_loaders() if not self.unused_in_project(ld.call)]
         self.main_guard = self._find_main_guard()
         self.existing_amp = any(
             self.is_call(c, "torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",

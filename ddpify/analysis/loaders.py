@@ -174,12 +174,34 @@ class LoadersMixin:
                 if alias and inner:
                     bound.setdefault(fn, set()).add(alias)
                     wrapped[alias] = inner
+        # Trainer(model, loader): the class's __init__ receives it
+        for call in self.calls:
+            cls = self.classes.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+            init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None) if cls else None
+            if init is None:
+                continue
+            params = [p.name.value for p in init.params.params][1:]
+            pos, kw = call_args(call)
+            names = bound.get(self.function_of(call), set()) | bound.get(None, set())  # type: ignore[arg-type]
+            for i, arg in enumerate(pos):
+                if dotted(arg.value) in names and i < len(params):
+                    bound.setdefault(init, set()).add(params[i])
+            for k, arg in kw.items():
+                if dotted(arg.value) in names and k in params:
+                    bound.setdefault(init, set()).add(k)
+        # self.loader = loader in a method: the class's methods reach it as self.loader
+        for asg in self.assigns:
+            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.value, cst.Name):
+                fn = self.function_of(asg)
+                attr = dotted(asg.targets[0].target)
+                if fn is not None and attr and attr.startswith("self.") and asg.value.value in bound.get(fn, set()):
+                    bound.setdefault(None, set()).add(attr)  # type: ignore[arg-type]
         sites: list[tuple[cst.CSTNode, str]] = []
         for loop in self.fors:
             fn = self.function_of(loop)
             visible = fn is None or fn is origin or "." in name or not self._is_local(fn, name)
-            names = bound.get(fn, set()) | (bound.get(None, set()) if visible else set())  # type: ignore[arg-type]
-            for n in names:
+            names = bound.get(fn, set()) | {n for n in bound.get(None, set()) if visible and (fn is origin or self.global_visible(n, loop, origin))}  # type: ignore[arg-type]
+            for n in sorted(names, key=lambda n: ("." in n, n)):
                 if self.loop_iterates(loop, n):
                     sites.append((loop, wrapped.get(n, n)))
                     break

@@ -39,7 +39,7 @@ class LoopsMixin:
         for call in self.calls:
             name = dotted(call.func)
             if name and name.rsplit(".", 1)[-1] == fn.name.value:
-                if "." in name and not name.startswith(("self.", "cls.")) and self.class_of(fn) is None:
+                if "." in name and not name.startswith(("self.", "cls.")) and self.class_of(fn) is None and not self._local_module(name):
                     continue
                 out.append(call)
         return out

@@ -199,3 +199,49 @@ class ModelsMixin:
         if last in {o.rsplit(".", 1)[-1] for o in self.optimizers}:
             return True
         return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers
+
+    def _hand_to_classes(self) -> bool:
+        """Project mode: `Trainer(model, ...)` where Trainer, in another file, keeps the model as
+        self.model in __init__ and trains it: the model is self.model from there on, wrapped
+        where the class last changes it (`self.model = model.to(device)`)."""
+        if not self.several_files():
+            return False
+        before = list(self.models)
+        if any(self.class_of(s.stmt) is None for s in self.steps):
+            return False  # the script trains outside a class too: the model stays where it is
+        trainers = {id(self.class_of(s.stmt)) for s in self.steps}
+        for name in list(self.models):
+            if "." in name:
+                continue
+            for call in self.calls:
+                cls = self.classes.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+                if cls is None or id(cls) not in trainers or self.region_of(cls) == self.region_of(call):
+                    continue
+                init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+                if init is None:
+                    continue
+                params = [p.name.value for p in init.params.params][1:]
+                pos, kw = call_args(call)
+                param = next((params[i] for i, a in enumerate(pos) if dotted(a.value) == name and i < len(params)), None)
+                param = param or next((k for k, a in kw.items() if dotted(a.value) == name and k in params), None)
+                star = init.params.star_kwarg
+                key = next((k for k, a in kw.items() if dotted(a.value) == name), None) if isinstance(star, cst.Param) else None
+                if param is None and key is None:
+                    continue
+                for asg in self.findall(init, m.Assign()):
+                    target = dotted(asg.targets[0].target) if len(asg.targets) == 1 else None
+                    base = asg.value
+                    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+                        base = base.func.value  # model.to(device).float()
+                    by_key = (  # self.model = kwargs["model"].to(device)
+                        key is not None and isinstance(base, cst.Subscript) and dotted(base.value) == star.name.value
+                        and len(base.slice) == 1 and isinstance(base.slice[0].slice, cst.Index)
+                        and isinstance(base.slice[0].slice.value, cst.SimpleString) and base.slice[0].slice.value.value[1:-1] == key
+                    )
+                    if target and target.startswith("self.") and (by_key or (param is not None and dotted(base) == param)):
+                        self.models[self.models.index(name)] = target
+                        break
+                else:
+                    continue
+                break
+        return self.models != before

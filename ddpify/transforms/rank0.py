@@ -30,6 +30,7 @@ class Rank0Transform(Transform):
         # a tracker (None on other ranks) passed to a function: its parameter there is one too
         self._trackers = a._propagate(sorted(writers)) if writers else {}
         self._homes = {(id(a.function_of(c)), a._assign_target(c)) for c in a.calls if self._creates(a, c) and a._assign_target(c)}
+        self._home_classes = {(id(a.class_of(c)), t) for f, t in self._homes for c in a.calls if id(a.function_of(c)) == f and a._assign_target(c) == t}
         bars = self._bound_to(ctx, lambda c: a.is_call(c, *TQDM))
         csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
         guarded: set[cst.BaseStatement] = set()
@@ -82,17 +83,18 @@ class Rank0Transform(Transform):
         if not names:
             return
         for attr in a.attributes:
-            root = attr.value
-            while isinstance(root, cst.Attribute):  # run.config.update(...): the tracker is `run`
-                root = root.value
-            base = dotted(root)
-            if base not in names or not ctx.editable(attr) or isinstance(a.parent.get(attr), cst.Attribute):
+            # run.config.update(...): the tracker is `run`; self.writer.log_dir: `self.writer`
+            parts = (dotted(attr.value) or "").split(".")
+            base = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in names), None)
+            if base is None or not ctx.editable(attr) or isinstance(a.parent.get(attr), cst.Attribute):
                 continue
             fn = a.function_of(attr)
             home = (id(fn), base) in self._homes or (fn is not None and (id(None), base) in self._homes and not a._is_local(fn, base))
+            # self.writer made in __init__: every method of the class reads the same attribute
+            home = home or (base.startswith("self.") and (id(a.class_of(attr)), base) in self._home_classes)
             if not home and base not in self._trackers.get(fn, ()):
                 continue  # another variable of the same name
-            if self._in_guarded(a, attr, guarded) or self._checked(a, attr, base):
+            if self._in_guarded(a, attr, guarded | ctx.edits.guarded) or self._checked(a, attr, base):
                 continue
             stmt = a.statement(attr)
             if self._tracker_statement(ctx, stmt, base):
@@ -299,6 +301,7 @@ class Rank0Transform(Transform):
                     continue
             osname = ctx.name("os")
             ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
+            guarded.add(path)  # the path is read on rank 0 alone now
             ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
 
     def _path_open(self, ctx: Context, call: cst.Call) -> None:
@@ -309,6 +312,7 @@ class Rank0Transform(Transform):
             return
         osname = ctx.name("os")
         ctx.edits.replace(path, lambda n, osname=osname: ctx.expr(f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"))
+        guarded.add(path)
         ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
 
     @staticmethod

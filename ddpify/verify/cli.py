@@ -76,6 +76,29 @@ def _convert(script: Path, source: str, options, converter: Callable | None) -> 
     return result.source, result.status
 
 
+def _project_copy(script: Path, options, into: Path) -> tuple[str | None, str] | None:
+    """Project mode (the script imports local modules): convert the project and copy every file of
+    it under `into`, as laid out under the project root; (the copied entry, status). None for a
+    single script."""
+    from ddpify.project import convert_project, is_project
+
+    if not is_project(str(script)):
+        return None
+    result = convert_project(str(script), options)
+    if result.status == "not-training":
+        raise CannotRun(f"{script}: not a training script (no optimizer step found in it or its local modules): nothing to verify")
+    if result.blocking:
+        why = "; ".join(f.format(os.path.relpath(r.path, result.root)) for r in result.files for f in r.findings if f.blocking)
+        raise CannotRun(f"ddpify refused to convert the project of {script} (blocking findings): {why}")
+    if not any(r.changed for r in result.files):
+        return None, result.status
+    for r in result.files:
+        target = into / os.path.relpath(r.path, result.root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(r.output)
+    return str(into / os.path.relpath(result.entry, result.root)), result.status
+
+
 def _visible_gpus() -> int:
     # No NVIDIA device node, or every GPU hidden: skip importing torch in this process just to learn it.
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not any(
@@ -205,12 +228,21 @@ def run_verify(
     try:
         source = script_path.read_text()
         converted, status = (None, "--no-convert")
+        project = None
+        main_file = str(script_path)
         if convert:
             from ddpify import Options
 
-            converted, status = _convert(script_path, source, options or Options(), converter)
+            project = converter is None and _project_copy(script_path, options or Options(), run_dir / "project")
+            if project:
+                converted, status = project
+            else:
+                converted, status = _convert(script_path, source, options or Options(), converter)
         exec_path = str(script_path)
-        if converted is not None:
+        if convert and project and converted is not None:
+            exec_path = converted  # the converted entry among its converted modules
+            main_file = converted
+        elif converted is not None:
             exec_path = str(run_dir / f"{script_path.stem}.ddp.py")
             Path(exec_path).write_text(converted)
         doc.update(conversion=status, ran=exec_path)
@@ -290,7 +322,7 @@ def run_verify(
     how = f"{nnodes} torchrun agents (c10d rendezvous on 127.0.0.1), {nproc} processes each" if nnodes > 1 else f"torchrun, {nproc} processes"
     note(f"  candidate: {how} (hang after {current_timeout[0]:g} s without progress) ...")
     cand = launch(
-        "candidate", exec_path, str(script_path), args, nproc, steps, current_timeout[0], run_dir / "candidate", token,
+        "candidate", exec_path, main_file, args, nproc, steps, current_timeout[0], run_dir / "candidate", token,
         hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "candidate", lambda: current_timeout[0]),
         node_gpus=_gpu_ids() if nnodes > 1 and not hide_gpus else None,
     )  # fmt: skip

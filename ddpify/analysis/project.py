@@ -1,0 +1,281 @@
+"""Project: which local modules an entry script imports. Top-level `import a.b`, `from a import b`
+and relative imports are resolved against the entry's directory and the project root (the nearest
+folder above it with .git, pyproject.toml, setup.py or setup.cfg), followed transitively; nothing
+outside the root and nothing in a virtual environment or site-packages is followed. Imports inside
+functions are not followed: they are listed (`lazy`) so that a refusal can name them.
+
+Reads text with the standard library's ast (fast; no rewriting happens here).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import stat
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+import ddpify.match as m
+
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+NOT_LOCAL = ("site-packages", "dist-packages", "__pypackages__", "node_modules")
+
+
+@dataclass
+class LocalImport:
+    line: int  # first line of the top-level import statement (1-based)
+    end: int  # its last line
+    path: str  # the local file it reaches first (a package's __init__.py before its submodule)
+    paths: list[str]  # every local file it imports, in import order
+    modules: list[str] = field(default_factory=list)  # names it binds to a local module (`import utils`)
+
+
+@dataclass
+class ModuleFile:
+    path: str  # absolute, real path
+    text: str
+    tree: ast.Module
+    imports: list[LocalImport] = field(default_factory=list)
+    lazy: list[tuple[int, str]] = field(default_factory=list)  # (line, local file) imported inside a function
+    main_guard: tuple[int, int] | None = None  # lines of `if __name__ == "__main__":`
+
+    @property
+    def deps(self) -> list[str]:
+        return [p for imp in self.imports for p in imp.paths]
+
+
+def project_root(entry: str) -> str:
+    """The nearest folder above the entry with a project marker (else the entry's folder); a
+    PYTHONPATH folder above the entry widens it (`PYTHONPATH=. python projects/x/train.py`)."""
+    here = os.path.dirname(os.path.realpath(entry))
+    marked = _marked_root(here)
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        real = os.path.realpath(p) if p else ""
+        if real and os.path.isdir(real) and os.path.commonpath([real, marked]) == real and real != os.sep:
+            marked = real
+    return marked
+
+
+def _marked_root(here: str) -> str:
+    d = here
+    for _ in range(6):
+        if any(os.path.exists(os.path.join(d, mark)) for mark in ROOT_MARKERS):
+            return d
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    return here
+
+
+def _is_local(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, root]) != root:
+        return False
+    rel = os.path.relpath(real, root).split(os.sep)
+    return not any(part in NOT_LOCAL or part.startswith(".") for part in rel[:-1]) and not any(
+        os.path.isfile(os.path.join(root, *rel[:i], "pyvenv.cfg")) for i in range(len(rel))
+    )
+
+
+def _module_file(base: str, parts: list[str]) -> list[str]:
+    """Files `import parts` runs below base: each package's __init__.py, then the module."""
+    out: list[str] = []
+    d = base
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        pkg = os.path.join(d, part)
+        if os.path.isdir(pkg) and os.path.isfile(os.path.join(pkg, "__init__.py")):
+            out.append(os.path.join(pkg, "__init__.py"))
+            d = pkg
+            continue
+        if last and os.path.isfile(pkg + ".py"):
+            out.append(pkg + ".py")
+            return out
+        return []
+    return out
+
+
+def _resolve(node: ast.stmt, here: str, bases: list[str], root: str) -> list[str]:
+    """Local files an import statement runs, or [] when it reaches none."""
+    found: list[str] = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            for base in bases:
+                files = _module_file(base, alias.name.split("."))
+                if files:
+                    found += files
+                    break
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            pkg = os.path.dirname(here)
+            for _ in range(node.level - 1):
+                pkg = os.path.dirname(pkg)
+            starts = [(pkg, (node.module or "").split(".") if node.module else [])]
+        else:
+            starts = [(base, (node.module or "").split(".")) for base in bases]
+        for base, parts in starts:
+            files = _module_file(base, parts) if parts else []
+            if parts and not files:
+                continue
+            target = os.path.join(base, *parts)
+            for alias in node.names:  # `from pkg import mod`: the submodule too
+                sub = _module_file(target, [alias.name]) if os.path.isdir(target) else []
+                files += [f for f in sub if f not in files]
+            if files:
+                found += files
+                break
+    return [os.path.realpath(f) for f in found if _is_local(f, root)]
+
+
+def _module_names(node: ast.stmt, files: list[str]) -> list[str]:
+    """Names an import binds to a local module: `import utils`, `import pkg.mod` (pkg),
+    `from pkg import mod`; not the classes and functions `from mod import f` binds."""
+    if isinstance(node, ast.Import):
+        return [a.asname or a.name.split(".")[0] for a in node.names]
+    ends = {os.path.basename(f)[:-3] if not f.endswith("__init__.py") else os.path.basename(os.path.dirname(f)) for f in files}
+    return [a.asname or a.name for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
+
+
+def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            text = ast.unparse(node.test)
+            if "__name__" in text and "__main__" in text:
+                return node.lineno, node.end_lineno or node.lineno
+    return None
+
+
+def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile:
+    tree = ast.parse(text, path)
+    mod = ModuleFile(os.path.realpath(path), text, tree, main_guard=_main_guard(tree))
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]
+            if files:
+                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, _module_names(node, files)))
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+            files = _resolve(node, mod.path, bases, root)
+            if files:
+                mod.lazy.append((node.lineno, files[-1]))
+    return mod
+
+
+def local_modules(entry: str, read=None) -> tuple[str, list[ModuleFile]]:
+    """(root, files): the entry first, then every local module it reaches through top-level imports,
+    each once, dependencies before the modules importing them."""
+    root = project_root(entry)
+    here = os.path.dirname(os.path.realpath(entry))
+    bases = list(dict.fromkeys([here, root]))
+    if read is None:
+        def read(p: str) -> str:
+            if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the open
+                raise OSError(f"{p}: not a regular file")
+            with open(p, encoding="utf-8") as f:
+                return f.read()
+    seen: dict[str, ModuleFile] = {}
+    order: list[str] = []
+
+    def visit(path: str) -> None:
+        if path in seen:
+            return
+        seen[path] = read_module(path, read(path), root, bases)
+        for dep in seen[path].deps:
+            visit(dep)
+        order.append(path)
+
+    first = os.path.realpath(entry)
+    visit(first)
+    return root, [seen[first]] + [seen[p] for p in order if p != first]
+
+
+class ProjectMixin:
+    """Which file of a merged project (ddpify/project.py) a node comes from: the modules sit
+    between marker functions `__ddpify_begin_K__` / `__ddpify_end_K__`; the entry is file 0, and a
+    single file is all file 0. A module-level name of one file is not visible in another."""
+
+    def region_of(self, node) -> int:
+        regions = self.__dict__.get("_regions")
+        if regions is None:
+            regions, current = {}, 0
+            for stmt in self.module.body:
+                name = getattr(getattr(stmt, "name", None), "value", "")
+                if name.startswith("__ddpify_begin_"):
+                    current = int(name[len("__ddpify_begin_"):-2])
+                elif name.startswith("__ddpify_end_"):
+                    current = 0
+                regions[id(stmt)] = current
+            self._regions = regions
+            self._several = len(set(regions.values())) > 1
+        if not self._several:
+            return 0
+        cur = node
+        while cur is not None and id(cur) not in regions:
+            cur = self.parent.get(cur)
+        return regions.get(id(cur), 0) if cur is not None else 0
+
+    def several_files(self) -> bool:
+        self.region_of(self.module)
+        return self._several
+
+    def global_visible(self, name: str, where, origin=None) -> bool:
+        """A plain module-level name is visible at `where` when the file there binds it; another
+        name (a local of `origin`, a function) only within origin's own file."""
+        if "." in name or not self.several_files():
+            return True
+        index = self.__dict__.get("_global_regions")
+        if index is None:
+            index = {}
+            for s in self.module.body:
+                for n in binds(s):
+                    index.setdefault(n, set()).add(self.region_of(s))
+            self._global_regions = index
+        if name in index:
+            return self.region_of(where) in index[name]
+        return origin is not None and self.region_of(origin) == self.region_of(where)
+
+    def unused_in_project(self, node) -> bool:
+        """node is in a plain function of an imported module that nothing in the project calls
+        (`utils.load_celebA` of a data set this program never loads): not this program's code."""
+        fn = self.function_of(node)
+        if fn is None or self.region_of(fn) == 0 or self.class_of(fn) is not None:
+            return False
+        name = fn.name.value
+        return not self.callers(fn) and not any(
+            n.value == name and n is not fn.name and not isinstance(self.parent.get(n), cst.Attribute)
+            for n in self.findall(self.module, m.Name(name))
+        )
+
+    def _local_module(self, name: str) -> bool:
+        """`utils.f`: utils names a local module of the project (its import's placeholder)."""
+        head = name.split(".", 1)[0]
+        return any(b.startswith("__ddpify_import_") for b in self.bindings.get(None, {}).get(head, []))
+
+
+
+def binds(stmt, inside: bool = False) -> set[str]:
+    """Names a statement binds at its level (inside=True: also in the function it defines)."""
+    out: set[str] = set()
+    stack = [stmt]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            out.add(n.name.value)
+            if stmt is not n or not inside:
+                continue
+        if isinstance(n, cst.Param):
+            out.add(n.name.value)
+        if isinstance(n, cst.AssignTarget) or isinstance(n, (cst.AnnAssign, cst.For)):
+            t = n.target
+            out |= {x.value for x in ([t] if isinstance(t, cst.Name) else [e.value for e in getattr(t, "elements", [])]) if isinstance(x, cst.Name)}
+        if isinstance(n, cst.ImportAlias):
+            nm = n.asname.name if n.asname else n.name
+            while isinstance(nm, cst.Attribute):
+                nm = nm.value
+            if isinstance(nm, cst.Name):
+                out.add(nm.value)
+        stack.extend(n.children)
+    return out

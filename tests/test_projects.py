@@ -1,0 +1,287 @@
+"""Project mode: an entry script and the local modules it imports, converted as one program
+(fixtures/1NN_*/input -> expected/, see conftest.PROJECTS); the CLI writes every file or none;
+import resolution stays inside the project; the outputs train as 2 gloo ranks and pass verify."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROJECTS, ROOT, clean_env, convert_fixture_project, free_port, is_refused, project_entry
+
+from ddpify.analysis.project import local_modules
+from ddpify.project import convert_project, is_project
+
+IDS = [p.name for p in PROJECTS]
+
+
+def _files(top: Path) -> dict[str, str]:
+    return {str(p.relative_to(top)): p.read_text() for p in sorted(top.rglob("*.py"))}
+
+
+@pytest.fixture(params=PROJECTS, ids=IDS)
+def project(request) -> Path:
+    return request.param
+
+
+def test_there_are_project_fixtures_of_each_layout():
+    assert len([d for d in PROJECTS if not is_refused(d)]) >= 4
+    assert any(is_refused(d) for d in PROJECTS)
+
+
+def test_expected_outputs(project):
+    _, _, outputs = convert_fixture_project(project)
+    got = _files(project / "input")  # files outside the project stay as they are
+    got.update(outputs)
+    expected = _files(project / "expected")
+    assert sorted(got) == sorted(expected)
+    for name, text in expected.items():
+        assert got[name] == text, "".join(difflib.unified_diff(text.splitlines(True), got[name].splitlines(True), name, "converted"))
+
+
+def test_expected_findings(project):
+    _, lines, _ = convert_fixture_project(project)
+    assert lines == (project / "expected.txt").read_text().splitlines()
+
+
+def test_output_is_fixed_point(project):
+    result, _, outputs = convert_fixture_project(project, base="expected")
+    assert outputs == {n: t for n, t in _files(project / "expected").items() if n in outputs}
+    if _files(project / "input") != _files(project / "expected"):
+        assert result.status == "already-distributed"
+
+
+def test_unchanged_modules_and_refusals_are_byte_identical(project):
+    inputs, outputs = _files(project / "input"), _files(project / "expected")
+    if is_refused(project):
+        assert inputs == outputs
+    # the entry always changes; at least one module changes with it (the loop, prints or helpers live there)
+    entry = str(project_entry(project).relative_to(project / "input"))
+    if not is_refused(project):
+        assert inputs[entry] != outputs[entry]
+        assert any(inputs[n] != outputs[n] for n in inputs if n != entry)
+
+
+def test_modules_stay_importable_without_a_process_group(project, tmp_path):
+    """No process group at import time: tools and tests can still import each module."""
+    if is_refused(project):
+        pytest.skip("refused: nothing converted")
+    pytest.importorskip("torch")
+    entry = project_entry(project).relative_to(project / "input")
+    modules = [n[:-3].replace("/", ".").removesuffix(".__init__") for n in _files(project / "expected") if n != str(entry)]
+    code = "import importlib, torch.distributed as d\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code += "assert not d.is_initialized()\nprint('ok')\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=project / "expected", capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_runs_as_two_ranks_under_torchrun(project, tmp_path):
+    if is_refused(project):
+        pytest.skip("refused: nothing converted")
+    pytest.importorskip("torch")
+    work = tmp_path / "project"
+    shutil.copytree(project / "expected", work)
+    logs = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={logs}", "--redirects=3", "--tee=3",
+           str(work / project_entry(project).relative_to(project / "input"))]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rank0 = next(logs.glob("*/attempt_0/0/stdout.log")).read_text()
+    rank1 = next(logs.glob("*/attempt_0/1/stdout.log")).read_text()
+    assert "epoch" in rank0, rank0[-2000:]
+    # prints in every file of the project (helpers included) are rank 0's alone
+    assert rank1.strip() == "", rank1[-2000:]
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _ddpify(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ddpify", *args], cwd=cwd, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+
+
+def test_cli_converts_every_file_of_the_project(tmp_path):
+    d = next(p for p in PROJECTS if p.name.startswith("101_"))
+    work = tmp_path / "p"
+    shutil.copytree(d / "input", work)
+    check = _ddpify("--check", "train.py", cwd=work)
+    assert check.returncode == 1, check.stderr
+    for name in ("train.py", "engine.py", "utils.py"):
+        assert f"would convert {name}" in check.stderr
+    assert "engine.py:11:5: DDP021" in check.stderr  # path:line:col of the file concerned
+    diff = _ddpify("--diff", "train.py", cwd=work)
+    for name in ("train.py", "engine.py", "utils.py"):
+        assert f"+++ {name}" in diff.stdout
+    assert _files(work) == _files(d / "input")  # --check and --diff write nothing
+    write = _ddpify("train.py", cwd=work)
+    assert write.returncode == 0, write.stderr
+    assert _files(work) == _files(d / "expected")
+    assert write.stderr.count("run it with") == 1  # the entry alone is what one runs
+    again = _ddpify("--check", "train.py", cwd=work)
+    assert again.returncode == 0, again.stderr
+    assert not list(work.glob(".*ddpify*")), "a temporary file was left behind"
+
+
+def test_cli_refusal_leaves_every_file_untouched(tmp_path):
+    d = next(p for p in PROJECTS if is_refused(p))
+    work = tmp_path / "p"
+    shutil.copytree(d / "input", work)
+    run = _ddpify(str(project_entry(d).relative_to(d / "input")), cwd=work)
+    assert run.returncode == 2
+    assert "DDP100 [blocking]" in run.stderr and "recipes.py" in run.stderr
+    assert _files(work) == _files(d / "input")
+
+
+def test_directory_finds_the_entry_and_converts_the_project_once(tmp_path):
+    d = next(p for p in PROJECTS if p.name.startswith("103_"))
+    work = tmp_path / "repo"
+    shutil.copytree(d / "input", work)
+    run = _ddpify(".", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert _files(work) == _files(d / "expected")
+    assert "refused" not in run.stderr
+
+
+def test_shared_module_converted_the_same_for_two_entries(tmp_path):
+    d = next(p for p in PROJECTS if p.name.startswith("101_"))
+    work = tmp_path / "repo"
+    shutil.copytree(d / "input", work)
+    shutil.copy(work / "train.py", work / "train_small.py")
+    text = (work / "train_small.py").read_text().replace("EPOCHS = 3", "EPOCHS = 1")
+    (work / "train_small.py").write_text(text)
+    run = _ddpify(".", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert (work / "engine.py").read_text() == (d / "expected" / "engine.py").read_text()
+    assert (work / "train_small.py").read_text() == (d / "expected" / "train.py").read_text().replace("EPOCHS = 3", "EPOCHS = 1")
+
+
+# -- import resolution ---------------------------------------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_resolution_follows_local_imports_only(tmp_path):
+    _tree(tmp_path, {
+        "pyproject.toml": "",
+        "app/train.py": "import os\nimport pkg.mod\nfrom pkg import sub\nfrom helper import f\nimport venvlib\n",
+        "app/helper.py": "from . import nothing_here\n",
+        "pkg/__init__.py": "",
+        "pkg/mod.py": "from .deep import g\n",
+        "pkg/deep.py": "def g():\n    import lazy_one\n",
+        "pkg/sub.py": "x = 1\n",
+        "app/lazy_one.py": "",
+        "app/.venv/lib/site-packages/venvlib.py": "",
+    })
+    root, files = local_modules(str(tmp_path / "app" / "train.py"))
+    assert root == str(tmp_path.resolve())
+    names = [str(Path(f.path).relative_to(root)) for f in files]
+    assert names[0] == "app/train.py"
+    assert set(names[1:]) == {"pkg/__init__.py", "pkg/mod.py", "pkg/deep.py", "pkg/sub.py", "app/helper.py"}
+    assert names.index("pkg/deep.py") < names.index("pkg/mod.py")  # dependencies first
+    deep = next(f for f in files if f.path.endswith("deep.py"))
+    assert [Path(p).name for _, p in deep.lazy] == ["lazy_one.py"]
+
+
+def test_a_single_script_is_not_a_project(tmp_path):
+    _tree(tmp_path, {"train.py": "import torch\nimport numpy\n"})
+    assert not is_project(str(tmp_path / "train.py"))
+
+
+def test_project_without_training_is_not_training(tmp_path):
+    _tree(tmp_path, {"main.py": "from util import f\nf()\n", "util.py": "def f():\n    print('hi')\n"})
+    result = convert_project(str(tmp_path / "main.py"))
+    assert result.status == "not-training"
+    assert not any(r.changed for r in result.files)
+
+
+def test_modules_that_are_also_scripts_still_run(tmp_path):
+    """A module with its own `if __name__ == "__main__":` block keeps working as a script."""
+    pytest.importorskip("torch")
+    ran = 0
+    for d in PROJECTS:
+        if is_refused(d):
+            continue
+        entry = str(project_entry(d).relative_to(d / "input"))
+        for name, text in _files(d / "expected").items():
+            if name == entry or "__main__" not in text:
+                continue
+            work = tmp_path / d.name
+            if not work.exists():
+                shutil.copytree(d / "expected", work)
+            proc = subprocess.run([sys.executable, name], cwd=work, capture_output=True, text=True, env=clean_env(), timeout=120)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            ran += 1
+    assert ran, "no project fixture has a module that is also a script"
+
+
+def test_module_script_that_needs_a_group_sets_it_up(tmp_path):
+    """A trainer module whose own __main__ block does not train, but whose code now uses DDP: run
+    directly, its block sets up (and tears down) a process group of its own."""
+    d = next(p for p in PROJECTS if p.name.startswith("100_"))
+    shutil.copytree(d / "input", tmp_path / "p")
+    trainer = tmp_path / "p" / "trainer.py"
+    trainer.write_text(trainer.read_text() + '\n\nif __name__ == "__main__":\n    print(Trainer.__doc__ or "Trainer(model, optimizer, train_loader, device)")\n')
+    result = convert_project(str(tmp_path / "p" / "train.py"))
+    assert result.status == "converted", [f.format("x") for r in result.files for f in r.findings]
+    out = next(r.output for r in result.files if r.path.endswith("trainer.py"))
+    guard = out[out.index('if __name__ == "__main__":'):]
+    assert guard.splitlines()[1].strip() == "ddp_setup()" and "dist.destroy_process_group()" in guard
+    assert "\ndef ddp_setup():" in out
+    trainer.write_text(out)
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "trainer.py"], cwd=tmp_path / "p", capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0 and "Trainer" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monkeypatch):
+    """`ddpify verify train.py` converts the whole project into its run folder; `--no-convert`
+    runs an already converted folder (its modules found next to the entry)."""
+    pytest.importorskip("torch")
+    from ddpify.verify import run_verify
+
+    d = next(p for p in PROJECTS if p.name.startswith("101_"))
+    monkeypatch.chdir(tmp_path)
+    for folder, convert in (("input", True), ("expected", False)):
+        lines: list[str] = []
+        outcome = run_verify(str(d / folder / "train.py"), nproc=2, steps=12, backend="gloo", timeout=120.0,
+                             baseline=convert, convert=convert, echo=lines.append)
+        text = "\n".join(lines)
+        assert outcome.exit_code == 0, text
+        statuses = {c.name: c.status for c in outcome.checks}
+        for check in ("params-in-sync", "data-sharding", "rank0-writes"):
+            assert statuses[check] == "PASS", text
+        if convert:
+            assert "converted to a temporary copy" in text
+
+
+def test_loop_in_the_entry_with_a_helper_module(tmp_path):
+    """The loop stays in the entry (the common case): converted as one file would be, plus the
+    helper's print on rank 0."""
+    d = next(p for p in PROJECTS if p.name.startswith("102_"))
+    _tree(tmp_path, {
+        "helpers.py": "def log(epoch, loss):\n    print(f'epoch {epoch} loss {loss:.4f}')\n",
+        "train.py": (d / "input" / "train.py").read_text().replace(
+            "from helpers import describe, head_norm, save_checkpoint\n", "from helpers import log\n"
+        ).replace("describe(model)\n", "").replace(
+            '    print(f"epoch {epoch} loss {loss.item():.4f} head norm {head_norm(model):.3f}")\n    save_checkpoint(model, "classifier.pt")\n',
+            "    log(epoch, loss.item())\n"),
+        "model.py": (d / "input" / "model.py").read_text(),
+    })
+    result = convert_project(str(tmp_path / "train.py"))
+    assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
+    out = {Path(r.path).name: r.output for r in result.files}
+    assert "    train_loader.sampler.set_epoch(epoch)\n" in out["train.py"]
+    assert "    if RANK == 0:\n        print(" in out["helpers.py"]
+    assert out["model.py"] == (d / "input" / "model.py").read_text()
