@@ -17,6 +17,7 @@ CODES: dict[str, str] = {
     "DDP002": "--local-rank/--local_rank accepted for the legacy launcher",
     "DDP003": "process group destroyed when training ends",
     "DDP004": "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)",
+    "DDP005": "BLOCKING: the conversion would read a name where it is not defined (a ddpify limitation): convert that part by hand",
     "DDP010": "device pinned to one GPU index moved to the rank's own GPU",
     "DDP011": "device could not be resolved statically; check it follows LOCAL_RANK",
     "DDP012": "CUDA_VISIBLE_DEVICES set by the script kept for plain runs only (BLOCKING when not fixed: every rank would see the same GPUs)",
@@ -94,6 +95,7 @@ CODES: dict[str, str] = {
 # Codes that block by default: without the missing piece the output is not a correct DDP program.
 # A call site may still say otherwise for one occurrence (Finding(..., severity="note")).
 BLOCKING: frozenset[str] = frozenset({
+    "DDP005",  # the output would stop with NameError
     "DDP022",  # training data not sharded (own sampler)
     "DDP023",  # training data not sharded (IterableDataset)
     "DDP024",  # training data not sharded (no DataLoader)

@@ -16,6 +16,7 @@ from ddpify.result import ConversionError, Result
 from ddpify.transforms import OPTIMIZE, PIPELINE, LaunchTransform
 from ddpify.transforms.base import Context
 from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
+from ddpify.undefined import new_unbound_reads
 
 __all__ = ["ConversionError", "Result", "convert_source", "parse"]
 
@@ -134,4 +135,12 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
         return Result(source, False, "converted", sorted(ctx.findings))
     converted = Applier(ctx.edits).apply(analysis.module)
     new = codegen(converted, converted)
-    return Result(new, new != source, "converted", sorted(set(ctx.findings)))
+    findings = sorted(set(ctx.findings))
+    for scope, name, line in new_unbound_reads(source, new):
+        # a planner placed code where a name it reads is not visible: NameError when it runs
+        where = "at module level" if scope == "<module>" else f"in {scope}"
+        text = source.splitlines()[line - 1] if 0 < line <= source.count("\n") + 1 else ""
+        col = len(text) - len(text.lstrip()) + 1
+        findings.append(Finding(line or 1, col, "DDP005", f"the conversion would read {name} {where}, where it is not defined "
+                                f"(a ddpify limitation): convert this part by hand", False))
+    return Result(new, new != source, "converted", findings)
