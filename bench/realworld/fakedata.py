@@ -178,7 +178,13 @@ def sine(path: Path, n: int = 20, length: int = 200) -> None:
     torch.save(np.array(rows, dtype="float64"), open(path, "wb"))
 
 
+def folder(path: Path) -> None:
+    """An empty folder the script writes into (in the repository, git keeps no empty folder)."""
+    path.mkdir(parents=True, exist_ok=True)
+
+
 MAKERS = {
+    "dir": folder,
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "cifar10": cifar10,
