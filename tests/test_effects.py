@@ -288,3 +288,25 @@ def test_statement_that_only_feeds_a_tracker_runs_on_rank_0(use):
 def test_tracker_use_that_a_guard_cannot_hold_is_refused(use):
     res = convert(TRACKED.format(use=use))
     assert "DDP063" in codes(res) and res.status == "refused"
+
+
+@pytest.mark.parametrize("line", [
+    'with h5py.File("weights.h5", "w") as f:\n    f.create_dataset("w", data=[1.0])\n',
+    'f = h5py.File(out_path, mode="a")\nf.close()\n',
+    'arr = np.memmap("cache.dat", dtype="float32", mode="w+", shape=(4,))\n',
+])
+def test_any_other_call_opening_a_path_for_writing_refuses(line):
+    """One rule, not a list of libraries: a path and a file mode that writes, on every rank, where
+    ddpify does not know whether os.devnull would do: refused (DDP064), never written wrong."""
+    res = convert("import h5py\nimport numpy as np\nout_path = 'runs/log.h5'\n" + LOOP + line)
+    assert res.status == "refused" and "DDP064" in codes(res), res.findings
+
+
+@pytest.mark.parametrize("line", [
+    'import zipfile\nwith zipfile.ZipFile("preds.zip", "w") as z:\n    z.writestr("a.txt", "x")\n',
+    'f = h5py.File("data/train.h5", "r")\n',
+    'print(format_row("result.txt", "a"))\n',
+])
+def test_reading_a_file_or_a_second_string_that_is_data_is_no_opener(line):
+    res = convert("import h5py\n" + LOOP + line)
+    assert res.status == "converted" and "DDP064" not in codes(res), res.findings

@@ -19,6 +19,8 @@ import ddpify.match as m
 from ddpify.analysis.tree import call_args, code, dotted
 
 WRITE_MODE = re.compile(r"[wax+]")
+# a file mode that writes, as libraries spell it: "w", "wb", "a", "r+", "w+", "w-", "x", "w:gz"
+OPENER_MODE = re.compile(r"(?:[wax][bt]?\+?|r\+[bt]?|r[bt]\+|w-)(?::\w*)?")
 MEMORY_BUFFERS = ("io.BytesIO", "io.StringIO")
 
 # qualified name -> (positional index, keyword) of the path it writes; None: no single path
@@ -192,6 +194,21 @@ class Effects:
                 if isinstance(value, cst.SimpleString) and WRITE_MODE.search(value.evaluated_value or ""):
                     return _arg(call, path)
         return None
+
+    def other_opener(self, call: cst.Call) -> bool:
+        """Any other call given a path and a file mode that writes (h5py.File(p, "w"),
+        np.memmap(p, mode="w+"), netCDF4.Dataset(p, "a")): it creates or changes a file on every
+        rank, and whether os.devnull would do in its place is not known."""
+        if self.open_mode(call) is not None or self.writer(call) is not None or self.file_handler(call) is not None:
+            return False
+        if not call.args or call.args[0].keyword is not None or not looks_like_path(call.args[0].value):
+            return False
+        name = dotted(call.func).rsplit(".", 1)[-1] if dotted(call.func) else ""
+        # a positional mode only for what opens files: a class (File, Dataset) or an *open function;
+        # elsewhere a second string is data (z.writestr("a.txt", "x"))
+        where = (1, "mode") if name[:1].isupper() or name.endswith("open") else (99, "mode")
+        mode = _arg(call, where)
+        return isinstance(mode, cst.SimpleString) and bool(OPENER_MODE.fullmatch(mode.evaluated_value or ""))
 
     def written_path(self, call: cst.Call) -> str | None:
         """The path (as code) a writing call writes, where the table knows it."""

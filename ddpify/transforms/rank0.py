@@ -291,20 +291,23 @@ class Rank0Transform(Transform):
                 continue
             mode = ctx.effects.open_mode(call)
             if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
-                self._path_open(ctx, call)
+                self._path_open(ctx, call, guarded)
                 continue
             if mode is not None and WRITE_MODE.search(mode) and call.args and call.args[0].keyword is None:
                 path, what = call.args[0].value, "file opened for writing"
             else:
                 path, what = ctx.effects.file_handler(call), f"{dotted(call.func)} file"
                 if path is None:
+                    if ctx.effects.other_opener(call):
+                        ctx.finding(call, "DDP064", f"{dotted(call.func) or code(call.func)} opens a file for writing on every rank: "
+                                    "open it under `if RANK == 0:` (or give other ranks a path of their own)", False)
                     continue
             osname = ctx.name("os")
             ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
             guarded.add(path)  # the path is read on rank 0 alone now
             ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
 
-    def _path_open(self, ctx: Context, call: cst.Call) -> None:
+    def _path_open(self, ctx: Context, call: cst.Call, guarded: set) -> None:
         """(out / "log.txt").open("w"): a Path of the same type to os.devnull on other ranks."""
         path = call.func.value  # type: ignore[attr-defined]
         if not all(isinstance(n, (cst.Name, cst.Attribute, cst.SimpleString, cst.BinaryOperation)) for n in ctx.a.findall(path, m.Name() | m.Call())) or ctx.a.findall(path, m.Call()):
