@@ -393,3 +393,37 @@ def test_discarded_training_outputs_set_find_unused_parameters():
     """)
     f = next(f for f in r.findings if f.code == "DDP037")
     assert "outputs of model(...) are discarded" in f.message and "find_unused_parameters=True)" in r.source
+
+
+def test_a_method_taking_a_local_name_for_the_wrapped_attribute_unwraps_through_it():
+    """minGPT's run(): `model, config = self.model, self.config` after __init__ wrapped
+    self.model: a method of the model itself is reached through .module."""
+    from ddpify import convert_source
+
+    src = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, data, config):
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = model.to(self.device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.data, self.config = data, config
+
+    def run(self):
+        model, config = self.model, self.config
+        model.describe(config)
+        loader = DataLoader(self.data, batch_size=8, shuffle=True)
+        for epoch in range(2):
+            for x, y in loader:
+                loss = ((model(x.to(self.device)) - y.to(self.device)) ** 2).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+'''
+    out = convert_source(src).source
+    assert "self.model = DDP(self.model" in out, out
+    assert "model.module.describe(config)" in out, out
+    assert "model.module(x" not in out  # the forward stays on the wrapper

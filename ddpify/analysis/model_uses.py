@@ -97,6 +97,29 @@ def instance_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, 
     return out
 
 
+def local_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, cst.CSTNode]:
+    """`model, config = self.model, self.config` in a method of the class whose __init__ wraps
+    self.model: `model` is the wrapper from that assignment on, in that method (minGPT's run())."""
+    out: dict[str, cst.CSTNode] = {}
+    for name, anchor in wrapped.items():
+        init = a.function_of(anchor)
+        cls = a.class_of(init) if init is not None and init.name.value == "__init__" else None
+        if not name.startswith("self.") or cls is None:
+            continue
+        for asg in a.assigns:
+            fn = a.function_of(asg)
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or fn is None or fn is init or a.class_of(fn) is not cls:
+                continue
+            target, value = asg.targets[0].target, asg.value
+            pairs = [(target, value)]
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
+                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+            for t, v in pairs:
+                if isinstance(t, cst.Name) and dotted(v) == name:
+                    out[t.value] = asg
+    return out
+
+
 def forward_through_container(a: Analysis, name: str) -> tuple[cst.CSTNode, str] | None:
     """`nets = [encoder, decoder]` then `nets[0](x)` or `for net in nets: net(x)`: the container
     keeps the module itself, so its forwards bypass a wrap of the name (no gradient sync), while

@@ -29,6 +29,10 @@ class UnwrapTransform(Transform):
         wrapped_names = set(ctx.wrapped)
         bindings = a._propagate(sorted(wrapped_names))
         self._aliases = model_uses.instance_aliases(a, ctx.wrapped)
+        self._aliases.update(model_uses.local_aliases(a, ctx.wrapped))
+        for name, anchor in ctx.wrapped.items():  # wrapped inside a function: its own local from there on
+            if "." not in name and a.function_of(anchor) is not None:
+                bindings.setdefault(a.function_of(anchor), set()).add(name)
         for alias, asg in self._aliases.items():
             bindings.setdefault(a.function_of(asg), set()).add(alias)  # type: ignore[arg-type]
         for attr in a.attributes:
