@@ -113,6 +113,22 @@ class WrappingTransform(Transform):
                 return stmt
             stmt = owner
 
+    @staticmethod
+    def _other_trainers(a, name: str, bind: cst.CSTNode) -> list[str]:
+        """Other classes that also bind `self.X` and train (GAN, CGAN, ... each with self.G): one
+        wrap of self.X covers only the class it is placed in."""
+        if not name.startswith("self.") or name.count(".") != 1:
+            return []
+        mine = a.class_of(bind)
+        training = {id(c): c for c in (a.class_of(st.stmt) for st in a.steps) if c is not None and c is not mine}
+        out = []
+        for cls in training.values():
+            binds = any(isinstance(t.target, cst.Attribute) and dotted(t.target) == name
+                        for asg in a.findall(cls, m.Assign()) for t in asg.targets)
+            if binds:
+                out.append(cls.name.value)
+        return sorted(out)
+
     def _wrap(self, ctx: Context, name: str, dp_stmts: set[cst.BaseStatement]) -> None:
         a = ctx.a
         bind = self._binding(ctx, name)
@@ -147,6 +163,12 @@ class WrappingTransform(Transform):
         if late:
             for node, kind in late:
                 ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped in DistributedDataParallel (before its first training forward), and DDP cannot follow that change once it holds the model: not wrapped; make the change before training starts (or rebuild DDP after it), then wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
+            return
+        others = self._other_trainers(a, name, bind)
+        if others:
+            ctx.finding(bind, "DDP034", f"`{name}` is a model trained in several classes ({', '.join(others)} besides "
+                        f"{a.class_of(bind).name.value}), and which one trains is decided at run time: ddpify wraps one model in one place, "
+                        f"so the others would train unsynchronised; wrap {name} = DDP({name}, device_ids=[LOCAL_RANK]) by hand in each class", False)
             return
         ctx.wrapped[name] = anchor
         if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP

@@ -47,6 +47,25 @@ def _no_md5(mod):
     mod.check_integrity = check_integrity
 
 
+def _old_imsave(mod):
+    """scipy.misc.imsave, removed in SciPy 1.2 and still called by older GAN scripts: the old
+    behaviour (float images scaled to 0-255) through imageio."""
+    if hasattr(mod, "imsave"):
+        return
+
+    def imsave(path, arr):
+        import imageio
+        import numpy as np
+
+        a = np.asarray(arr)
+        if a.dtype != np.uint8:
+            lo, hi = float(a.min()), float(a.max())
+            a = ((a - lo) / ((hi - lo) or 1.0) * 255).round().astype(np.uint8)
+        imageio.imwrite(path, a)
+
+    mod.imsave = imsave
+
+
 class _NullWriter:
     def __init__(self, *a, **k):
         pass
@@ -69,6 +88,11 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is not None:
                 spec.loader = _Patched(spec.loader, _no_md5)
+            return spec
+        if name == "scipy.misc":
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None:
+                spec.loader = _Patched(spec.loader, _old_imsave)
             return spec
         if name == "torch.utils.tensorboard" and importlib.util.find_spec("tensorboard") is None:
             return importlib.util.spec_from_loader(name, _StubLoader(_tensorboard_stub))
