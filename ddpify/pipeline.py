@@ -113,8 +113,10 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
     # APIs and its process group is set up elsewhere (DINO: DDP here, init_process_group in a
     # helper module): such a script is left as it is. A torch.distributed.launch script that
     # sets up its group here still gets the launch fix (its flag read from LOCAL_RANK).
+    # In project mode, a group set up in another file of the project counts as "elsewhere" too.
+    group = analysis._find_api(("torch.distributed.init_process_group",))
     flag_only = (analysis.legacy_api is not None and analysis._find_api(LEGACY_APIS) is None
-                 and analysis._find_api(("torch.distributed.init_process_group",)) is None)
+                 and (group is None or (analysis.several_files() and analysis.region_of(group) != analysis.region_of(analysis.legacy_api))))
     if analysis.legacy_api is not None and not (flag_only and analysis.distributed_api is not None):
         return convert_legacy(source, analysis, ctx)
     if analysis.distributed_api is not None:

@@ -285,3 +285,23 @@ def test_loop_in_the_entry_with_a_helper_module(tmp_path):
     assert "    train_loader.sampler.set_epoch(epoch)\n" in out["train.py"]
     assert "    if RANK == 0:\n        print(" in out["helpers.py"]
     assert out["model.py"] == (d / "input" / "model.py").read_text()
+
+
+def test_a_project_distributed_with_todays_apis_is_left_as_it_is(tmp_path):
+    """DINO's layout: the entry has a --local_rank flag and wraps DDP, a helper module sets up the
+    group (init_process_group): already distributed, so no file changes, also in project mode."""
+    (tmp_path / "dist_utils.py").write_text(
+        "import os\nimport torch.distributed as dist\n\n\ndef init_distributed():\n"
+        "    dist.init_process_group('gloo', init_method='env://')\n    return int(os.environ.get('RANK', 0))\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import argparse\nimport torch\nimport torch.nn as nn\nimport dist_utils\n\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--local_rank', type=int, default=0)\n"
+        "args = parser.parse_args()\ndist_utils.init_distributed()\n"
+        "model = nn.parallel.DistributedDataParallel(nn.Linear(4, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nloss = model(torch.randn(2, 4)).sum()\n"
+        "loss.backward()\nopt.step()\n"
+    )
+    res = convert_project(str(tmp_path / "train.py"))
+    assert res.status == "already-distributed", res.status
+    assert not any(f.changed for f in res.files)
