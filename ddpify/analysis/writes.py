@@ -201,9 +201,11 @@ class Effects:
         rank, and whether os.devnull would do in its place is not known."""
         if self.open_mode(call) is not None or self.writer(call) is not None or self.file_handler(call) is not None:
             return False
-        if not call.args or call.args[0].keyword is not None or not looks_like_path(call.args[0].value):
+        if not call.args or call.args[0].keyword is not None:
             return False
         name = dotted(call.func).rsplit(".", 1)[-1] if dotted(call.func) else ""
+        if not any(arg.keyword is not None and arg.keyword.value == "mode" for arg in call.args) and not looks_like_path(call.args[0].value):
+            return False  # a `mode=` keyword says "file" by itself; a positional string needs a path-like first argument
         # a positional mode only for what opens files: a class (File, Dataset) or an *open function;
         # elsewhere a second string is data (z.writestr("a.txt", "x"))
         where = (1, "mode") if name[:1].isupper() or name.endswith("open") else (99, "mode")
