@@ -7,7 +7,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import gradients, lifecycle, model_uses
-from ddpify.analysis import call_args, dotted
+from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
 
 PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
@@ -158,6 +158,11 @@ class WrappingTransform(Transform):
         held = model_uses.forward_through_container(a, name)
         if held is not None:
             ctx.finding(held[0], "DDP038", f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrap of `{name}` (no gradient sync), and its state dicts need the plain module: not wrapped; put the wrapped model in `{held[1]}` (DDP({name}, device_ids=[LOCAL_RANK])) and use .module for its state dict", False)
+            return
+        part = next((c for c in a.calls if isinstance(c.func, cst.Subscript) and dotted(c.func.value) == name), None)
+        if part is not None:
+            # model[0](x) runs a layer of the model itself: no DDP forward, and a wrapper has no [ ]
+            ctx.finding(part, "DDP038", f"`{code(part.func)}` runs a part of `{name}` directly: a DDP wrapper has no `[ ]`, and a forward that bypasses it syncs no gradients: not wrapped; run the whole model (or give it a forward that does this) and wrap it with DDP({name}, device_ids=[LOCAL_RANK])", False)
             return
         late = lifecycle.late_changes(a, name, anchor)
         if late:
