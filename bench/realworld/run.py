@@ -19,6 +19,7 @@ gpu-only (CPU mode: the script needs CUDA; only the conversion was checked), har
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import glob
 import hashlib
 import json
@@ -30,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -178,13 +180,21 @@ class Ctx:
         self.from_export = Path(args.from_export) if args.from_export else None
         self.defaults = defaults
         self.keep = args.keep
-        self.entry_env: dict[str, str] = {}
+        self._local = threading.local()  # entry_env is per entry, and --jobs runs entries in threads
         self.full = args.full
         self.convert_only = args.convert_only
         # verify's one-process baseline (its loss check compares against it): on by default with
         # --gpu/--full; off on the shared 2-core CPU machine, where it would double the run time.
         self.baseline = args.baseline if args.baseline is not None else (args.full or args.gpu)
         self.diffs = Path(args.diffs) if args.diffs else None
+
+    @property
+    def entry_env(self) -> dict[str, str]:
+        return getattr(self._local, "entry_env", {})
+
+    @entry_env.setter
+    def entry_env(self, value: dict[str, str]) -> None:
+        self._local.entry_env = value
 
     def env(self, home: Path, extra_path: list[str]) -> dict:
         env = dict(os.environ)
@@ -456,7 +466,8 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated entry names")
     ap.add_argument("--gpu", action="store_true", help="NCCL on 2 GPUs; native torchvision, gpu_only entries run")
     ap.add_argument("--shard", help="I/N: every N-th entry from the I-th (to split a run over several sessions)")
-    ap.add_argument("--jobs", type=int, default=1, help="entries at once (only 1 is supported: CPUs are scarce)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="entries at once (GPU machines: their ranks share the GPUs; keep 1 on the shared 2-core CPU machine)")
     ap.add_argument("--cache", "--mirrors", dest="mirrors", default=os.environ.get("RW_MIRRORS", "/work/.mirror"),
                     help="folder of repository mirrors, OWNER+NAME/repo (bare or with .git)")
     ap.add_argument("--from-export", help="use sources + fake data written by --export instead of mirrors")
@@ -478,8 +489,8 @@ def main() -> int:
     ap.add_argument("--table", action="store_true", help="print the results table (markdown) and stop")
     args = ap.parse_args()
 
-    if args.jobs != 1:
-        ap.error("--jobs: only 1 (each entry already runs 2 ranks; the CPUs are shared)")
+    if args.jobs < 1:
+        ap.error("--jobs: at least 1")
     if args.setup:
         setup()
         return 0
@@ -510,7 +521,7 @@ def main() -> int:
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    for e in entries:
+    def one(e: dict) -> tuple[dict, list[str]]:
         log: list[str] = [f"# {e['name']}: {e['repo']}@{e['commit'][:12]} {e['path']} (ddpify {rev[:12]})"]
         start = time.monotonic()
         try:
@@ -520,11 +531,18 @@ def main() -> int:
                    "outcome": "harness-error", "cause": f"harness: {type(exc).__name__}: {exc}"[:200]}
         rec["secs"] = round(time.monotonic() - start, 1)
         rec["ddpify_rev"] = rev
-        log.append(f"\n===== outcome: {rec['outcome']} {rec.get('cause', '')}")
-        (logs / f"{e['name']}.log").write_text("\n".join(log) + "\n")
-        results[e["name"]] = rec
-        results_path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-        print(f"{e['name']:32s} {rec['outcome']:13s} {rec['secs']:6.1f}s  {rec.get('cause', '')}", flush=True)
+        return rec, log
+
+    # Entries run in threads (each waits on its subprocesses); results are written by this thread only.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(one, e) for e in entries]
+        for fut in concurrent.futures.as_completed(futures):
+            rec, log = fut.result()
+            log.append(f"\n===== outcome: {rec['outcome']} {rec.get('cause', '')}")
+            (logs / f"{rec['name']}.log").write_text("\n".join(log) + "\n")
+            results[rec["name"]] = rec
+            results_path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+            print(f"{rec['name']:32s} {rec['outcome']:13s} {rec['secs']:6.1f}s  {rec.get('cause', '')}", flush=True)
     return 0
 
 
