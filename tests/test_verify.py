@@ -534,3 +534,16 @@ def test_verify_passes_on_fixture(tmp_path, monkeypatch, name):
     assert outcome.exit_code == 0, text
     assert outcome.document["conversion"] == "converted", text
     assert _statuses(outcome)["params-in-sync"] == "PASS", text
+
+
+def test_saved_matches_files_whose_names_or_folders_carry_a_time_or_step():
+    """A figure saved per step under a folder named by the run's start time: the candidate's
+    names differ from the baseline's, and that is no missing write."""
+    from ddpify.verify.checks import written_alike
+
+    cand = {"/r/figs/1795376229.5565722/E0I0.png": {}, "/r/ckpt/epoch_3.pt": {}}
+    assert written_alike("/r/figs/1795376211.3724318/E0I12.png", cand)
+    assert written_alike("/r/ckpt/epoch_1.pt", cand)
+    assert not written_alike("/r/figs/1795376211.3724318/E0I12.jpg", cand)  # another kind of file
+    assert not written_alike("/r/plots/1795376211.3724318/E0I12.png", cand)  # another folder
+    assert not written_alike("/r/ckpt/best.pt/x.pt", cand)

@@ -314,11 +314,16 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
                 rec.update(outcome="harness-error", cause=f"original is not valid Python 3: {p}:{e.lineno} {e.msg}")
                 return rec
 
-        # 1. convert
+        # 1. convert. ddpify follows the entry's local imports, so any .py file of the tree may
+        # change: every changed one goes into the runs below, not only the entry.
         conv = clone(pristine, base / "conv")
         cwd, env = tree_env(conv)
+        all_rel = sorted(str(p.relative_to(pristine / "src")) for p in (pristine / "src").rglob("*.py"))
+        c = convert([conv / "src" / p for p in all_rel], cwd, env, [conv / "src" / p for p in cmd_rel])
+        changed_rel = [p for p in all_rel if (conv / "src" / p).read_bytes() != (pristine / "src" / p).read_bytes()]
+        conv_rel = sorted(set(conv_rel) | set(changed_rel))
+        rec["changed_files"] = changed_rel
         files = [conv / "src" / p for p in conv_rel]
-        c = convert(files, cwd, env, [conv / "src" / p for p in cmd_rel])
         section(f"ddpify {' '.join(cmd_rel)}", c)
         rec.update(ddpify_rc=c["rc"], changed=c["changed"], findings=finding_codes(c["out"]), blocking=c["blocking"])
         if c["changed"] and ctx.diffs:
@@ -354,7 +359,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         rec["compiles"] = not bad
         idem = clone(conv, base / "idem")
         icwd, ienv = tree_env(idem)
-        c2 = convert([idem / "src" / p for p in conv_rel], icwd, ienv, [idem / "src" / p for p in cmd_rel])
+        c2 = convert([idem / "src" / p for p in all_rel], icwd, ienv, [idem / "src" / p for p in cmd_rel])
         rec["idempotent"] = c2["rc"] == 0 and not c2["changed"]
         section("ddpify again (idempotency)", c2)
         if bad:

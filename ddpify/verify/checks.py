@@ -710,19 +710,22 @@ def _reached_lines(ctx: Context) -> set[int]:
     return lines
 
 
+def written_alike(key: str, written) -> bool:
+    """The candidate wrote `key`, or a file of the same kind in the same folder: names (and
+    folders) that carry an epoch, a step or a time differ from run to run and rank to rank."""
+    if key in written:
+        return True
+    folder, ext = os.path.dirname(key), os.path.splitext(key)[1]
+    pattern = re.sub(r"\d+", "#", folder)
+    return any(os.path.splitext(k)[1] == ext and re.sub(r"\d+", "#", os.path.dirname(k)) == pattern for k in written)
+
+
 def check_saved(ctx: Context) -> Check:
     base = _baseline_writes(ctx)
     cand = _candidate_writes(ctx)
     # 1. Every file the baseline wrote, the candidate wrote too (the same name, or one of the same
     #    kind in the same folder when the name carries an epoch or a time).
-    missing = []
-    for key, ws in base.items():
-        if key in cand:
-            continue
-        folder, ext = os.path.dirname(key), os.path.splitext(key)[1]
-        if any(os.path.dirname(k) == folder and os.path.splitext(k)[1] == ext for k in cand):
-            continue
-        missing.append((key, ws))
+    missing = [(key, ws) for key, ws in base.items() if not written_alike(key, cand)]
     # 2. Every state dict saved loads into the unwrapped model (keys and shapes).
     bad = []
     checked = 0

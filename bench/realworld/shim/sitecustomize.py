@@ -66,6 +66,28 @@ def _old_imsave(mod):
     mod.imsave = imsave
 
 
+def _old_tsne(mod):
+    """sklearn 1.7 renamed TSNE's n_iter to max_iter (and 1.8 removed it): older scripts still pass it."""
+    import inspect
+
+    cls = mod.TSNE
+    if "n_iter" in inspect.signature(cls.__init__).parameters:
+        return
+
+    class TSNE(cls):
+        def __init__(self, *args, n_iter=None, **kwargs):
+            if n_iter is not None:
+                kwargs.setdefault("max_iter", n_iter)
+            super().__init__(*args, **kwargs)
+
+        @classmethod
+        def _get_param_names(cls_):
+            return cls._get_param_names()
+
+    TSNE.__name__ = TSNE.__qualname__ = "TSNE"
+    mod.TSNE = TSNE
+
+
 class _NullWriter:
     def __init__(self, *a, **k):
         pass
@@ -93,6 +115,11 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is not None:
                 spec.loader = _Patched(spec.loader, _old_imsave)
+            return spec
+        if name == "sklearn.manifold":
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None:
+                spec.loader = _Patched(spec.loader, _old_tsne)
             return spec
         if name == "torch.utils.tensorboard" and importlib.util.find_spec("tensorboard") is None:
             return importlib.util.spec_from_loader(name, _StubLoader(_tensorboard_stub))
