@@ -1,4 +1,5 @@
 """Mixed precision: forward and loss under torch.autocast; fp16 backward through a GradScaler.
+Left out where it would change the result (amp_safety: losses on probabilities, sparse tensors).
 Scripts that already use AMP keep their precision, modernised to torch.amp."""
 
 from __future__ import annotations
