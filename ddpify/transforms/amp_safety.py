@@ -1,8 +1,9 @@
 """What the generated autocast region must not break on GPUs (CPU runs have autocast off, so
-none of this shows there): sparse tensors and losses on probabilities (ops autocast refuses on
-CUDA) keep autocast out, or, with --amp bf16/fp16, those ops run in float32 with autocast off;
-autocast ends before a tensor it produced is changed in place (autocast casts copy or alias
-depending on dtypes, so such an op can modify a tensor autograd saved: a GPU-only error)."""
+none of this shows there): sparse tensors keep autocast out; so do losses on probabilities (the
+ops autocast refuses on CUDA) unless --amp bf16/fp16 asks for it, and then those ops alone run
+in float32 with autocast off; autocast ends before a tensor it produced is changed in place
+(autocast casts copy or alias depending on dtypes, so such an op can modify a tensor autograd
+saved: a GPU-only error)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ UNSAFE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 UNSAFE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"})
 IN_FLOAT32 = "in_float32"  # the generated helper (launch.py) that runs one op with autocast off
 
-# Sparse tensors: autocast casts the dense operand of a sparse matmul and has no bf16 kernel for
-# the sparse one ("addmm_sparse_cuda" not implemented for 'BFloat16'). A sparse tensor is made
-# anywhere (a data-loading helper) and used elsewhere (the model's forward): any of these in the
-# program keeps mixed precision out.
+# Sparse tensors: autocast casts a sparse product's operands to bf16/fp16, which the sparse
+# kernels lack on GPUs ("addmm_sparse_cuda" not implemented for 'BFloat16'). A sparse tensor is
+# made in one place (a data-loading helper) and used in another (the model's forward, as `adj @ x`
+# too): any of these in the program keeps mixed precision out.
 SPARSE_FUNCTIONS = frozenset({
     "torch.spmm", "torch.hspmm", "torch.smm", "torch.sspaddmm", "torch.sparse_coo_tensor", "torch.sparse_csr_tensor",
     "torch.sparse_csc_tensor", "torch.sparse_bsr_tensor", "torch.sparse_bsc_tensor", "torch.sparse_compressed_tensor",
