@@ -48,7 +48,7 @@ CODES: dict[str, str] = {
     "DDP041": "backward and step go through the GradScaler",
     "DDP042": "torch.cuda.amp modernised to torch.amp",
     "DDP043": "mixed precision not added: the training step was not found",
-    "DDP044": "op autocast refuses on GPUs (binary_cross_entropy, BCELoss) computed in float32 with autocast off",
+    "DDP044": "loss on probabilities (binary_cross_entropy, BCELoss): no autocast for its step (bf16/fp16 round probabilities to 0 or 1); with --amp bf16/fp16 it runs in float32 with autocast off (in_float32); --amp apex O1 bans it (said, not changed)",
     "DDP045": "parameters updated by hand (no optimizer): bf16 autocast only, no GradScaler; gradients averaged in backward()",
     "DDP046": "tensor from the forward pass changed in place: autocast ends before it, the rest in float32",
     "DDP050": "gradient-accumulation micro-steps run under model.no_sync()",
@@ -90,6 +90,7 @@ CODES: dict[str, str] = {
     "DDP117": "BLOCKING: full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)",
     "DDP120": "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
     "DDP121": "mixed precision not added: the script trains on the CPU",
+    "DDP140": "mixed precision not added: the program uses sparse tensors, which autocast has no bf16/fp16 kernels for",
 }
 
 # Codes that block by default: without the missing piece the output is not a correct DDP program.

@@ -64,7 +64,11 @@ for epoch in range(2):
 """
     result = convert_source(src, CPU_OK)
     assert "torch.autocast" not in result.source
-    assert "DDP043" in _codes(result, fixed=False)
+    assert "DDP044" in _codes(result, fixed=False)
+    # asked for: the op alone leaves autocast, in the one statement of forward and loss
+    result = convert_source(src, Options(amp="bf16", ignore=CPU_OK.ignore))
+    assert "        loss = in_float32(criterion)(torch.sigmoid(model(x)), y)\n" in result.source
+    assert "DDP044" in _codes(result, fixed=True) and "DDP043" not in _codes(result)
 
 
 def test_inplace_change_of_the_first_forward_output_leaves_precision_off():

@@ -1,7 +1,9 @@
 """What the generated autocast region must not break on GPUs (CPU runs have autocast off, so
-none of this shows there): ops autocast refuses on CUDA run in float32 with autocast off, and
-autocast ends before a tensor it produced is changed in place (autocast casts copy or alias
-depending on dtypes, so such an op can modify a tensor autograd saved: a GPU-only error)."""
+none of this shows there): sparse tensors keep autocast out; so do losses on probabilities (the
+ops autocast refuses on CUDA) unless --amp bf16/fp16 asks for it, and then those ops alone run
+in float32 with autocast off; autocast ends before a tensor it produced is changed in place
+(autocast casts copy or alias depending on dtypes, so such an op can modify a tensor autograd
+saved: a GPU-only error)."""
 
 from __future__ import annotations
 
@@ -11,17 +13,41 @@ import ddpify.match as m
 from ddpify.analysis import _flatten_targets, code, dotted
 
 # The one table of ops autocast refuses on CUDA ("unsafe to autocast"): functions, and loss
-# modules whose instances are called as functions. Each entry: the tensor arguments to cast to
-# float32 (positions, keywords). Never switch to the _with_logits form: it takes logits, not
-# probabilities, so it changes what the script computes.
-UNSAFE_FUNCTIONS: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "torch.nn.functional.binary_cross_entropy": ((0, 1, 2), ("input", "target", "weight")),
-}
-UNSAFE_MODULES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "torch.nn.BCELoss": ((0, 1), ("input", "target")),
-    "torch.nn.modules.loss.BCELoss": ((0, 1), ("input", "target")),
-}
-AUTOCAST_OFF = "torch.autocast(LOCAL_DEVICE.type, enabled=False)"
+# modules whose instances are called as functions. Both take probabilities: under bf16/fp16
+# autocast those come rounded (a sigmoid's output becomes exactly 0 or 1 near the ends), which no
+# later cast undoes, so a step with one of them gets no autocast unless the user asks for it.
+# Never switch to the _with_logits form: it takes logits, not probabilities.
+UNSAFE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
+UNSAFE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"})
+IN_FLOAT32 = "in_float32"  # the generated helper (launch.py) that runs one op with autocast off
+
+# Sparse tensors: autocast casts a sparse product's operands to bf16/fp16, which the sparse
+# kernels lack on GPUs ("addmm_sparse_cuda" not implemented for 'BFloat16'). A sparse tensor is
+# made in one place (a data-loading helper) and used in another (the model's forward, as `adj @ x`
+# too): any of these in the program keeps mixed precision out.
+SPARSE_FUNCTIONS = frozenset({
+    "torch.spmm", "torch.hspmm", "torch.smm", "torch.sspaddmm", "torch.sparse_coo_tensor", "torch.sparse_csr_tensor",
+    "torch.sparse_csc_tensor", "torch.sparse_bsr_tensor", "torch.sparse_bsc_tensor", "torch.sparse_compressed_tensor",
+})
+SPARSE_PREFIXES = ("torch.sparse.", "torch.cuda.sparse.")  # torch.sparse.mm, torch.sparse.FloatTensor
+SPARSE_LAYOUTS = frozenset({"torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc"})
+SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc"})
+
+
+def sparse_use(a, first: list[cst.CSTNode] = ()) -> tuple[cst.Call, str] | None:
+    """A call that makes or multiplies a sparse tensor, with its name: in `first` (what the
+    training step runs) if there is one, else the program's first."""
+    calls = [c for node in first for c in a.findall(node, m.Call())]
+    for call in calls + a.calls:
+        for q in a.qualified(call.func):
+            if q in SPARSE_FUNCTIONS or q.startswith(SPARSE_PREFIXES):
+                return call, q
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in SPARSE_METHODS:
+            return call, f".{call.func.attr.value}()"
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "layout" and a.qualified(arg.value) & SPARSE_LAYOUTS:
+                return call, f"layout={code(arg.value).strip()}"
+    return None
 
 
 def reachable(a, stmts: list[cst.BaseStatement]) -> list[cst.CSTNode]:
@@ -49,104 +75,78 @@ class UnsafeOps:
 
     def __init__(self, a) -> None:
         self.a = a
-        instances: dict[str, tuple] = {}
+        instances: dict[str, str] = {}
         for asg in a.assigns:
             value = getattr(asg, "value", None)
             if not isinstance(value, cst.Call):
                 continue
-            spec = next(((q.rsplit(".", 1)[-1], UNSAFE_MODULES[q]) for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
-            if spec is None:
+            cls = next((q.rsplit(".", 1)[-1] for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
+            if cls is None:
                 continue
             targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
             for t in targets:
                 if dotted(t):
-                    instances[dotted(t)] = spec
+                    instances[dotted(t)] = cls
         self.instances = instances
         # criterion passed to train(model, loader, criterion): the parameter's name there
         self.bound = a._propagate(sorted(instances)) if instances else {}
 
-    def spec(self, call: cst.Call) -> tuple[str, tuple] | None:
-        """(what to call it in a finding, argument spec) for a call the table covers."""
+    def name(self, call: cst.Call) -> str | None:
+        """What to call the op in a finding, for a call the table covers."""
         a = self.a
         for q in a.qualified(call.func):
             if q in UNSAFE_FUNCTIONS:
-                return code(call.func), UNSAFE_FUNCTIONS[q]
+                return code(call.func)
         if isinstance(call.func, cst.Call):  # nn.BCELoss()(p, y)
             for q in a.qualified(call.func.func):
                 if q in UNSAFE_MODULES:
-                    return code(call.func), UNSAFE_MODULES[q]
+                    return code(call.func)
         name = dotted(call.func)
         if not name or not self.instances:
             return None
         fn = a.function_of(call)
         visible = self.bound.get(fn, set()) | self.bound.get(None, set())
         if name in visible:
-            cls, spec = self.instances.get(name) or next(iter(self.instances.values()))
-            return f"{name} (nn.{cls})", spec
+            cls = self.instances.get(name) or next(iter(self.instances.values()))
+            return f"{name} (nn.{cls})"
         return None
 
-    def calls_in(self, nodes: list[cst.CSTNode]) -> list[tuple[cst.Call, str, tuple]]:
+    def calls_in(self, nodes: list[cst.CSTNode]) -> list[tuple[cst.Call, str]]:
         out, seen = [], set()
         for node in nodes:
             for c in self.a.findall(node, m.Call()):
                 if id(c) in seen:
                     continue
                 seen.add(id(c))
-                found = self.spec(c)
-                if found is not None:
-                    out.append((c, *found))
+                what = self.name(c)
+                if what is not None:
+                    out.append((c, what))
         return out
 
 
-def as_float(expr: cst.BaseExpression) -> cst.BaseExpression:
-    if not isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not expr.lpar:
-        expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("float")))
-
-
-def cast_args(call: cst.Call, spec: tuple) -> cst.Call:
-    positions, keywords = spec
-    args, k = [], 0
-    for arg in call.args:
-        if arg.star:
-            args.append(arg)
-            continue
-        if arg.keyword is None:
-            cast = k in positions
-            k += 1
-        else:
-            cast = arg.keyword.value in keywords
-        args.append(arg.with_changes(value=as_float(arg.value)) if cast and not _is_float(arg.value) else arg)
-    return call.with_changes(args=args)
-
-
-def _is_float(expr: cst.BaseExpression) -> bool:
-    """Already float32 (x.float()), or no tensor at all (weight=None)."""
-    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("float")), args=[])) or m.matches(expr, m.Name("None"))
-
-
-def unsafe_calls(ctx, region: list[cst.BaseStatement]) -> list[tuple[cst.Call, str, tuple]]:
-    """(call, its name for a finding, argument spec) for each unsafe op reached from region."""
+def unsafe_calls(ctx, region: list[cst.BaseStatement]) -> list[tuple[cst.Call, str]]:
+    """(call, its name for a finding) for each unsafe op reached from region."""
     ops = getattr(ctx, "_unsafe_ops", None)
     if ops is None:
         ops = ctx._unsafe_ops = UnsafeOps(ctx.a)
     return ops.calls_in(reachable(ctx.a, region))
 
 
-def plan_float32(ctx, found: list[tuple[cst.Call, str, tuple]], done: set[int]) -> None:
-    """Run each unsafe op in float32 with autocast off: its statement goes under
-    `with torch.autocast(..., enabled=False):`, its tensor arguments are cast."""
-    a = ctx.a
-    for call, what, spec in found:
-        stmt = a.statement(call)
-        if id(call) in done or not ctx.editable(stmt):
+def plan_float32(ctx, found: list[tuple[cst.Call, str]], done: set[int]) -> None:
+    """Each unsafe op becomes `in_float32(op)(...)`: its arguments are still computed where they
+    stand, under autocast (a model called in them keeps it: with autocast off, its float32
+    weights would meet the bf16 activations of the model before it), in the same order and in
+    any kind of statement or expression; only the op runs in float32, with autocast off."""
+    for call, what in found:
+        if id(call) in done or not ctx.editable(ctx.a.statement(call)):
             continue
         done.add(id(call))
-        if id(stmt) not in done:
-            done.add(id(stmt))
-            ctx.edits.wraps.append((stmt, stmt, ctx.expr(AUTOCAST_OFF)))
-        ctx.edits.replace(call, lambda n, spec=spec: cast_args(n, spec))
-        ctx.finding(call, "DDP044", f"{what} is unsafe to autocast on GPUs: computed in float32 with autocast off", True)
+        ctx.edits.replace(call, lambda n: n.with_changes(func=cst.Call(func=cst.Name(IN_FLOAT32), args=[cst.Arg(n.func)])))
+        ctx.helpers.add(IN_FLOAT32)
+        amp = ctx.opts.amp
+        ctx.finding(call, "DDP044", f"{what} is unsafe to autocast on GPUs: it runs in float32 with autocast off (in_float32), its arguments "
+                    f"under autocast; --amp {amp}: probabilities computed in {amp} round to exactly 0 or 1 near the ends, which can make "
+                    "this loss diverge (a model that returns logits, with nn.BCEWithLogitsLoss, is the safe form)", True)
 
 
 # in-place methods that do not change a tensor's values (or not one autograd tracks)

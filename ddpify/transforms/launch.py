@@ -179,6 +179,23 @@ def rank_rows(index):
     return index[RANK::WORLD_SIZE]
 '''
 
+IN_FLOAT32 = '''\
+
+
+def in_float32(op):
+    """op (binary_cross_entropy, BCELoss: autocast refuses them on GPUs) run in float32 with
+    autocast off; its arguments are computed before, where the call stands (under autocast)."""
+
+    def run(*args, **kwargs):
+        def f32(v):
+            return v.float() if isinstance(v, {torch}.Tensor) and v.is_floating_point() else v
+
+        with {torch}.autocast(LOCAL_DEVICE.type, enabled=False):
+            return op(*map(f32, args), **{{k: f32(v) for k, v in kwargs.items()}})
+
+    return run
+'''
+
 
 class LaunchTransform(Transform):
     name = "launch"
@@ -202,6 +219,8 @@ class LaunchTransform(Transform):
             text += RANK_SHARE
         if "rank_rows" in ctx.helpers:
             text += RANK_ROWS
+        if "in_float32" in ctx.helpers:
+            text += IN_FLOAT32
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

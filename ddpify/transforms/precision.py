@@ -1,4 +1,5 @@
 """Mixed precision: forward and loss under torch.autocast; fp16 backward through a GradScaler.
+Left out where it would change the result (amp_safety: losses on probabilities, sparse tensors).
 Scripts that already use AMP keep their precision, modernised to torch.amp."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import code
-from ddpify.transforms.amp_safety import inplace_split, plan_float32, unsafe_calls
+from ddpify.transforms.amp_safety import inplace_split, plan_float32, reachable, sparse_use, unsafe_calls
 from ddpify.transforms.base import Context, Transform
 
 AUTOCAST = "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None)"
@@ -39,6 +40,13 @@ class PrecisionTransform(Transform):
             for step in a.steps[:1]:
                 ctx.finding(step.forward_first or step.backward, "DDP121", "mixed precision not added: the script trains on the CPU (see DDP120); full precision", False)
             return
+        sparse = sparse_use(a, reachable(a, [step.block for step in a.steps])) if a.steps else None
+        if sparse is not None:
+            call, what = sparse
+            ctx.finding(call, "DDP140", f"mixed precision not added: {what} makes or multiplies a sparse tensor, and autocast would hand "
+                        "sparse kernels bf16/fp16 operands they lack on GPUs (\"addmm_sparse_cuda\" not implemented for 'BFloat16'); "
+                        "the script trains in full precision (for mixed precision by hand, run the sparse products in float32 with autocast disabled)", False)
+            return
         scaled = ctx.opts.amp in ("auto", "fp16")
         self._updates: dict[int, cst.BaseStatement] = {}
         self._update_stmt: dict[int, cst.BaseStatement] = {}
@@ -55,8 +63,12 @@ class PrecisionTransform(Transform):
             last = step.loss_stmt if step.loss_stmt in body and body.index(step.loss_stmt) >= body.index(first) else first
             region = body[body.index(first) : body.index(last) + 1]
             unsafe = unsafe_calls(ctx, region)
-            if first is last and any(a.statement(c) is first for c, _, _ in unsafe):
-                ctx.finding(first, "DDP043", "mixed precision not added: an op that is unsafe to autocast runs in the forward pass's statement: compute it in a statement of its own", False)
+            if unsafe and ctx.opts.amp == "auto":
+                call, what = unsafe[0]
+                ctx.finding(call, "DDP044", f"mixed precision not added to this step: {what} takes probabilities, which bf16/fp16 round "
+                            "to exactly 0 or 1 near the ends (the log is clamped: the loss diverges), and no later cast restores them; "
+                            "for mixed precision, have the model return logits and use nn.BCEWithLogitsLoss (or "
+                            "F.binary_cross_entropy_with_logits), or take the risk with --amp bf16", False)
                 continue
             manual = a.manual_update_in(step.tail)
             if manual is not None and ctx.opts.amp == "fp16":
