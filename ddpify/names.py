@@ -22,7 +22,7 @@ from ddpify.analysis import codegen
 # every module-level name a conversion may add (launch.py, precision.py, decisions.py, legacy.py)
 GENERATED = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "AMP_DTYPE", "SCALER",
-    "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state",
+    "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state", "rank0_seed",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -33,11 +33,11 @@ OWN = {
     "LOCAL_RANK": r"LOCAL_RANK", "RANK": r"[\"']RANK[\"']", "WORLD_SIZE": r"[\"']WORLD_SIZE[\"']",
     "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
-    "load_fused_adam_state": r"state",
+    "load_fused_adam_state": r"state", "rank0_seed": r"broadcast",
 }
 
 
-DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state"}
+DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "rank0_seed"}
 
 
 class _Rename(cst.CSTTransformer):
@@ -78,7 +78,7 @@ def _own(a, name: str) -> bool:
     defs = [fn for fn in a.functions.get(name, []) if a.function_of(fn) is None and a.class_of(fn) is None]
     values = a._local_values(None, name)
     if len(binds) != len(defs) + len(values) or not binds or (values if name in DEFINED else defs):
-        return False  # ddpify defines these four as functions, the others as variables
+        return False  # ddpify defines these as functions, the others as variables
     own = re.compile(OWN[name])
     return all(own.search(codegen(x)) for x in [*defs, *values])
 
