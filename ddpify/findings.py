@@ -90,6 +90,7 @@ CODES: dict[str, str] = {
     "DDP117": "BLOCKING: full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)",
     "DDP145": "random draws before training with no seed: every rank seeds those generators from rank 0's seed after the set-up",
     "DDP146": "BLOCKING: an unseeded random draw runs before the process group can be set up (among the imports): each rank draws its own",
+    "DDP147": "generator of the script's own made with no seed and drawn from before training: started from rank 0's seed (BLOCKING where ddpify cannot)",
     "DDP120": "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
     "DDP121": "mixed precision not added: the script trains on the CPU",
 }

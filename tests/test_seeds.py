@@ -98,6 +98,25 @@ def test_a_draw_among_the_imports_is_refused():
     assert codes(res).get("DDP146") == "blocking" and res.blocking
 
 
+def test_an_own_generator_made_without_seed_starts_from_rank0_seed():
+    made = "rng = np.random.default_rng()\nX = torch.tensor(rng.normal(size=(64, 4)), dtype=torch.float32)\nY = X.sum(1, keepdim=True)\n"
+    res = convert("torch.manual_seed(0)\n" + made)
+    assert "rng = np.random.default_rng(rank0_seed())" in res.source and codes(res).get("DDP147") == "note"
+    assert SYNC not in res.source  # torch is seeded by the script
+    res = convert("torch.manual_seed(0)\nimport sys\nif len(sys.argv) > 1:\n    " + made.replace("\n", "\n    ", 1))
+    assert codes(res).get("DDP147") == "blocking"
+    seeded = convert("torch.manual_seed(0)\n" + made.replace("default_rng()", "default_rng(7)"))
+    assert "DDP147" not in codes(seeded)
+
+
+def test_a_full_batch_index_from_an_unseeded_permutation_is_the_same_on_every_rank():
+    src = (IMPORTS + "X = torch.ones(40, 4)\nY = X.sum(1, keepdim=True)\nperm = torch.randperm(40)\nidx = perm[:30]\n"
+           "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(5):\n"
+           "    out = model(X)\n    loss = nn.functional.mse_loss(out[idx], Y[idx])\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n")
+    res = convert_source(src)
+    assert {"DDP112", "DDP145"} <= set(codes(res)) and res.source.index(SYNC) < res.source.index("perm = torch.randperm(40)")
+
+
 SHOW = '\nimport sys\nprint("TARGET", coeffs.view(-1).tolist(), intercept.item(), file=sys.stderr)\n'
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import ddpify.match as m
+from ddpify.analysis.batches import _NOT_DRAWS
 from ddpify.analysis.tree import _inside, call_args, dotted
 
 # calls that seed a global generator (torch.cuda.manual_seed seeds CUDA only, not the CPU)
@@ -37,6 +38,9 @@ LIBRARY_DRAWS = {
     "sklearn.model_selection.train_test_split": ("numpy", "random_state", None),
     "sklearn.utils.shuffle": ("numpy", "random_state", None),
 }
+# generators of the script's own that start from fresh entropy when given no seed (a bare
+# torch.Generator() starts from a fixed seed: the same on every rank)
+OWN_GENERATORS = ("numpy.random.default_rng", "numpy.random.RandomState", "random.Random")
 _DEPTH = 4
 
 
@@ -48,6 +52,17 @@ class _Walk:
     tops: dict[str, cst.BaseStatement] = field(default_factory=dict)  # family -> module statement running it
     seen: set[int] = field(default_factory=set)
     top: cst.BaseStatement | None = None
+    gens: dict[str, tuple[cst.Call, bool, cst.BaseStatement | None]] = field(default_factory=dict)  # name -> (unseeded constructor, conditional, top)
+    own: dict[int, tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]] = field(default_factory=dict)  # constructor -> (it, first draw, conditional, top)
+
+
+@dataclass
+class PreTraining:
+    """What the walk found before training."""
+
+    draws: dict[str, cst.Call]  # family -> its first unseeded draw from the global generator
+    tops: dict[str, cst.BaseStatement]  # family -> the module-level statement that runs that draw
+    own: list[tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]]  # (unseeded constructor, first draw, conditional, top)
 
 
 class SeedsMixin:
@@ -100,22 +115,20 @@ class SeedsMixin:
                 return None if own else fam
         return None
 
-    def unseeded_draws(self) -> tuple[dict[str, cst.Call], dict[str, cst.BaseStatement]]:
-        """family -> the first draw from its global generator that runs before training with no
-        seed of that generator before it; and family -> the module-level statement that runs it."""
+    def unseeded_draws(self) -> PreTraining:
+        """The draws from global generators that run before training with no seed of that
+        generator before them, and the draws from generators of the script's own made with no seed."""
         stops = []
         for step in self.steps:
             loop = self.enclosing_loop(step.stmt)
             anchor = self.training_anchor(loop or step.stmt)
             stops.append(anchor if anchor is not None else (loop or step.stmt))
-        if not stops:
-            return {}, {}
         w = _Walk(stops)
-        for stmt in self.module.body:
+        for stmt in self.module.body if stops else []:
             w.top = stmt
             if self._walk_stmt(stmt, w, 0, False):
                 break
-        return w.draws, w.tops
+        return PreTraining(w.draws, w.tops, list(w.own.values()))
 
     # -- the walk ---------------------------------------------------------------------
     def _walk_stmt(self, stmt: cst.CSTNode, w: _Walk, depth: int, cond: bool) -> bool:
@@ -160,9 +173,23 @@ class SeedsMixin:
                 w.draws[fam] = c
                 if w.top is not None and self.function_of(c) is None:
                     w.tops[fam] = w.top
+            self._own_generator(c, w, under_if)
             if depth < _DEPTH and self._follow(c, w, depth, under_if):
                 return True
         return False
+
+    def _own_generator(self, c: cst.Call, w: _Walk, cond: bool) -> None:
+        """`rng = np.random.default_rng()` (no seed), then `rng.normal(...)` before training."""
+        top = w.top if self.function_of(c) is None else None
+        if not c.args and self.is_call(c, *OWN_GENERATORS):
+            asg = self.parent.get(c)
+            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and dotted(asg.targets[0].target):
+                w.gens[dotted(asg.targets[0].target)] = (c, cond, top)
+            return
+        if isinstance(c.func, cst.Attribute) and c.func.attr.value not in _NOT_DRAWS:
+            made = w.gens.get(dotted(c.func.value) or "")
+            if made is not None and id(made[0]) not in w.own:
+                w.own[id(made[0])] = (made[0], c, made[1], made[2])
 
     def _conditional(self, c: cst.CSTNode, root: cst.CSTNode) -> bool:
         cur = self.parent.get(c)

@@ -183,9 +183,9 @@ RANK0_SEED = '''\
 
 
 def rank0_seed():
-    """A seed drawn by rank 0, the same on every rank: generators seeded with it draw the same
-    numbers on every rank (drawn on the CPU, whose generator starts from a seed of its own)."""
-    seed = {torch}.randint(2**62, (1,)).to(LOCAL_DEVICE)
+    """A fresh seed that rank 0 draws from the OS (as an unseeded generator starts), the same on
+    every rank: generators seeded with it draw the same numbers on every rank."""
+    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
 '''
