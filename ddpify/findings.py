@@ -88,6 +88,9 @@ CODES: dict[str, str] = {
     "DDP114": "BLOCKING: LBFGS closure: its line search uses the rank's own loss, so the ranks diverge",
     "DDP116": "BLOCKING: random batch draws ddpify cannot make per-rank (own generator, re-seeded in the loop, draw decides the step)",
     "DDP117": "BLOCKING: full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)",
+    "DDP145": "random draws before training with no seed: every rank seeds those generators from rank 0's seed after the set-up",
+    "DDP146": "BLOCKING: an unseeded random draw runs before the process group can be set up (among the imports): each rank draws its own",
+    "DDP147": "generator of the script's own made with no seed and drawn from before training: started from rank 0's seed (BLOCKING where ddpify cannot)",
     "DDP120": "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
     "DDP121": "mixed precision not added: the script trains on the CPU",
     "DDP140": "mixed precision not added: the program uses sparse tensors, which autocast has no bf16/fp16 kernels for",
@@ -115,6 +118,7 @@ BLOCKING: frozenset[str] = frozenset({
     "DDP114",  # an LBFGS line search on per-rank losses
     "DDP116",  # random batch draws that stay the same on every rank
     "DDP117",  # a full-batch index that may differ per rank
+    "DDP146",  # data drawn differently on each rank, before ddpify can align the seeds
 })
 SEVERITIES = ("blocking", "note")
 

@@ -23,6 +23,7 @@ from ddpify.analysis import codegen
 GENERATED = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "AMP_DTYPE", "SCALER",
     "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state", "in_float32",
+    "rank0_seed",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -33,11 +34,11 @@ OWN = {
     "LOCAL_RANK": r"LOCAL_RANK", "RANK": r"[\"']RANK[\"']", "WORLD_SIZE": r"[\"']WORLD_SIZE[\"']",
     "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
-    "load_fused_adam_state": r"state", "in_float32": r"autocast refuses them",
+    "load_fused_adam_state": r"state", "in_float32": r"autocast refuses them", "rank0_seed": r"broadcast",
 }
 
 
-DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32"}
+DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed"}
 
 
 class _Rename(cst.CSTTransformer):

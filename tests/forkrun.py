@@ -94,6 +94,11 @@ def _child(script: str, args: list[str], cwd: str, env: dict[str, str], out: str
         os.chdir(cwd)
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.abspath(script))
+        # a fresh process starts its generators from seeds of its own: so does each fork
+        # (torch's and numpy's would otherwise be the server's, the same on every rank)
+        sys.modules["torch"].seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         import atexit
         import runpy
         import traceback

@@ -16,6 +16,7 @@ One module per question (each Analysis part is a mixin of core.Analysis):
   steps      training steps: backward, loss, forward, optimizer steps, micro-batch loops
   loaders    DataLoaders, their names and roles, where they are iterated
   batches    where a training batch comes from without a DataLoader (random draws, slices, an index)
+  seeds      random draws before training with no seed; the outermost training loop
   loops      enclosing loop, branch owner, callers of a function, the main guard
   core       Analysis, composed of the parts above
 Submodules import each other, never this package (no import cycles); this package only

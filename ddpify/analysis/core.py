@@ -14,6 +14,7 @@ from ddpify.analysis.manual import ManualUpdatesMixin
 from ddpify.analysis.models import ModelsMixin
 from ddpify.analysis.names import NamesMixin
 from ddpify.analysis.project import ProjectMixin
+from ddpify.analysis.seeds import SeedsMixin
 from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
 from ddpify.analysis.steps import StepsMixin
 from ddpify.analysis.tree import TreeMixin, call_args, dotted
@@ -21,7 +22,7 @@ from ddpify.analysis.walk import WalkMixin
 from ddpify.directives import skipped_lines
 
 
-class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin, BatchesMixin, ProjectMixin):
+class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, ModelsMixin, EffectsMixin, StepsMixin, LoadersMixin, LoopsMixin, ManualUpdatesMixin, BatchesMixin, SeedsMixin, ProjectMixin):
     def __init__(self, module: cst.Module, source: str | None = None) -> None:
         # source: the text module was parsed from (its codegen, which need not be run again:
         # positions and line numbers are those of the codegen)

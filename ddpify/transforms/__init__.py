@@ -21,6 +21,7 @@ from ddpify.transforms.optimize_static_graph import StaticGraphTransform
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.rank0 import Rank0Transform
 from ddpify.transforms.sampler import SamplerTransform
+from ddpify.transforms.seeds import SeedsTransform
 from ddpify.transforms.unwrap import UnwrapTransform
 from ddpify.transforms.wrapping import WrappingTransform
 
@@ -38,6 +39,7 @@ PIPELINE = (
     Rank0Transform,
     DataPrepTransform,
     DecisionTransform,
+    SeedsTransform,
     LaunchTransform,
 )
 # --optimize only: run after the others and before LaunchTransform (which emits the imports).

@@ -18,6 +18,8 @@ IMPORTS = {
     "DDP": ("from torch.nn.parallel import DistributedDataParallel as DDP", "DDP"),
     "DistributedSampler": ("from torch.utils.data.distributed import DistributedSampler", "DistributedSampler"),
     "contextlib": ("import contextlib", "contextlib"),
+    "numpy": ("import numpy as np", "np"),
+    "random": ("import random", "random"),
 }
 QUALIFIED = {
     "os": "os",
@@ -26,6 +28,8 @@ QUALIFIED = {
     "DDP": "torch.nn.parallel.DistributedDataParallel",
     "DistributedSampler": "torch.utils.data.distributed.DistributedSampler",
     "contextlib": "contextlib",
+    "numpy": "numpy",
+    "random": "random",
 }
 
 
@@ -41,6 +45,8 @@ class Context:
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
         self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
+        self.after_setup: list[cst.BaseStatement] = []  # statements to run right after ddp_setup()
+        self.setup_before: list[cst.CSTNode] = []  # module-level statements the set-up must precede
         self._alias = self._resolve_aliases()
         self.effects = Effects(analysis, options.writers)  # which calls write / read files
         # a script that never names a device stays a CPU program (gloo, no device_ids, no AMP);

@@ -66,7 +66,7 @@ class BatchesTransform(Transform):
     # -- random draws -----------------------------------------------------------------
     def _random(self, ctx: Context, step, src) -> None:
         a = ctx.a
-        anchor = self._anchor(a, src.loop)
+        anchor = a.training_anchor(src.loop)
         if anchor is None:
             ctx.finding(step.backward, "DDP116", "the training loop's function is called from several places: re-seed the batch draws with RANK added by hand before training")
             return
@@ -80,36 +80,6 @@ class BatchesTransform(Transform):
         fams = "/".join(sorted(src.families))
         ctx.finding(anchor, "DDP110", f"batches drawn at random ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
         ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
-
-    @staticmethod
-    def _anchor(a, loop: cst.CSTNode) -> cst.CSTNode | None:
-        """The outermost loop that runs the training, climbing through the functions that run
-        it in a loop (train() called once per epoch re-seeds once, not every epoch); None when
-        such a function is called from several places."""
-
-        def outermost(node):
-            outer = a.enclosing_loop(node)
-            while outer is not None:
-                node, outer = outer, a.enclosing_loop(outer)
-            return node
-
-        def callers(fn):  # model.train() is not a call of a Trainer's train()
-            return [c for c in a.callers(fn) if not (isinstance(c.func, cst.Attribute) and a.is_model_ref(c.func.value))]
-
-        def runs_in_loop(fn, depth=0):
-            if fn is None or depth > 4:
-                return False
-            return any(a.enclosing_loop(c) is not None or runs_in_loop(a.function_of(c), depth + 1) for c in callers(fn))
-
-        node = outermost(loop)
-        while True:
-            fn = a.function_of(node)
-            if fn is None or not runs_in_loop(fn):
-                return node
-            found = callers(fn)
-            if len(found) > 1:
-                return None
-            node = outermost(a.statement(found[0]))
 
     # -- pre-batched data -------------------------------------------------------------
     def _range(self, ctx: Context, step, src) -> None:

@@ -196,6 +196,17 @@ def in_float32(op):
     return run
 '''
 
+RANK0_SEED = '''\
+
+
+def rank0_seed():
+    """A fresh seed that rank 0 draws from the OS (as an unseeded generator starts), the same on
+    every rank: generators seeded with it draw the same numbers on every rank."""
+    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
+    {dist}.broadcast(seed, src=0)
+    return int(seed.item())
+'''
+
 
 class LaunchTransform(Transform):
     name = "launch"
@@ -221,6 +232,8 @@ class LaunchTransform(Transform):
             text += RANK_ROWS
         if "in_float32" in ctx.helpers:
             text += IN_FLOAT32
+        if "rank0_seed" in ctx.helpers:
+            text += RANK0_SEED
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:
@@ -230,7 +243,7 @@ class LaunchTransform(Transform):
         imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
         first = block[0]
         block[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines])
-        anchor = self._prelude_end(ctx)
+        anchor = prelude_end(ctx)
         if anchor is None:
             target = a.module.body[0]
             ctx.edits.before[target].extend(imports + block)
@@ -244,20 +257,6 @@ class LaunchTransform(Transform):
     def _missing(self, ctx: Context, key: str) -> bool:
         return IMPORTS[key][1] not in ctx._bound
 
-    def _prelude_end(self, ctx: Context) -> cst.BaseStatement | None:
-        body = ctx.a.module.body
-        last = None
-        for s in body:
-            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) or s is ctx.a.main_guard:
-                break
-            if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
-                last = s
-        if last is None:
-            for s in body:
-                if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
-                    last = s
-        return last
-
     def _entry(self, ctx: Context, prelude: cst.BaseStatement | None) -> None:
         a = ctx.a
         dist = ctx.name("dist")
@@ -265,7 +264,7 @@ class LaunchTransform(Transform):
         setup = ctx.stmt("ddp_setup()\n")
         destroy = ctx.stmt(f"{dist}.destroy_process_group()\n")
         if guard is not None and not self._module_level_work(ctx, guard):
-            ctx.edits.prepend[guard].append(setup)
+            ctx.edits.prepend[guard].extend([setup, *ctx.after_setup])
             body = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
             last = body[-1] if body else None
             if last is not None and self._exits(last):
@@ -275,7 +274,7 @@ class LaunchTransform(Transform):
             ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
             return
         if prelude is not None:
-            ctx.edits.after[prelude].append(setup.with_changes(leading_lines=[cst.EmptyLine()]))
+            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine()]), *ctx.after_setup])
         last = a.module.body[-1]
         if self._exits(last):
             self._exit_after_destroy(ctx, last, destroy)
@@ -310,7 +309,7 @@ class LaunchTransform(Transform):
         anchors = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])]
         anchors += [a.statement(c) for c in a.calls if a.is_call(c, "torch.load")]
         anchors += [s.stmt for s in a.steps]
-        anchors += ctx.barrier_stmts
+        anchors += ctx.barrier_stmts + ctx.setup_before
         for s in anchors:
             if a.function_of(s) is None and not _inside(a, s, guard):
                 return True
@@ -333,6 +332,22 @@ class LaunchTransform(Transform):
                 f'{parser}.add_argument("--local-rank", "--local_rank", type=int, default=LOCAL_RANK, help="set by torch.distributed.launch; torchrun sets LOCAL_RANK")\n'
             ))
             ctx.finding(call, "DDP002", "--local-rank/--local_rank accepted, so the legacy launcher works too", True)
+
+
+def prelude_end(ctx: Context) -> cst.BaseStatement | None:
+    """The last of the leading imports: the set-up block goes after it (None: before everything)."""
+    body = ctx.a.module.body
+    last = None
+    for s in body:
+        if isinstance(s, (cst.FunctionDef, cst.ClassDef)) or s is ctx.a.main_guard:
+            break
+        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+            last = s
+    if last is None:
+        for s in body:
+            if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+                last = s
+    return last
 
 
 def _inside(a, node, container) -> bool:
