@@ -160,3 +160,11 @@ def test_repeated_forward_in_a_helper_the_model_is_handed_to():
     assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
     note = next(f for f in findings if f.code == "DDP136")
     assert re.search(r"`model` runs a second time here", note.message)
+
+
+@pytest.mark.parametrize("norm,expected", [("nn.InstanceNorm1d(8)", False), ("nn.InstanceNorm1d(8, track_running_stats=True)", True),
+                                           ("nn.utils.spectral_norm(nn.Linear(8, 8))", True)])
+def test_which_layers_make_buffers(norm, expected):
+    script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8)", norm)
+    code, _ = convert(TWO_FORWARDS, script)
+    assert ("broadcast_buffers=False" in ddp_line(code)) is expected

@@ -13,7 +13,7 @@ import ddpify.match as m
 from ddpify.analysis.core import Analysis
 from ddpify.analysis.lifecycle import _param_for
 from ddpify.analysis.model_code import model_code
-from ddpify.analysis.tree import dotted
+from ddpify.analysis.tree import call_args, dotted
 
 # what gives a module buffers: torch.nn's normalisation layers with running statistics, spectral
 # norm's power-iteration vectors, and the module's own register_buffer
@@ -91,4 +91,14 @@ def may_hold_buffers(a: Analysis, bind: cst.CSTNode, path: str) -> bool:
     mc = model_code(a, bind, path)
     if isinstance(mc, str) or mc.unknown:
         return True
-    return any(BUFFERED.match((dotted(c.func) or "").rsplit(".", 1)[-1]) for s in mc.scopes for c in mc.a.findall(s, m.Call()))
+    return any(_makes_buffers(c) for s in mc.scopes for c in mc.a.findall(s, m.Call()))
+
+
+def _makes_buffers(call: cst.Call) -> bool:
+    last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    if not BUFFERED.match(last):
+        return False
+    if "InstanceNorm" in last:  # running statistics only when asked for
+        _, kw = call_args(call)
+        return "track_running_stats" in kw and not m.matches(kw["track_running_stats"].value, m.Name("False"))
+    return True
