@@ -66,6 +66,22 @@ TWO_FORWARDS_TWO_BACKWARDS = """\
         flipped.backward()
         opt.step()
 """
+NO_GRAD_FIRST = """\
+        with torch.no_grad():
+            before = model(x)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+NO_GRAD_AFTER = """\
+        loss = ((model(x) - y) ** 2).mean()
+        with torch.no_grad():
+            after = model(x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
 FORWARD_BACKWARD_TWICE = """\
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
@@ -114,7 +130,8 @@ def test_sync_bn_follows_the_model_device():
     assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model" in code
 
 
-@pytest.mark.parametrize("step", [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS], ids=["two-sites", "loop", "two-backwards"])
+@pytest.mark.parametrize("step", [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS, NO_GRAD_AFTER],
+                         ids=["two-sites", "loop", "two-backwards", "no-grad-after"])
 def test_repeated_forward_gets_broadcast_buffers_false(step):
     code, findings = convert(step)
     assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
@@ -123,7 +140,8 @@ def test_repeated_forward_gets_broadcast_buffers_false(step):
     assert "rank 0's are the ones saved" in notes[0].message
 
 
-@pytest.mark.parametrize("step", [EITHER_FORWARD, FORWARD_BACKWARD_TWICE], ids=["if-else", "each-forward-its-backward"])
+@pytest.mark.parametrize("step", [EITHER_FORWARD, FORWARD_BACKWARD_TWICE, NO_GRAD_FIRST],
+                         ids=["if-else", "each-forward-its-backward", "no-grad-first"])
 def test_one_forward_per_backward_keeps_the_broadcast(step):
     code, findings = convert(step)
     assert ddp_line(code) == "model = DDP(model)"

@@ -24,7 +24,8 @@ LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 def repeated_forward(a: Analysis, name: str) -> tuple[cst.Call, cst.Call] | None:
     """(a later forward of the model, the backward it precedes) where the model runs again, or
     in a loop, between the previous backward of the same block and this one; None if each
-    backward follows one forward. Forwards in the two arms of one if/else count once."""
+    backward follows one forward. Forwards in the two arms of one if/else count once, and one
+    under torch.no_grad() saves nothing for backward: it harms only a forward before it."""
     for step in a.steps:
         names = _names_in(a, name, a.function_of(step.stmt))
         body = list(step.block.body)  # type: ignore[attr-defined]
@@ -32,9 +33,9 @@ def repeated_forward(a: Analysis, name: str) -> tuple[cst.Call, cst.Call] | None
         start = next((k + 1 for k in range(idx - 1, -1, -1) if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward"))))), 0)
         calls = [c for s in body[start : idx + 1] for c in a.findall(s, m.Call()) if _forward_of(c, names)]
         for i, c in enumerate(calls):
-            if _in_loop(a, c, step.block):
+            if _in_loop(a, c, step.block) and not _no_grad(a, c):
                 return c, step.backward
-            if any(not _exclusive(a, prev, c) for prev in calls[:i]):
+            if any(not _exclusive(a, prev, c) and not _no_grad(a, prev) for prev in calls[:i]):
                 return c, step.backward
     return None
 
@@ -55,6 +56,15 @@ def _names_in(a: Analysis, name: str, fn: cst.FunctionDef | None) -> set[str]:
 def _forward_of(call: cst.Call, names: set[str]) -> bool:
     f = dotted(call.func)
     return f in names or (f is not None and f.endswith(".forward") and f[: -len(".forward")] in names)
+
+
+def _no_grad(a: Analysis, node: cst.CSTNode) -> bool:
+    cur = a.parent.get(node)
+    while cur is not None:
+        if isinstance(cur, cst.With) and any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for i in cur.items):
+            return True
+        cur = a.parent.get(cur)
+    return False
 
 
 def _in_loop(a: Analysis, node: cst.CSTNode, block: cst.CSTNode) -> bool:
