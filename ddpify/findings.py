@@ -68,6 +68,7 @@ CODES: dict[str, str] = {
     "DDP133": "--optimize: DDP static_graph=True where the graph provably does not change (or why not)",
     "DDP134": "--optimize: torch.backends.cudnn.benchmark for a convolutional model with fixed input shapes (or why not)",
     "DDP135": "--optimize: persistent DataLoader workers on the training loader (or why not)",
+    "DDP136": "model run more than once before one backward: DDP broadcast_buffers=False (each rank keeps its own BatchNorm statistics)",
     "DDP090": "already distributed: left unchanged",
     "DDP091": "distributed the legacy way (apex / torch.distributed.launch)",
     "DDP092": "modernised legacy apex to torch-native",

@@ -23,15 +23,21 @@ class CheckpointTransform(Transform):
                 if self._in_dataset(a, call):
                     continue  # per sample, maybe in a DataLoader worker: CPU tensors, no barrier
                 pos, kw = call_args(call)
+                where = "this rank's device (map_location=LOCAL_DEVICE)"
                 if "map_location" not in kw and len(pos) < 2:
-                    ctx.edits.replace(call, lambda n: append_kwarg(n, "map_location", cst.Name("LOCAL_DEVICE")))
+                    # what rank 0 saved from cuda:0 goes to this rank's GPU; CPU tensors stay on the
+                    # CPU, where the script may keep its model (a --cuda flag left off)
+                    mapping = "LOCAL_DEVICE" if ctx.cpu_only else '{"cuda:0": str(LOCAL_DEVICE)}'
+                    ctx.edits.replace(call, lambda n: append_kwarg(n, "map_location", ctx.expr(mapping)))
+                    if not ctx.cpu_only:
+                        where = 'this rank\'s GPU where it was saved on GPU 0, CPU tensors staying on the CPU (map_location={"cuda:0": str(LOCAL_DEVICE)})'
                 elif "map_location" in kw and isinstance(kw["map_location"].value, cst.SimpleString) and "cuda" in kw["map_location"].value.value:
                     ctx.edits.replace(kw["map_location"].value, cst.Name("LOCAL_DEVICE"))
                 if a.enclosing_loop(a.statement(call)) is not None:
-                    ctx.finding(call, "DDP071", "loaded onto this rank's device (map_location=LOCAL_DEVICE); no barrier inside a loop", True)
+                    ctx.finding(call, "DDP071", f"loaded onto {where}; no barrier inside a loop", True)
                     continue
                 self._barrier_before(ctx, a.statement(call), "rank 0 may still be writing it")
-                ctx.finding(call, "DDP071", "checkpoint loaded after a barrier, onto this rank's device (map_location=LOCAL_DEVICE)", True)
+                ctx.finding(call, "DDP071", f"checkpoint loaded after a barrier, onto {where}", True)
             elif a.is_call(call, "torch.save"):
                 pos, _ = call_args(call)
                 if pos and dotted(pos[0].value) in ctx.wrapped:

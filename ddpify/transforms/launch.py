@@ -64,22 +64,22 @@ SETUP = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group (NCCL on GPUs, gloo on CPU); alone, form a group of one."""
+    """Join torchrun's process group (gloo, and NCCL for CUDA tensors); alone, form a group of one."""
+    backend, device_id = "gloo", None
     if {torch}.cuda.is_available():
         {torch}.cuda.set_device(LOCAL_DEVICE)
-    backend = "nccl" if {torch}.cuda.is_available() else "gloo"
-    device_id = LOCAL_DEVICE if {torch}.cuda.is_available() else None
+        # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its model on the CPU
+        backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group(backend, device_id=device_id)
     else:
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1, device_id=device_id)
-    if backend == "gloo":
-        # gloo's worker threads may still free finished work (which needs the GIL) as Python
-        # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
-        import atexit
-        import time
+    # gloo's worker threads may still free finished work (which needs the GIL) as Python
+    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    import atexit
+    import time
 
-        atexit.register(time.sleep, 0.2)
+    atexit.register(time.sleep, 0.2)
 '''
 DECIDES = '''\
 

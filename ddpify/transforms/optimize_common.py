@@ -34,7 +34,7 @@ def ddp_call(ctx: Context, name: str) -> tuple[list[cst.BaseStatement], int, cst
         if isinstance(st, cst.SimpleStatementLine) and isinstance(st.body[0], cst.Assign):
             value = st.body[0].value
             pos, kw = call_args(value) if isinstance(value, cst.Call) else ([], {})
-            if pos and dotted(pos[0].value) == name and "device_ids" in kw:
+            if pos and dotted(pos[0].value) == name and dotted(value.func) == ctx._alias["DDP"]:
                 return stmts, i, value
     return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import gradients, lifecycle, model_uses
+from ddpify.analysis import forwards, gradients, lifecycle, model_uses
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
 
@@ -181,9 +181,9 @@ class WrappingTransform(Transform):
             return
         ddp = ctx.name("DDP")
         if ctx.opts.sync_bn:
-            # SyncBatchNorm runs on GPUs only; on CPU (gloo) BatchNorm stays per process
+            # SyncBatchNorm runs on GPUs only: a model the script keeps on the CPU keeps BatchNorm
             ctx.edits.after[anchor].append(ctx.stmt(
-                f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if LOCAL_DEVICE.type == "cuda" else {name}\n'
+                f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if next({name}.parameters()).is_cuda else {name}\n'
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
         unused = gradients.unused_parameters(a, bind)
@@ -191,19 +191,39 @@ class WrappingTransform(Transform):
         if dropped:
             unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
         extra = ", find_unused_parameters=True" if unused else ""
-        # a CPU program (ctx.cpu_only) has no device to name: no device_ids
-        devices = "" if ctx.cpu_only else ', device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None'
-        ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ddp}({name}{devices}{extra})\n"))
+        repeat = forwards.repeated_forward(a, name)
+        if repeat is not None and forwards.may_hold_buffers(a, bind, ctx.path):
+            extra += ", broadcast_buffers=False"
+            self._repeat_finding(ctx, name, *repeat)
+        # no device_ids: DDP works on the device the model is on, this rank's GPU or the CPU
+        # where the script keeps it (a --cuda flag left off); device_ids=[LOCAL_RANK] would
+        # refuse a CPU module, and would also move every input (CPU lengths included) to the GPU
+        ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ddp}({name}{extra})\n"))
         if unused:
             ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
         why = lifecycle.last_change(a, anchor, name) if anchor is not bind else None
         if why:
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why})", True)
         else:
-            where = "where it is built (a CPU program: no device_ids)" if ctx.cpu_only else "after it reaches its device"
+            where = "where it is built (a CPU program: no device_ids)" if ctx.cpu_only else "after it reaches its device (no device_ids: DDP follows the model's own device, this rank's GPU or the CPU where the script keeps it)"
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel {where}", True)
         if not ctx.cpu_only and not self._ever_placed(ctx, name, bind):
-            ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU, and DDP refuses a CPU module with device_ids; move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
+            ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
+
+    @staticmethod
+    def _repeat_finding(ctx: Context, name: str, again: cst.Call, backward: cst.Call) -> None:
+        a = ctx.a
+        how = "in a loop" if forwards._in_loop(a, again, a.block(a.statement(backward))) else "a second time"
+        why = (f"`{name}` runs {how} here before one backward ({code(backward).strip()}): DDP copies rank 0's buffers into "
+               "it in place at every forward, which (torch < 2.13, pytorch issue #175024) breaks the first forward's backward "
+               "on GPUs (BatchNorm: \"modified by an inplace operation\"), so broadcast_buffers=False")
+        if ctx.opts.sync_bn:
+            why += ("; with --sync-bn its BatchNorm statistics are computed over all ranks on GPUs (SyncBatchNorm), so they stay "
+                    "the same on every rank without the broadcast; on CPU, where BatchNorm stays, each rank keeps its own")
+        else:
+            why += ("; each rank keeps its own buffers (BatchNorm running statistics from its own shard) and rank 0's are "
+                    "the ones saved; parameters stay in sync (--sync-bn would share the statistics)")
+        ctx.finding(again, "DDP136", why, True)
 
     def _ever_placed(self, ctx: Context, name: str, bind: cst.BaseStatement) -> bool:
         """Whether anything in the script may put the model on a device: a placement call on

@@ -1,0 +1,188 @@
+"""The DDP wrap and the process group follow the device the script actually puts its model on
+(a --cuda flag left off keeps it on the CPU on a GPU machine): no device_ids, a gloo+NCCL group,
+checkpoints that keep CPU tensors on the CPU. A model run more than once before one backward
+gets broadcast_buffers=False (DDP136) where it may hold buffers. Fixtures 170-173."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ddpify import Options, convert_source
+
+FLAG_SCRIPT = """\
+import argparse
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+device = torch.device("cuda" if args.cuda else "cpu")
+model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+{step}
+torch.save(model.state_dict(), "m.pt")
+model.load_state_dict(torch.load("m.pt"))
+"""
+ONE_FORWARD = """\
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+TWO_FORWARDS = """\
+        loss = ((model(x) - y) ** 2).mean() + ((model(x + 1) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+EITHER_FORWARD = """\
+        if epoch % 2:
+            out = model(x)
+        else:
+            out = model(-x)
+        loss = ((out - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+LOOP_FORWARD = """\
+        loss = sum(((model(v) - y) ** 2).mean() for v in (x, -x))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+TWO_FORWARDS_TWO_BACKWARDS = """\
+        opt.zero_grad()
+        real, flipped = ((model(x) - y) ** 2).mean(), ((model(-x) - y) ** 2).mean()
+        real.backward()
+        flipped.backward()
+        opt.step()
+"""
+NO_GRAD_FIRST = """\
+        with torch.no_grad():
+            before = model(x)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+NO_GRAD_AFTER = """\
+        loss = ((model(x) - y) ** 2).mean()
+        with torch.no_grad():
+            after = model(x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+FORWARD_BACKWARD_TWICE = """\
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        ((model(-x) - y) ** 2).mean().backward()
+        opt.step()
+"""
+
+
+def convert(step: str, script: str = FLAG_SCRIPT, **opts):
+    res = convert_source(script.format(step=step), Options(**opts))
+    assert not res.blocking, res.blocking
+    return res.source, res.findings
+
+
+def ddp_line(code: str) -> str:
+    return next(line.strip() for line in code.splitlines() if "= DDP(" in line)
+
+
+def test_wrap_has_no_device_ids_and_the_group_has_gloo_for_cpu_tensors():
+    code, findings = convert(ONE_FORWARD)
+    assert ddp_line(code) == "model = DDP(model)"
+    assert "device_ids" not in code.split("ddp_setup()")[-1]
+    # CUDA tensors through NCCL, the CPU tensors of a model kept on the CPU through gloo
+    assert 'backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE' in code
+    assert 'backend, device_id = "gloo", None' in code
+    assert "DDP136" not in {f.code for f in findings}
+
+
+def test_checkpoint_keeps_cpu_tensors_on_the_cpu():
+    code, findings = convert(ONE_FORWARD)
+    assert 'torch.load("m.pt", map_location={"cuda:0": str(LOCAL_DEVICE)})' in code
+    assert any(f.code == "DDP071" and "CPU tensors staying on the CPU" in f.message for f in findings)
+
+
+def test_cpu_program_still_maps_everything_to_the_cpu():
+    script = FLAG_SCRIPT.replace('device = torch.device("cuda" if args.cuda else "cpu")\n', "").replace(".to(device)", "")
+    script = script.replace('parser.add_argument("--cuda", action="store_true")\n', "")
+    code, findings = convert(ONE_FORWARD, script)
+    assert "DDP120" in {f.code for f in findings}
+    assert 'map_location=LOCAL_DEVICE' in code
+    assert ddp_line(code) == "model = DDP(model)"
+
+
+def test_sync_bn_follows_the_model_device():
+    code, _ = convert(ONE_FORWARD, sync_bn=True)
+    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model" in code
+
+
+@pytest.mark.parametrize("step", [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS, NO_GRAD_AFTER],
+                         ids=["two-sites", "loop", "two-backwards", "no-grad-after"])
+def test_repeated_forward_gets_broadcast_buffers_false(step):
+    code, findings = convert(step)
+    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    notes = [f for f in findings if f.code == "DDP136"]
+    assert len(notes) == 1 and notes[0].fixed
+    assert "rank 0's are the ones saved" in notes[0].message
+
+
+@pytest.mark.parametrize("step", [EITHER_FORWARD, FORWARD_BACKWARD_TWICE, NO_GRAD_FIRST],
+                         ids=["if-else", "each-forward-its-backward", "no-grad-first"])
+def test_one_forward_per_backward_keeps_the_broadcast(step):
+    code, findings = convert(step)
+    assert ddp_line(code) == "model = DDP(model)"
+    assert "DDP136" not in {f.code for f in findings}
+
+
+def test_model_without_buffers_keeps_the_broadcast():
+    # its code is read: Linear layers only, nothing to broadcast, so nothing to change
+    script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8), ", "")
+    code, findings = convert(TWO_FORWARDS, script)
+    assert ddp_line(code) == "model = DDP(model)"
+    assert "DDP136" not in {f.code for f in findings}
+
+
+def test_model_whose_code_is_not_read_is_assumed_to_hold_buffers():
+    script = FLAG_SCRIPT.replace("import torch\n", "import torch\nimport torchvision\n").replace(
+        "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))", "torchvision.models.resnet18()")
+    code, findings = convert(TWO_FORWARDS, script)
+    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+
+
+def test_sync_bn_note_says_what_happens():
+    code, findings = convert(TWO_FORWARDS, sync_bn=True)
+    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    note = next(f for f in findings if f.code == "DDP136")
+    assert "computed over all ranks" in note.message
+
+
+def test_repeated_forward_in_a_helper_the_model_is_handed_to():
+    script = FLAG_SCRIPT.replace("for epoch in range(2):", "def train_step(net, x, y):\n"
+                                 "    loss = ((net(x) - y) ** 2).mean() + ((net(-x) - y) ** 2).mean()\n"
+                                 "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n\n\nfor epoch in range(2):")
+    code, findings = convert("        train_step(model, x, y)\n", script)
+    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    note = next(f for f in findings if f.code == "DDP136")
+    assert re.search(r"`model` runs a second time here", note.message)
+
+
+@pytest.mark.parametrize("norm,expected", [("nn.InstanceNorm1d(8)", False), ("nn.InstanceNorm1d(8, track_running_stats=True)", True),
+                                           ("nn.utils.spectral_norm(nn.Linear(8, 8))", True)])
+def test_which_layers_make_buffers(norm, expected):
+    script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8)", norm)
+    code, _ = convert(TWO_FORWARDS, script)
+    assert ("broadcast_buffers=False" in ddp_line(code)) is expected
