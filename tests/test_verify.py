@@ -547,3 +547,24 @@ def test_saved_matches_files_whose_names_or_folders_carry_a_time_or_step():
     assert not written_alike("/r/figs/1795376211.3724318/E0I12.jpg", cand)  # another kind of file
     assert not written_alike("/r/plots/1795376211.3724318/E0I12.png", cand)  # another folder
     assert not written_alike("/r/ckpt/best.pt/x.pt", cand)
+
+
+def test_what_the_baseline_created_is_removed_before_the_candidate(tmp_path):
+    """A cache the baseline built would let the candidate skip building its own (fixture 99:
+    the candidate never wrote the sample files, and a race in writing them would stay hidden)."""
+    from ddpify.verify.cli import _remove_new, _snapshot
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "old.pt").write_text("kept")
+    (tmp_path / "script.py").write_text("pass\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    before = _snapshot([tmp_path])
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "0001.pt").write_text("new")
+    (tmp_path / "data" / "new.pt").write_text("new")
+    (run_dir / "rank0.json").write_text("{}")
+    removed = _remove_new(before, [tmp_path], run_dir)
+    assert sorted(os.path.relpath(p, tmp_path) for p in removed) == ["cache", os.path.join("cache", "0001.pt"), os.path.join("data", "new.pt")]
+    assert (tmp_path / "data" / "old.pt").read_text() == "kept" and (tmp_path / "script.py").exists()
+    assert (run_dir / "rank0.json").exists()

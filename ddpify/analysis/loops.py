@@ -1,5 +1,6 @@
 """Control structure around a statement: the nearest loop within its function, the if/try/with
-whose branch holds it, the calls of a function, and the `if __name__ == "__main__":` guard.
+whose branch holds it, the calls of a function, code that runs per item (not once per rank in
+the main process), and the `if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations
@@ -43,6 +44,40 @@ class LoopsMixin:
                     continue
                 out.append(call)
         return out
+
+    def runs_per_item(self, node: cst.CSTNode) -> bool:
+        """node's function may run a different number of times on each rank, or in another
+        process: a Dataset's method (per sample, maybe in a DataLoader worker), a function handed
+        over as a value (Pool.map, functools.partial, a callback), or a function called from
+        such code. A collective there would hang or fail (a forked worker has no usable group)."""
+        seen: set[int] = set()
+        work = [self.function_of(node)]
+        while work:
+            fn = work.pop()
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            cls = self.class_of(fn)
+            if cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__") for s in cls.body.body):
+                return True
+            if self._passed_as_value(fn):
+                return True
+            work.extend(self.function_of(c) for c in self.callers(fn))
+        return False
+
+    def _passed_as_value(self, fn: cst.FunctionDef) -> bool:
+        name = fn.name.value
+        refs = self.findall(self.module, m.Name(name) if self.class_of(fn) is None else m.Attribute(attr=m.Name(name)))
+        for ref in refs:
+            parent = self.parent.get(ref)
+            if isinstance(parent, cst.Call) and parent.func is ref:
+                continue  # called here
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.Attribute)) and ref is not parent:
+                continue  # its own def, an import, or x.name (another object's attribute)
+            if isinstance(ref, cst.Name) and isinstance(parent, cst.Attribute) and parent.attr is ref:
+                continue
+            return True
+        return False
 
     def _find_main_guard(self) -> cst.If | None:
         for stmt in self.module.body:

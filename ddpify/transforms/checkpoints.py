@@ -20,8 +20,8 @@ class CheckpointTransform(Transform):
             if not ctx.editable(call):
                 continue
             if a.is_call(call, "torch.load"):
-                if self._in_dataset(a, call):
-                    continue  # per sample, maybe in a DataLoader worker: CPU tensors, no barrier
+                if a.runs_per_item(call):
+                    continue  # per sample, maybe in a worker process: CPU tensors, no barrier
                 pos, kw = call_args(call)
                 where = "this rank's device (map_location=LOCAL_DEVICE)"
                 if "map_location" not in kw and len(pos) < 2:
@@ -63,18 +63,10 @@ class CheckpointTransform(Transform):
             stmt = owner
         return stmt
 
-    @staticmethod
-    def _in_dataset(a, call: cst.CSTNode) -> bool:
-        """In a Dataset's method: per sample, possibly in a DataLoader worker, where a barrier
-        would hang and a CUDA map_location would fail."""
-        fn = a.function_of(call)
-        cls = a.class_of(fn) if fn is not None else None
-        return cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__") for s in cls.body.body)
-
     @classmethod
     def _per_item(cls, a, call: cst.CSTNode) -> bool:
         """Read per sample or per step, not once by every rank: no barrier."""
-        return cls._in_dataset(a, call) or a.enclosing_loop(a.statement(call)) is not None
+        return a.runs_per_item(call) or a.enclosing_loop(a.statement(call)) is not None
 
     # -- a file rank 0 writes and every rank reads back -----------------------------------
     def _read_back(self, ctx: Context) -> None:

@@ -22,7 +22,6 @@ import ddpify.match as m
 
 from ddpify.analysis.writes import checks_existence
 from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.rank0 import Rank0Transform
 
 _inside = Rank0Transform._within
@@ -82,8 +81,8 @@ class DataPrepTransform(Transform):
             return
         if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) or a.enclosing_loop(stmt) is not None:
             return
-        if CheckpointTransform._in_dataset(a, stmt):
-            return  # a Dataset's method may run in a DataLoader worker: no barrier there
+        if a.runs_per_item(stmt):
+            return  # per sample or in a worker process (a Dataset's method, Pool.map): no barrier there
         if a.runs_collective(stmt) or a.runs_model(stmt) or self._rank0_only(ctx, stmt):
             return
         body = list(a.block(stmt).body)

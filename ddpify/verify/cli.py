@@ -148,6 +148,40 @@ def auto_timeout(base: RunResult | None) -> float:
     return float(min(AUTO_TIMEOUT_MAX, round(guess)))
 
 
+_SNAPSHOT_LIMIT = 200_000  # paths: a data tree larger than this is not walked
+
+
+def _snapshot(roots: list[Path]) -> set[str] | None:
+    """Every path under roots (the working directory, the script's folder); None when too many."""
+    seen: set[str] = set()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            seen.add(dirpath)
+            seen.update(os.path.join(dirpath, n) for n in dirnames + filenames)
+            if len(seen) > _SNAPSHOT_LIMIT:
+                return None
+    return seen
+
+
+def _remove_new(before: set[str], roots: list[Path], keep: Path) -> list[str]:
+    """Remove what the baseline created under roots (files, then emptied folders), so that the
+    candidate starts from the same files as the baseline did: a cache or a prepared dataset the
+    baseline left would let the candidate skip its own (and hide a race in it)."""
+    after = _snapshot(roots) or set()
+    new = sorted((p for p in after - before if not p.startswith(str(keep))), key=len, reverse=True)
+    removed = []
+    for p in new:
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.rmdir(p)  # only emptied folders: anything else was there before
+            else:
+                os.remove(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
 def _progress_printer(note: Callable[[str], None], label: str, timeout_of: Callable[[], float]):
     def progress(result: RunResult, stalled_for: float, steps: dict[int, int], final: bool) -> None:
         if final:
@@ -284,6 +318,8 @@ def run_verify(
         env_threads = "OMP_NUM_THREADS" not in os.environ and nproc > 1
         if env_threads:
             os.environ["OMP_NUM_THREADS"] = "1"  # torchrun gives each rank one thread; same for the baseline
+        roots = sorted({Path.cwd().resolve(), script_path.resolve().parent})
+        before = _snapshot(roots)
         try:
             base_run = launch(
                 "baseline", str(script_path), str(script_path), args, 1, steps, current_timeout[0], run_dir / "baseline",
@@ -292,6 +328,10 @@ def run_verify(
         finally:
             if env_threads:
                 del os.environ["OMP_NUM_THREADS"]
+            if before is not None:
+                removed = _remove_new(before, roots, run_dir.resolve())
+                if removed:
+                    note(f"  baseline: {len(removed)} files and folders it created removed, so the candidate starts from the same files")
         runs.append(base_run)
         doc["baseline"] = report.run_summary(base_run)
         rec = base_run.records.get(0) or {}
