@@ -168,6 +168,14 @@ def _serve_one(request: dict, base_env: dict[str, str]) -> dict:
 def main() -> None:
     import torch  # noqa: F401  imported once here, inherited by every fork
 
+    # What DDP's and the optimizers' constructors import on first use (torch._dynamo: ~1.7 s of
+    # CPU per process), and what every converted script imports; importing runs no torch op and
+    # starts no thread.
+    import torch._dynamo  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+    import torch.utils.data.distributed  # noqa: F401
+
     base_env = dict(os.environ)
     for line in sys.stdin:
         reply = _serve_one(json.loads(line), base_env)

@@ -263,13 +263,13 @@ def test_old_fused_adam_state_loads_into_adamw():
     assert float(opt.state[params[0]]["step"]) == 6.0
 
 
-def test_legacy_resume_from_apex_checkpoint(tmp_path: Path):
+def test_legacy_resume_from_apex_checkpoint(tmp_path: Path, forkrun):
     """42's modernised script resumes from a checkpoint in apex's format."""
     import torch
 
     d = FIXTURES / "42_apex_two_encoders_fusedadam"
     script = _prepare(d, tmp_path)
-    _run([sys.executable, str(script), "--epochs", "1"], tmp_path)
+    _forked(forkrun, script, ["--epochs", "1"], tmp_path)
     ck = torch.load(tmp_path / "clip_last.pt")
     for group in ck["optimizer"]["param_groups"]:
         group["step"] = 4
@@ -280,7 +280,7 @@ def test_legacy_resume_from_apex_checkpoint(tmp_path: Path):
         st.pop("step")
     ck["amp"] = {"loss_scaler0": {"loss_scale": 512.0, "unskipped": 3}}
     torch.save(ck, tmp_path / "apex_ckpt.pt")
-    out = _run([sys.executable, str(script), "--epochs", "2", "--resume", "apex_ckpt.pt"], tmp_path)
+    out = _forked(forkrun, script, ["--epochs", "2", "--resume", "apex_ckpt.pt"], tmp_path)
     assert "epoch 1 loss" in out and "epoch 0 loss" not in out
 
 

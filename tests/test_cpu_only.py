@@ -4,12 +4,9 @@ some things on a device but not its model is still refused (DDP035)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import libcst as cst
 import pytest
-from conftest import FIXTURES, ROOT, clean_env, free_port
+from conftest import FIXTURES, ROOT, free_port
 
 from ddpify import Options, convert_source
 from ddpify.analysis import Analysis, devices
@@ -111,25 +108,24 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
-def _run_on_simulated_gpus(script, tmp_path):
+def _run_on_simulated_gpus(script, tmp_path, forkrun):
+    """2 ranks with torchrun's variables, forked from one process that imported torch (tests/forkrun.py)."""
     sim = tmp_path / "simulated_gpu.py"
     sim.write_text(SIMULATED_GPU)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(sim), str(script)]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+    run = forkrun.run(sim, [str(script)], tmp_path, nproc=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+    assert not run.timed_out, run.stderr[-4000:]
+    return run
 
 
 @pytest.mark.parametrize("name", ["45_cpu_only_regression"])
-def test_cpu_program_runs_where_cuda_is_available(name, tmp_path):
-    pytest.importorskip("torch")
-    proc = _run_on_simulated_gpus(ROOT / "fixtures" / name / "expected.py", tmp_path)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert "epoch 1" in proc.stdout
+def test_cpu_program_runs_where_cuda_is_available(name, tmp_path, forkrun):
+    run = _run_on_simulated_gpus(ROOT / "fixtures" / name / "expected.py", tmp_path, forkrun)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert "epoch 1" in run.stdout
 
 
-def test_simulated_gpu_machine_catches_cuda_use(tmp_path):
+def test_simulated_gpu_machine_catches_cuda_use(tmp_path, forkrun):
     # the check above can fail: the GPU set-up of a device-aware output calls set_device there
-    pytest.importorskip("torch")
-    proc = _run_on_simulated_gpus(ROOT / "fixtures" / "01_toplevel_regression" / "expected.py", tmp_path)
-    assert proc.returncode != 0
-    assert "torch.cuda.set_device called on a simulated GPU machine" in proc.stdout + proc.stderr
+    run = _run_on_simulated_gpus(ROOT / "fixtures" / "01_toplevel_regression" / "expected.py", tmp_path, forkrun)
+    assert run.returncode != 0
+    assert "torch.cuda.set_device called on a simulated GPU machine" in run.stdout + run.stderr

@@ -5,6 +5,7 @@ files: fixtures/1NN_*/input/ and expected/) are tested by tests/test_projects.py
 from __future__ import annotations
 
 import difflib
+import functools
 
 from conftest import fixture_options
 
@@ -12,7 +13,14 @@ from ddpify import Options, convert_source
 
 
 def convert(d):
-    return convert_source((d / "input.py").read_text(), Options(**fixture_options(d)), path="input.py")
+    return _convert((d / "input.py").read_text(), Options(**fixture_options(d)))
+
+
+@functools.lru_cache(maxsize=None)
+def _convert(source: str, options: Options):
+    """Three tests read each fixture's conversion: the converter is deterministic, so it runs once
+    per input text and options (a changed input.py is converted again). Tests only read the result."""
+    return convert_source(source, options, path="input.py")
 
 
 def test_expected_output(fixture_dir):

@@ -67,33 +67,51 @@ def test_unchanged_modules_and_refusals_are_byte_identical(project):
         assert any(inputs[n] != outputs[n] for n in inputs if n != entry)
 
 
-def test_modules_stay_importable_without_a_process_group(project, tmp_path):
+def test_modules_stay_importable_without_a_process_group(project, tmp_path, forkrun):
     """No process group at import time: tools and tests can still import each module."""
     if is_refused(project):
         pytest.skip("refused: nothing converted")
-    pytest.importorskip("torch")
     entry = project_entry(project).relative_to(project / "input")
     modules = [n[:-3].replace("/", ".").removesuffix(".__init__") for n in _files(project / "expected") if n != str(entry)]
-    code = "import importlib, torch.distributed as d\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code = f"import importlib, sys, torch.distributed as d\nsys.path.insert(0, {str(project / 'expected')!r})\n"
+    code += "".join(f"importlib.import_module({m!r})\n" for m in modules)
     code += "assert not d.is_initialized()\nprint('ok')\n"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project / "expected", capture_output=True, text=True, env=clean_env(), timeout=120)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    (tmp_path / "import_all.py").write_text(code)
+    run = forkrun.run(tmp_path / "import_all.py", [], project / "expected", timeout=120)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
 
 
-def test_runs_as_two_ranks_under_torchrun(project, tmp_path):
+# The real torchrun (agent, rendezvous, each interpreter's own exit) for one project here, and
+# for 101 in test_verify_converts_the_project_and_runs_a_converted_folder; the others run as 2
+# ranks forked from one process that imported torch (tests/forkrun.py), with torchrun's variables.
+REAL_TORCHRUN = {"100_trainer_class_module"}
+
+
+def test_real_torchrun_set_exists():
+    assert REAL_TORCHRUN <= set(IDS), sorted(REAL_TORCHRUN - set(IDS))
+
+
+def test_runs_as_two_ranks(project, tmp_path, forkrun):
     if is_refused(project):
         pytest.skip("refused: nothing converted")
-    pytest.importorskip("torch")
     work = tmp_path / "project"
     shutil.copytree(project / "expected", work)
-    logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={logs}", "--redirects=3", "--tee=3",
-           str(work / project_entry(project).relative_to(project / "input"))]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    rank0 = next(logs.glob("*/attempt_0/0/stdout.log")).read_text()
-    rank1 = next(logs.glob("*/attempt_0/1/stdout.log")).read_text()
+    entry = work / project_entry(project).relative_to(project / "input")
+    if project.name in REAL_TORCHRUN:
+        logs = tmp_path / "logs"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={logs}", "--redirects=3", "--tee=3", str(entry)]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+        returncode, out = proc.returncode, proc.stdout + proc.stderr
+        rank0 = next(logs.glob("*/attempt_0/0/stdout.log")).read_text()
+        rank1 = next(logs.glob("*/attempt_0/1/stdout.log")).read_text()
+    else:
+        run = forkrun.run(entry, [], tmp_path, nproc=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+        assert not run.timed_out, run.stderr[-4000:]
+        returncode, out = run.returncode, run.stdout + run.stderr
+        rank0, rank1 = run.ranks[0].stdout, run.ranks[1].stdout
+    assert returncode == 0, out[-4000:]
+    assert "terminate called" not in out, out[-4000:]
     assert "epoch" in rank0, rank0[-2000:]
     # prints in every file of the project (helpers included) are rank 0's alone
     assert rank1.strip() == "", rank1[-2000:]
@@ -206,9 +224,8 @@ def test_project_without_training_is_not_training(tmp_path):
     assert not any(r.changed for r in result.files)
 
 
-def test_modules_that_are_also_scripts_still_run(tmp_path):
+def test_modules_that_are_also_scripts_still_run(tmp_path, forkrun):
     """A module with its own `if __name__ == "__main__":` block keeps working as a script."""
-    pytest.importorskip("torch")
     ran = 0
     for d in PROJECTS:
         if is_refused(d):
@@ -220,13 +237,13 @@ def test_modules_that_are_also_scripts_still_run(tmp_path):
             work = tmp_path / d.name
             if not work.exists():
                 shutil.copytree(d / "expected", work)
-            proc = subprocess.run([sys.executable, name], cwd=work, capture_output=True, text=True, env=clean_env(), timeout=120)
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            run = forkrun.run(work / name, [], work, timeout=120)  # as `python name` in work
+            assert run.returncode == 0, run.stderr[-3000:]
             ran += 1
     assert ran, "no project fixture has a module that is also a script"
 
 
-def test_module_script_that_needs_a_group_sets_it_up(tmp_path):
+def test_module_script_that_needs_a_group_sets_it_up(tmp_path, forkrun):
     """A trainer module whose own __main__ block does not train, but whose code now uses DDP: run
     directly, its block sets up (and tears down) a process group of its own."""
     d = next(p for p in PROJECTS if p.name.startswith("100_"))
@@ -240,9 +257,8 @@ def test_module_script_that_needs_a_group_sets_it_up(tmp_path):
     assert guard.splitlines()[1].strip() == "ddp_setup()" and "dist.destroy_process_group()" in guard
     assert "\ndef ddp_setup():" in out
     trainer.write_text(out)
-    pytest.importorskip("torch")
-    proc = subprocess.run([sys.executable, "trainer.py"], cwd=tmp_path / "p", capture_output=True, text=True, env=clean_env(), timeout=120)
-    assert proc.returncode == 0 and "Trainer" in proc.stdout, proc.stderr[-3000:]
+    run = forkrun.run(trainer, [], tmp_path / "p", timeout=120)  # as `python trainer.py`
+    assert run.returncode == 0 and "Trainer" in run.stdout, run.stderr[-3000:]
 
 
 def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monkeypatch):
