@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
+torch.manual_seed(0)  # seeded draws: the bodies below may add imports after them (DDP146 otherwise)
 model = nn.Linear(4, 1)  # a device named (below): the GPU set-up, not a CPU program
 device = "cpu"
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
