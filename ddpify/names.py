@@ -34,7 +34,7 @@ OWN = {
     "LOCAL_RANK": r"LOCAL_RANK", "RANK": r"[\"']RANK[\"']", "WORLD_SIZE": r"[\"']WORLD_SIZE[\"']",
     "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
-    "load_fused_adam_state": r"state", "in_float32": r"autocast refuses them", "rank0_seed": r"broadcast",
+    "load_fused_adam_state": r"state", "in_float32": r"autocast refuses it on GPUs", "rank0_seed": r"broadcast",
 }
 
 

@@ -183,8 +183,7 @@ IN_FLOAT32 = '''\
 
 
 def in_float32(op):
-    """op (binary_cross_entropy, BCELoss: autocast refuses them on GPUs) run in float32 with
-    autocast off; its arguments are computed before, where the call stands (under autocast)."""
+    """op (BCE: autocast refuses it on GPUs) in float32, autocast off; its arguments under autocast."""
 
     def run(*args, **kwargs):
         def f32(v):
@@ -200,8 +199,7 @@ RANK0_SEED = '''\
 
 
 def rank0_seed():
-    """A fresh seed that rank 0 draws from the OS (as an unseeded generator starts), the same on
-    every rank: generators seeded with it draw the same numbers on every rank."""
+    """Rank 0's fresh seed from the OS, on every rank: generators seeded with it draw alike."""
     seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
