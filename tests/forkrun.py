@@ -171,7 +171,8 @@ def main() -> None:
     # What every converted script imports; importing runs no torch op and starts no thread.
     # Not torch._dynamo (which DDP's constructor imports, ~1.7 s of CPU per process): with it
     # imported here, a legacy apex output (fixture 42, the group destroyed inside main() while its
-    # DDP models live) hung its second rank at exit in 2 of 12 forks, 0 of 30 without it.
+    # DDP models live) hung its second rank at exit in 2 of 12 forks, 0 in 42 without it
+    # (bench/teardown/fork_hang.txt).
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.utils.data.distributed  # noqa: F401

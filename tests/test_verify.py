@@ -556,20 +556,21 @@ def test_saved_matches_files_whose_names_or_folders_carry_a_time_or_step():
 
 def test_what_the_baseline_created_is_removed_before_the_candidate(tmp_path):
     """A cache the baseline built would let the candidate skip building its own (fixture 99:
-    the candidate never wrote the sample files, and a race in writing them would stay hidden)."""
+    the candidate never wrote the sample files, and a race in writing them would stay hidden).
+    Only what the baseline wrote goes, with the folders left empty by that."""
     from ddpify.verify.cli import _remove_new, _snapshot
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "old.pt").write_text("kept")
     (tmp_path / "script.py").write_text("pass\n")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
     before = _snapshot([tmp_path])
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "0001.pt").write_text("new")
     (tmp_path / "data" / "new.pt").write_text("new")
-    (run_dir / "rank0.json").write_text("{}")
-    removed = _remove_new(before, [tmp_path], run_dir)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("not the baseline's")  # another program's file
+    written = {os.path.realpath(tmp_path / "cache" / "0001.pt"), os.path.realpath(tmp_path / "data" / "new.pt")}
+    removed = _remove_new(before, [tmp_path], written)
     assert sorted(os.path.relpath(p, tmp_path) for p in removed) == ["cache", os.path.join("cache", "0001.pt"), os.path.join("data", "new.pt")]
     assert (tmp_path / "data" / "old.pt").read_text() == "kept" and (tmp_path / "script.py").exists()
-    assert (run_dir / "rank0.json").exists()
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "not the baseline's"

@@ -163,19 +163,22 @@ def _snapshot(roots: list[Path]) -> set[str] | None:
     return seen
 
 
-def _remove_new(before: set[str], roots: list[Path], keep: Path) -> list[str]:
-    """Remove what the baseline created under roots (files, then emptied folders), so that the
-    candidate starts from the same files as the baseline did: a cache or a prepared dataset the
-    baseline left would let the candidate skip its own (and hide a race in it)."""
+def _remove_new(before: set[str], roots: list[Path], written: set[str]) -> list[str]:
+    """Remove the files the baseline wrote that were not there before it (then the folders that
+    appeared with them, once empty), so that the candidate starts from the same files as the
+    baseline did: a cache or a prepared dataset the baseline left would let the candidate skip
+    its own (and hide a race in it). Nothing the baseline did not write is touched."""
     after = _snapshot(roots) or set()
-    new = sorted((p for p in after - before if not p.startswith(str(keep))), key=len, reverse=True)
+    new = sorted(after - before, key=len, reverse=True)
     removed = []
     for p in new:
         try:
             if os.path.isdir(p) and not os.path.islink(p):
-                os.rmdir(p)  # only emptied folders: anything else was there before
-            else:
+                os.rmdir(p)  # only emptied folders
+            elif os.path.realpath(p) in written:
                 os.remove(p)
+            else:
+                continue
             removed.append(p)
         except OSError:
             pass
@@ -329,9 +332,10 @@ def run_verify(
             if env_threads:
                 del os.environ["OMP_NUM_THREADS"]
             if before is not None:
-                removed = _remove_new(before, roots, run_dir.resolve())
+                writes = ((base_run.records.get(0) or {}).get("writes", []) if base_run else [])
+                removed = _remove_new(before, roots, {os.path.realpath(w["path"]) for w in writes})
                 if removed:
-                    note(f"  baseline: {len(removed)} files and folders it created removed, so the candidate starts from the same files")
+                    note(f"  baseline: {len(removed)} files it wrote and their new folders removed, so the candidate starts from the same files")
         runs.append(base_run)
         doc["baseline"] = report.run_summary(base_run)
         rec = base_run.records.get(0) or {}
