@@ -44,3 +44,70 @@ def device_handling(a) -> cst.CSTNode | None:
     if not found:
         return None
     return min(found, key=lambda n: a.pos[n].start.line)
+
+
+def gpu_index_literals(a) -> list[cst.Integer]:
+    """Integer literals that reach a device argument (`.to(i)`, `.cuda(i)`, `device=i`), directly
+    or through names, function parameters and `self` attributes (`device = 0` ... `main(device)`
+    ... `Trainer(..., gpu_id)` ... `model.to(self.gpu_id)`): a GPU index that pins every rank to
+    the same GPU."""
+    from ddpify.analysis.tree import call_args, dotted
+
+    found: dict[int, cst.Integer] = {}
+    seen: set[tuple[int, str]] = set()
+
+    def callers(fn: cst.FunctionDef) -> list[cst.Call]:
+        cls = a.class_of(fn)
+        if fn.name.value == "__init__" and cls is not None:  # Trainer(...) runs Trainer.__init__
+            return [c for c in a.calls if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value]
+        return a.callers(fn)
+
+    def argument(call: cst.Call, fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+        params = [p.name.value for p in fn.params.params]
+        pos, kw = call_args(call)
+        if name in kw:
+            return kw[name].value
+        method = bool(params) and params[0] in ("self", "cls") and (fn.name.value == "__init__" or "." in (dotted(call.func) or ""))
+        i = params.index(name) - (1 if method else 0)
+        return pos[i].value if 0 <= i < len(pos) else None
+
+    def origins(expr: cst.CSTNode, fn: cst.FunctionDef | None, depth: int) -> None:
+        if depth > 8:
+            return
+        if isinstance(expr, cst.Integer):
+            found[id(expr)] = expr
+            return
+        if isinstance(expr, cst.IfExp):  # `0 if torch.cuda.is_available() else "cpu"`
+            origins(expr.body, fn, depth + 1)
+            origins(expr.orelse, fn, depth + 1)
+            return
+        name = dotted(expr)
+        if name is None or (id(fn), name) in seen:
+            return
+        seen.add((id(fn), name))
+        if name.startswith("self.") and name.count(".") == 1:
+            cls = a.class_of(fn) if fn is not None else None
+            for asg in a.assigns:
+                if isinstance(asg, cst.Assign) and cls is not None and a.class_of(asg) is cls and any(dotted(t.target) == name for t in asg.targets):
+                    origins(asg.value, a.function_of(asg), depth + 1)
+            return
+        if "." in name:
+            return
+        if fn is not None and name in [p.name.value for p in fn.params.params]:
+            for call in callers(fn):
+                arg = argument(call, fn, name)
+                if arg is not None:
+                    origins(arg, a.function_of(call), depth + 1)
+            return
+        values = a._local_values(fn, name) if fn is not None else []
+        for value in values or a._local_values(None, name):
+            origins(value, fn if values else None, depth + 1)
+
+    for call in a.calls:
+        func = call.func
+        pos, kw = call_args(call)
+        if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda") and pos and dotted(func.value) != "torch":
+            origins(pos[0].value, a.function_of(call), 0)
+        if "device" in kw:
+            origins(kw["device"].value, a.function_of(call), 0)
+    return sorted(found.values(), key=lambda n: (a.pos[n].start.line, a.pos[n].start.column))

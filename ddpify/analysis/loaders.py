@@ -156,7 +156,11 @@ class LoadersMixin:
         return False
 
     def loop_iterates(self, loop: cst.For, name: str) -> bool:
-        return any(dotted(n) == name for n in self.findall(loop.iter, m.Name() | m.Attribute())) or dotted(loop.iter) == name
+        # the `loader` of `self.loader` is an attribute's name, not the variable `loader`
+        return dotted(loop.iter) == name or any(
+            dotted(n) == name and not (isinstance(self.parent.get(n), cst.Attribute) and self.parent[n].attr is n)
+            for n in self.findall(loop.iter, m.Name() | m.Attribute())
+        )
 
     def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop or iter() call, name used there) for every place `name` (or a

@@ -201,11 +201,10 @@ class ModelsMixin:
         return bool(re.search(r"(^|_)(opt|optim|optimizer)(_|$)|optimizer", last, re.I)) and name not in self.schedulers
 
     def _hand_to_classes(self) -> bool:
-        """Project mode: `Trainer(model, ...)` where Trainer, in another file, keeps the model as
+        """`Trainer(model, ...)` where Trainer (in this file or another) keeps the model as
         self.model in __init__ and trains it: the model is self.model from there on, wrapped
-        where the class last changes it (`self.model = model.to(device)`)."""
-        if not self.several_files():
-            return False
+        where the class last changes it (`self.model = model.to(device)`), not before the call,
+        which would wrap it before that move."""
         before = list(self.models)
         if any(self.class_of(s.stmt) is None for s in self.steps):
             return False  # the script trains outside a class too: the model stays where it is
@@ -215,7 +214,7 @@ class ModelsMixin:
                 continue
             for call in self.calls:
                 cls = self.classes.get((dotted(call.func) or "").rsplit(".", 1)[-1])
-                if cls is None or id(cls) not in trainers or self.region_of(cls) == self.region_of(call):
+                if cls is None or id(cls) not in trainers:
                     continue
                 init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
                 if init is None:

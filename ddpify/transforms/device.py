@@ -8,6 +8,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, dotted
+from ddpify.analysis.devices import gpu_index_literals
 from ddpify.transforms.base import Context, Transform
 
 PINNED = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
@@ -61,6 +62,11 @@ class DeviceTransform(Transform):
             if PINNED.match(node.value) and ctx.editable(node) and not self._inside_torch_device(ctx, node):
                 ctx.edits.replace(node, ctx.expr('f"cuda:{LOCAL_RANK}"'))
                 ctx.finding(node, "DDP010", f"{node.value} pinned every rank to one GPU; now cuda:LOCAL_RANK", True)
+        # a GPU index that reaches a device argument: `device = 0` ... `.to(device)`
+        for lit in gpu_index_literals(a):
+            if ctx.editable(lit):
+                ctx.edits.replace(lit, ctx.expr("LOCAL_RANK"))
+                ctx.finding(lit, "DDP010", f"GPU index {lit.value} pinned every rank to one GPU; now LOCAL_RANK, this rank's GPU", True)
         self._flags(ctx)
         self._visible_devices(ctx)
 

@@ -238,15 +238,11 @@ class SamplerTransform(Transform):
         """(epoch loop, loader expression there) around an iteration site."""
         a = ctx.a
         if isinstance(site, cst.Call):  # iter(loader)
-            loop = a.enclosing_loop(a.statement(site))
-            if loop is None:
-                return []
-            if isinstance(loop, cst.While):
-                return [(loop, used)]
-            return [(loop, used)]
+            site = a.statement(site)
         loop = a.enclosing_loop(site)
         if loop is not None:
             return [(loop, used)]
+        # no loop here: the loops of the callers (`_run_epoch` called once per epoch)
         fn = a.function_of(site)
         if fn is None:
             return []
