@@ -137,12 +137,18 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
         return Result(source, False, "converted", sorted(ctx.findings))
     converted = Applier(ctx.edits).apply(analysis.module)
     new = codegen(converted, converted)
-    findings = sorted(set(ctx.findings))
+    findings = sorted(set(ctx.findings)) + undefined_findings(source, new)
+    return Result(new, new != source, "converted", findings)
+
+
+def undefined_findings(source: str, new: str) -> list[Finding]:
+    """DDP005 for each name the output reads where it is not defined (and the input did not)."""
+    out = []
     for scope, name, line in new_unbound_reads(source, new):
         # a planner placed code where a name it reads is not visible: NameError when it runs
         where = "at module level" if scope == "<module>" else f"in {scope}"
         text = source.splitlines()[line - 1] if 0 < line <= source.count("\n") + 1 else ""
         col = len(text) - len(text.lstrip()) + 1
-        findings.append(Finding(line or 1, col, "DDP005", f"the conversion would read {name} {where}, where it is not defined "
-                                f"(a ddpify limitation): convert this part by hand", False))
-    return Result(new, new != source, "converted", findings)
+        out.append(Finding(line or 1, col, "DDP005", f"the conversion would read {name} {where}, where it is not defined "
+                           f"(a ddpify limitation): convert this part by hand", False))
+    return out

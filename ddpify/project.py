@@ -20,7 +20,7 @@ from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.merge import merge, split, where
 from ddpify.options import Options
-from ddpify.pipeline import ConversionError, convert_source
+from ddpify.pipeline import ConversionError, convert_source, undefined_findings
 
 
 @dataclass
@@ -79,12 +79,19 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
+    if result.changed and not any(f.blocking for fs in per_file for f in fs):
+        # a tree the split cannot take apart is a bug: ConversionError, and no file is written
+        outputs = split(result.source, merged, files)
+        # each file on its own: a name another of the project's files binds is not defined here
+        for k, (mod, out) in enumerate(zip(files, outputs)):
+            if out != mod.text:
+                per_file[k] = sorted(set(per_file[k]) | set(_kept(undefined_findings(mod.text, out), mod.text, options)))
     if any(f.blocking for fs in per_file for f in fs) and not options.partial:
         status = "refused"  # a wrong program is worse than none: every file stays as it is
         per_file = [[f for f in fs if f.blocking] for fs in per_file]
-    elif result.changed:
-        # a tree the split cannot take apart is a bug: ConversionError, and no file is written
-        outputs = split(result.source, merged, files)
+        outputs = [m.text for m in files]
+    elif result.changed and outputs == [m.text for m in files]:
+        outputs = split(result.source, merged, files)  # --partial with a blocking finding
     return ProjectResult(os.path.realpath(entry), root, status, [
         FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
     ])

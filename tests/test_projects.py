@@ -321,3 +321,54 @@ def test_a_project_distributed_with_todays_apis_is_left_as_it_is(tmp_path):
     res = convert_project(str(tmp_path / "train.py"))
     assert res.status == "already-distributed", res.status
     assert not any(f.changed for f in res.files)
+
+
+
+TINY_ENTRY = (
+    "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "from helpers import build\n\n"
+    "torch.manual_seed(0)\nmodel = build()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+    "for epoch in range(2):\n    for x, y in loader:\n"
+    "        loss = F.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+)
+
+def test_names_another_file_imports_are_not_the_entrys(tmp_path):
+    """helpers.py imports DistributedDataParallel and dist at module level; train.py imports
+    neither: its wrap still needs imports of its own (the benchmark's benchmodels.py had the wrap
+    read a name only the helper bound, NameError at the first step)."""
+    _tree(tmp_path, {
+        "helpers.py": (
+            "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n"
+            "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n\n\n"
+            "def is_ddp(m):\n    return isinstance(m, DistributedDataParallel) and dist.is_initialized()\n"
+        ),
+        "train.py": TINY_ENTRY,
+    })
+    result = convert_project(str(tmp_path / "train.py"))
+    assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
+    out = {Path(r.path).name: r.output for r in result.files}["train.py"]
+    assert "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out and "model = DDP(model)" in out
+    assert "import torch.distributed as dist\n" in out and "dist.destroy_process_group()" in out
+    from ddpify.undefined import unbound_reads
+
+    assert unbound_reads(out)[0] == set()  # (names read unbound, ...)
+
+
+def test_a_name_only_another_file_binds_is_refused_per_file(tmp_path, monkeypatch):
+    """The last check reads each output file on its own (the merged program binds every file's
+    names): a conversion that reads a helper's import in the entry is refused, not written."""
+    import ddpify.transforms.base as base
+
+    monkeypatch.setattr(base.Context, "_resolve_aliases", lambda self: (
+        setattr(self, "_bound", {"DistributedDataParallel": {"torch.nn.parallel.DistributedDataParallel"}})
+        or {**{k: v[1] for k, v in base.IMPORTS.items()}, "DDP": "DistributedDataParallel"}))
+    _tree(tmp_path, {
+        "helpers.py": "from torch.nn.parallel import DistributedDataParallel\nimport torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n",
+        "train.py": TINY_ENTRY,
+    })
+    result = convert_project(str(tmp_path / "train.py"))
+    assert result.status == "refused"
+    findings = [f for r in result.files for f in r.findings]
+    assert any(f.code == "DDP005" and "DistributedDataParallel" in f.message for f in findings), findings
+    assert all(r.output == r.source for r in result.files)

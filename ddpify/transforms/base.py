@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import Analysis, devices
+from ddpify.analysis.project import binds
 from ddpify.edits import Edits
 from ddpify.analysis.writes import Effects
 from ddpify.findings import Finding
@@ -60,8 +61,15 @@ class Context:
         """Reuse the script's own import of a name; fall back to the full path on a clash."""
         out: dict[str, str] = {}
         bound: dict[str, set[str]] = {}
+        # project mode: only what the entry file binds; an import in another of the project's
+        # files (`from torch.nn.parallel import DistributedDataParallel` in a helper module) is
+        # not a name the entry can use
+        entry = None
+        if self.a.several_files():
+            entry = set().union(*(binds(s) for s in self.a.module.body if self.a.region_of(s) == 0))
         for name, whats in self.a.bindings.get(None, {}).items():
-            bound[name] = set(whats)
+            if entry is None or name in entry:
+                bound[name] = set(whats)
         self._bound = bound
         # a function's own `dist = ...` (a distance) would hide `dist` where ddpify adds dist.barrier()
         local = {n for scope, names in self.a.bindings.items() if scope is not None for n in names}
