@@ -4,7 +4,7 @@
 # that moves it in __init__ (wrapped there), set_epoch through self.<loader>, a GPU index -> LOCAL_RANK.
 # Usage (repo root): bash bench/gpu_session/trainer_checks.sh OUTDIR
 O=${1:-/tmp/trainer_checks}; mkdir -p "$O"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD  # keep a libcst put on the path by the caller
 for f in 201_trainer_gpu_index 94_trainer_loader_from_main 03_trainer_dataclass 141_cpu_only_trainer_class; do
   w=$(mktemp -d); cp fixtures/$f/input.py "$w/train.py"
   args=$(cat fixtures/$f/args.txt 2>/dev/null)
