@@ -45,7 +45,9 @@ def _keeps_wrapper(value: cst.BaseExpression | None, name: str) -> bool:
     """`model = model.to(x)`, `model = torch.compile(model)`: still the wrapped model."""
     if value is None:
         return True
-    return any(dotted(n) == name for n in m.findall(value, m.Name() | m.Attribute()))
+    # the `model` of `holder.model` is an attribute's name, not the variable `model`
+    attrs = {id(n.attr) for n in m.findall(value, m.Attribute())}
+    return any(dotted(n) == name and id(n) not in attrs for n in m.findall(value, m.Name() | m.Attribute()))
 
 
 def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
