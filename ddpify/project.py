@@ -79,7 +79,7 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
-    if result.changed and not any(f.blocking for fs in per_file for f in fs):
+    if result.changed and (options.partial or not any(f.blocking for fs in per_file for f in fs)):
         # a tree the split cannot take apart is a bug: ConversionError, and no file is written
         outputs = split(result.source, merged, files)
         # each file on its own: a name another of the project's files binds is not defined here
@@ -90,8 +90,6 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
         status = "refused"  # a wrong program is worse than none: every file stays as it is
         per_file = [[f for f in fs if f.blocking] for fs in per_file]
         outputs = [m.text for m in files]
-    elif result.changed and outputs == [m.text for m in files]:
-        outputs = split(result.source, merged, files)  # --partial with a blocking finding
     return ProjectResult(os.path.realpath(entry), root, status, [
         FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
     ])

@@ -11,6 +11,7 @@ import re
 
 import libcst as cst
 import ddpify.match as m
+from ddpify.analysis.tree import call_args, dotted
 
 # names that speak of a device or of GPU-only parallelism (use_cuda, ngpu, DataParallel, ...);
 # the short ones only as a whole part of the name (xla_device, but not output)
@@ -51,25 +52,8 @@ def gpu_index_literals(a) -> list[cst.Integer]:
     or through names, function parameters and `self` attributes (`device = 0` ... `main(device)`
     ... `Trainer(..., gpu_id)` ... `model.to(self.gpu_id)`): a GPU index that pins every rank to
     the same GPU."""
-    from ddpify.analysis.tree import call_args, dotted
-
     found: dict[int, cst.Integer] = {}
     seen: set[tuple[int, str]] = set()
-
-    def callers(fn: cst.FunctionDef) -> list[cst.Call]:
-        cls = a.class_of(fn)
-        if fn.name.value == "__init__" and cls is not None:  # Trainer(...) runs Trainer.__init__
-            return [c for c in a.calls if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value]
-        return a.callers(fn)
-
-    def argument(call: cst.Call, fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
-        params = [p.name.value for p in fn.params.params]
-        pos, kw = call_args(call)
-        if name in kw:
-            return kw[name].value
-        method = bool(params) and params[0] in ("self", "cls") and (fn.name.value == "__init__" or "." in (dotted(call.func) or ""))
-        i = params.index(name) - (1 if method else 0)
-        return pos[i].value if 0 <= i < len(pos) else None
 
     def origins(expr: cst.CSTNode, fn: cst.FunctionDef | None, depth: int) -> None:
         if depth > 8:
@@ -94,8 +78,8 @@ def gpu_index_literals(a) -> list[cst.Integer]:
         if "." in name:
             return
         if fn is not None and name in [p.name.value for p in fn.params.params]:
-            for call in callers(fn):
-                arg = argument(call, fn, name)
+            for call in a.callers(fn):
+                arg = a.argument_for(call, fn, name)
                 if arg is not None:
                     origins(arg, a.function_of(call), depth + 1)
             return

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 import ddpify.match as m
-from ddpify.analysis.tree import _inside, call_args, dotted
+from ddpify.analysis.tree import _inside, call_args, dotted, reads_name
 
 LOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 EVAL_RE = re.compile(r"(val|valid|test|eval|dev|holdout)", re.I)
@@ -156,11 +156,7 @@ class LoadersMixin:
         return False
 
     def loop_iterates(self, loop: cst.For, name: str) -> bool:
-        # the `loader` of `self.loader` is an attribute's name, not the variable `loader`
-        return dotted(loop.iter) == name or any(
-            dotted(n) == name and not (isinstance(self.parent.get(n), cst.Attribute) and self.parent[n].attr is n)
-            for n in self.findall(loop.iter, m.Name() | m.Attribute())
-        )
+        return reads_name(loop.iter, name)
 
     def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop or iter() call, name used there) for every place `name` (or a

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 import ddpify.match as m
-from ddpify.analysis.tree import _in_orelse, dotted
+from ddpify.analysis.tree import _in_orelse, call_args, dotted
 
 
 class LoopsMixin:
@@ -36,6 +36,9 @@ class LoopsMixin:
         return owner
 
     def callers(self, fn: cst.FunctionDef) -> list[cst.Call]:
+        cls = self.class_of(fn)
+        if fn.name.value == "__init__" and cls is not None:  # Trainer(...) runs Trainer.__init__
+            return [c for c in self.calls if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value]
         out = []
         for call in self.calls:
             name = dotted(call.func)
@@ -44,6 +47,17 @@ class LoopsMixin:
                     continue
                 out.append(call)
         return out
+
+    @staticmethod
+    def argument_for(call: cst.Call, fn: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
+        """The expression `call` passes to fn's parameter `param` (None: the default is used);
+        a method's self/cls is passed by the call's receiver or the constructor."""
+        params = [p.name.value for p in fn.params.params]
+        pos, kw = call_args(call)
+        if param in kw:
+            return kw[param].value
+        i = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0)
+        return pos[i].value if 0 <= i < len(pos) else None
 
     def runs_per_item(self, node: cst.CSTNode) -> bool:
         """node's function may run a different number of times on each rank, or in another

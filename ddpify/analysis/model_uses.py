@@ -8,7 +8,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.core import Analysis
-from ddpify.analysis.tree import _path, call_args, code, dotted
+from ddpify.analysis.tree import _path, call_args, code, dotted, reads_name
 
 PLAIN_MODULE_CALLS = (
     "copy.deepcopy",
@@ -45,9 +45,7 @@ def _keeps_wrapper(value: cst.BaseExpression | None, name: str) -> bool:
     """`model = model.to(x)`, `model = torch.compile(model)`: still the wrapped model."""
     if value is None:
         return True
-    # the `model` of `holder.model` is an attribute's name, not the variable `model`
-    attrs = {id(n.attr) for n in m.findall(value, m.Attribute())}
-    return any(dotted(n) == name and id(n) not in attrs for n in m.findall(value, m.Name() | m.Attribute()))
+    return reads_name(value, name)  # not `model = avg.model`: another module
 
 
 def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:

@@ -12,6 +12,8 @@ from typing import get_args
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
+import ddpify.match as m
+
 # nodes that open a scope of their own (class bodies are handled apart: not seen from methods)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _SCOPE_TYPES = frozenset((*SCOPES, cst.ClassDef))
@@ -135,6 +137,13 @@ def dotted(node: cst.CSTNode | None) -> str | None:
 
 def code(node: cst.CSTNode) -> str:
     return codegen(node)
+
+
+def reads_name(node: cst.CSTNode, name: str) -> bool:
+    """node (or a part of it) is the variable or dotted path `name`; the `x` of `obj.x` is an
+    attribute's name, not the variable x."""
+    attrs = {id(n.attr) for n in m.findall(node, m.Attribute())}
+    return dotted(node) == name or any(dotted(n) == name and id(n) not in attrs for n in m.findall(node, m.Name() | m.Attribute()))
 
 
 def call_args(call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.Arg]]:

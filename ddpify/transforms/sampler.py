@@ -6,6 +6,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
+from ddpify.analysis.loops import LoopsMixin
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
@@ -274,14 +275,8 @@ class SamplerTransform(Transform):
     def _arg_for(call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
         if used not in params:
             return used  # a global or self attribute: same name at the call site
-        pos, kw = call_args(call)
-        offset = 1 if params and params[0] in ("self", "cls") else 0
-        i = params.index(used) - offset
-        if used in kw:
-            return code(kw[used].value)
-        if 0 <= i < len(pos):
-            return code(pos[i].value)
-        return None
+        arg = LoopsMixin.argument_for(call, fn, used)
+        return code(arg) if arg is not None else None
 
 
 def _unique(a, base: str) -> str:
