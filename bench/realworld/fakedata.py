@@ -201,6 +201,24 @@ MAKERS = {
 }
 
 
+def _load_extra_makers() -> None:
+    """Makers of other corpus splits live in their own files (heldback/fakedata_*.py), so that a
+    split can grow without touching this one; each defines a MAKERS dict of its own."""
+    import importlib.util
+
+    for extra in sorted(Path(__file__).resolve().parent.glob("*/fakedata_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_rw_{extra.parent.name}_{extra.stem}", extra)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for name, maker in getattr(mod, "MAKERS", {}).items():
+            if name in MAKERS:
+                raise KeyError(f"fake-data maker {name!r} of {extra} is already defined")
+            MAKERS[name] = maker
+
+
+_load_extra_makers()
+
+
 def make(spec: str, cwd: Path) -> Path:
     """Run one "MAKER:PATH" spec relative to the script's directory CWD; returns the path."""
     maker, _, rel = spec.partition(":")
