@@ -400,6 +400,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
+@click.option("--explain", metavar="CODE", default=None, help="Explain a finding code (DDP020, or `all` for the table) and exit.")
 @click.version_option(__version__, prog_name="ddpify", message="%(prog)s %(version)s")
 def convert_command(
     paths: tuple[str, ...],
@@ -422,6 +423,7 @@ def convert_command(
     ignore: tuple[str, ...],
     output_format: str,
     json_flag: bool,
+    explain: str | None,
 ) -> None:
     """Convert single-GPU PyTorch training scripts to DistributedDataParallel, in place.
 
@@ -429,6 +431,8 @@ def convert_command(
     Exit status: 0 success, 1 a file would change (--check), 2 a file could not be converted or
     was refused (a blocking finding remains: the output would not be a correct DDP program).
     """
+    if explain is not None:
+        _explain(explain)
     if not paths:
         sys.exit(0)
     as_json = json_flag or output_format == "json"
@@ -640,6 +644,20 @@ def json_document(reports: list[Report], settings: Settings) -> dict:
         })
     return {"version": __version__, "mode": "write" if settings.write else "check" if settings.check else "diff",
             "files": files, "summary": summary(reports, settings)}
+
+
+def _explain(code: str) -> None:
+    """`ddpify --explain CODE`, like `ruff rule`: what the code means, with its example."""
+    from ddpify import rules
+
+    if code.lower() == "all":
+        click.echo(rules.table())
+        sys.exit(0)
+    try:
+        click.echo(rules.explain(code.strip()), nl=False)
+    except KeyError:
+        raise click.BadParameter(f"no such code {code!r} (`ddpify --explain all` lists them)", param_hint="--explain") from None
+    sys.exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,14 @@ from ddpify.transforms import OPTIMIZE, PIPELINE, LaunchTransform
 from ddpify.transforms.base import Context
 from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
 from ddpify.undefined import new_unbound_reads
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP004", "generated-name-clash", "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)", fix=True, check="ranks")
+declare("DDP005", "undefined-name", "the conversion would read a name where it is not defined (a ddpify limitation): convert that part by hand", severity="blocking")
+declare("DDP090", "already-distributed", "already distributed: left unchanged")
+declare("DDP091", "legacy-distributed", "distributed the legacy way (apex / torch.distributed.launch)")
+declare("DDP099", "not-training", "not a training script: nothing to convert")
 
 __all__ = ["ConversionError", "Result", "convert_source", "parse"]
 

@@ -21,6 +21,12 @@ from ddpify.findings import Finding
 from ddpify.merge import merge, split, where
 from ddpify.options import Options
 from ddpify.pipeline import ConversionError, convert_source, undefined_findings
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP100", "project-lazy-import", "project mode: training code in a local module it cannot follow (imported inside a function)", severity="blocking")
+declare("DDP101", "project-shared-module", "project mode: a module shared by several entry scripts would be converted differently for each", severity="blocking")
+declare("DDP102", "project-module-is-script", "project mode: a module that is also a script (`if __name__ == \"__main__\":`) runs the training loop converted for the entry", severity="blocking")
 
 
 @dataclass

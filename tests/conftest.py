@@ -4,7 +4,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Whole-script fixtures, then each rule's minimal example (fixtures/rules/<CODE>/, ddpify/rules.py):
+# both get the same checks (expected output and findings, fixed point, runs).
 FIXTURES = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input.py").exists() and (p / "expected.py").exists())
+FIXTURES += sorted(p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p / "input.py").exists() and (p / "expected.py").exists())
 
 
 # Project fixtures (project mode): input/ holds the entry script (train.py, or the one entry.txt
@@ -62,7 +65,7 @@ def needs_cuda(d: Path) -> bool:
     return (d / "input.py").read_text().startswith("# requires: cuda")
 
 
-@pytest.fixture(params=FIXTURES, ids=[p.name for p in FIXTURES])
+@pytest.fixture(params=FIXTURES, ids=[p.name if p.parent.name == "fixtures" else f"rules/{p.name}" for p in FIXTURES])
 def fixture_dir(request) -> Path:
     return request.param
 

@@ -7,6 +7,10 @@ import ddpify.match as m
 
 from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP050", "accumulation-no-sync", "gradient-accumulation micro-steps run under model.no_sync()", fix=True, check="params-in-sync")
 
 
 class AccumulationTransform(Transform):

@@ -11,6 +11,10 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import _flatten_targets, code, dotted
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP044", "amp-probability-loss", "loss on probabilities (binary_cross_entropy, BCELoss): no autocast for its step (bf16/fp16 round probabilities to 0 or 1); with --amp bf16/fp16 it runs in float32 with autocast off (in_float32); --amp apex O1 bans it (said, not changed)", fix=True, check="loss")
 
 # The one table of ops autocast refuses on CUDA ("unsafe to autocast"): functions, and loss
 # modules whose instances are called as functions. Both take probabilities: under bf16/fp16

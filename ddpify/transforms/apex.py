@@ -14,6 +14,12 @@ import ddpify.match as m
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.amp_safety import unsafe_calls
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP093", "apex-initialize-before-wrap", "amp.initialize before apex's DistributedDataParallel (--amp apex)", fix=True, check="params-in-sync")
+declare("DDP094", "apex-scale-loss", "backward through amp.scale_loss (--amp apex)", fix=True, check="loss")
+declare("DDP095", "apex-amp-state", "amp state saved with the checkpoint and restored after amp.initialize", fix=True, check="saved")
 
 # The message names the version, the install line and the torch-native way out.
 APEX_VERSION_MSG = (

@@ -10,6 +10,10 @@ from ddpify.edits import Edits
 from ddpify.analysis.writes import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP098", "skipped-by-directive", "left as written where `# ddpify: skip`/`off` asked (says what was not done)")
 
 # Import each generated name needs, and the alias conventionally used for it.
 IMPORTS = {

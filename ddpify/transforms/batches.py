@@ -17,6 +17,15 @@ import ddpify.match as m
 
 from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP110", "random-batches-per-rank", "batches drawn at random without a DataLoader: generators re-seeded per rank (RANK added) before training", fix=True, check="data-sharding")
+declare("DDP111", "rank-share", "loop over pre-loaded data or pre-made batches runs over this rank's contiguous share (rank_share)", fix=True, check="data-sharding")
+declare("DDP112", "rank-rows", "full-batch training: the loss reads this rank's rows of its index (rank_rows)", fix=True, check="data-sharding")
+declare("DDP114", "lbfgs-closure", "LBFGS closure: its line search uses the rank's own loss, so the ranks diverge", severity="blocking")
+declare("DDP116", "random-draws-not-per-rank", "random batch draws ddpify cannot make per-rank (own generator, re-seeded in the loop, draw decides the step)", severity="blocking")
+declare("DDP117", "full-batch-index-per-rank", "full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)", severity="blocking")
 
 BATCH_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
 RESEED = {

@@ -8,6 +8,12 @@ import libcst as cst
 from ddpify.analysis import call_args, dotted
 from ddpify.analysis.writes import same_file
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP070", "state-dict-unwrapped", "state dict saved from the unwrapped model (no 'module.' prefix)", fix=True, check="saved")
+declare("DDP071", "load-after-barrier", "checkpoint loaded after a barrier, onto the rank's own device", fix=True, check="ranks")
+declare("DDP072", "read-back-barrier", "file written by rank 0 and read back by every rank: barrier before the read", fix=True, check="ranks")
 
 
 class CheckpointTransform(Transform):

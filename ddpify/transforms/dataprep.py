@@ -23,6 +23,10 @@ import ddpify.match as m
 from ddpify.analysis.writes import checks_existence
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.rank0 import Rank0Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP073", "data-prep-rank0", "data prepared (downloaded, extracted, written) by rank 0 first; the other ranks wait at a barrier", fix=True, check="ranks")
 
 _inside = Rank0Transform._within
 

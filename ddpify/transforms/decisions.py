@@ -9,6 +9,10 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP080", "rank0-decides", "loop-ending decision taken by rank 0 and shared with every rank", fix=True, check="no-hang")
 
 DATA_DEPENDENT = {
     "loss", "acc", "accuracy", "metric", "metrics", "score", "best", "patience", "stop", "stopping", "early", "bad",

@@ -10,6 +10,12 @@ import ddpify.match as m
 from ddpify.analysis import call_args, dotted
 from ddpify.analysis.devices import gpu_index_literals
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP010", "device-per-rank", "device pinned to one GPU index moved to the rank's own GPU", fix=True, check="devices")
+declare("DDP011", "device-unresolved", "device could not be resolved statically; check that it follows LOCAL_RANK")
+declare("DDP012", "cuda-visible-devices", "CUDA_VISIBLE_DEVICES set by the script: kept for plain runs only (where it cannot be, every rank would see the same GPUs)", severity="blocking", fix=True, check="devices")
 
 PINNED = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 BARE = re.compile(r"""^(?P<q>['"])cuda(?P=q)$""")

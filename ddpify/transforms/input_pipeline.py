@@ -9,6 +9,11 @@ import ddpify.match as m
 
 from ddpify.analysis import _flatten_targets, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP028", "pin-memory", "pin_memory on the training DataLoader (GPUs)", fix=True, check="throughput")
+declare("DDP029", "non-blocking-copies", "batch copies to the device made non_blocking", fix=True, check="throughput")
 
 
 class InputPipelineTransform(Transform):

@@ -17,6 +17,10 @@ from ddpify.result import Result
 from ddpify.transforms.base import Context
 from ddpify.transforms.legacy_apex import Modernise, _eq, _last_import, _module_name
 from ddpify.transforms.legacy_devices import plan_device_aware
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP097", "apex-extension-kept", "apex part kept that needs apex's CUDA extensions (--amp apex)")
 
 def convert_legacy(source, analysis, ctx):
     a = analysis

@@ -12,6 +12,11 @@ from ddpify.analysis import Analysis, call_args, code, dotted
 from ddpify.transforms.base import Context
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.wrapping import WrappingTransform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP092", "apex-modernised", "modernised legacy apex to torch-native", fix=True, check="loss")
+declare("DDP096", "apex-not-rewritten", "apex rewrite not applied: fix by hand", severity="blocking")
 
 # apex name -> torch-native replacement
 NATIVE = {

@@ -9,6 +9,10 @@ import libcst as cst
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.device import DeviceTransform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP013", "legacy-device-aware", "legacy set-up made device-aware: NCCL and set_device only with CUDA, .cuda() to LOCAL_DEVICE", fix=True, check="devices")
 
 CUDA = "torch.cuda.is_available()"
 LOCAL_DEVICE = '''\

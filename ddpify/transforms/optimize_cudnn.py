@@ -12,6 +12,10 @@ from ddpify.analysis import call_args, dotted
 from ddpify.analysis.model_code import convolutions
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.optimize_common import before_wrap, code_of, wrapped_models
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP134", "optimize-cudnn-benchmark", "--optimize: torch.backends.cudnn.benchmark for a convolutional model with fixed input shapes (or why not)", fix=True, check="throughput")
 
 CODE = "DDP134"
 DETERMINISM = ("torch.use_deterministic_algorithms", "torch.backends.cudnn.deterministic", "torch.backends.cudnn.benchmark")

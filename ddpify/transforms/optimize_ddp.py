@@ -12,6 +12,10 @@ import ddpify.match as m
 from ddpify.analysis import dotted
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.optimize_common import add_ddp_kwarg, wrapped_models
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP132", "optimize-ddp-buckets", "--optimize: DDP gradient_as_bucket_view=True and bucket_cap_mb from the model's size (or why not)", fix=True, check="throughput")
 
 CODE = "DDP132"
 # 25 MB is DDP's default; a model of P MB gets about 16 buckets of P/16 MB above 400 MB.

@@ -12,6 +12,10 @@ from ddpify.analysis import _flatten_targets, call_args, dotted
 from ddpify.analysis.model_code import CONV3D, convolutions, input_goes_to_conv, layout_hazards, model_hazards
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.optimize_common import before_wrap, code_of, wrapped_models
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP130", "optimize-channels-last", "--optimize: channels-last memory format for a convolutional model and its input batches (or why not)", fix=True, check="throughput")
 
 CODE = "DDP130"
 

@@ -13,6 +13,10 @@ import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP135", "optimize-persistent-workers", "--optimize: persistent DataLoader workers on the training loader (or why not)", fix=True, check="throughput")
 
 CODE = "DDP135"
 

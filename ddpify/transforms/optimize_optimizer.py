@@ -9,6 +9,10 @@ from __future__ import annotations
 from ddpify.analysis import call_args
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.optimize_common import wrapped_models
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP131", "optimize-fused-optimizer", "--optimize: fused Adam/AdamW/SGD on GPUs (or why not)", fix=True, check="throughput")
 
 CODE = "DDP131"
 FUSED = {f"torch.optim.{n}" for n in ("Adam", "AdamW", "SGD")} | {"torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.sgd.SGD"}

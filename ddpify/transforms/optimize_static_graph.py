@@ -12,6 +12,10 @@ from ddpify.analysis import dotted
 from ddpify.analysis.model_code import dynamic_forward
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.optimize_common import add_ddp_kwarg, code_of, ddp_call, wrapped_models
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP133", "optimize-static-graph", "--optimize: DDP static_graph=True where the graph provably does not change (or why not)", fix=True, check="throughput")
 
 CODE = "DDP133"
 

@@ -10,6 +10,17 @@ import ddpify.match as m
 from ddpify.analysis import code
 from ddpify.transforms.amp_safety import inplace_split, plan_float32, reachable, sparse_use, unsafe_calls
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP040", "autocast", "forward and loss run under torch.autocast", fix=True, check="loss")
+declare("DDP041", "grad-scaler", "backward and step go through the GradScaler", fix=True, check="loss")
+declare("DDP042", "torch-cuda-amp-modernised", "torch.cuda.amp modernised to torch.amp", fix=True, check="loss")
+declare("DDP043", "amp-step-not-found", "mixed precision not added: the training step was not found")
+declare("DDP045", "manual-update-amp", "parameters updated by hand (no optimizer): bf16 autocast only, no GradScaler; gradients averaged in backward()", fix=True, check="params-in-sync")
+declare("DDP046", "autocast-inplace", "tensor from the forward pass changed in place: autocast ends before it, the rest in float32", fix=True, check="loss")
+declare("DDP121", "amp-cpu", "mixed precision not added: the script trains on the CPU")
+declare("DDP140", "amp-sparse", "mixed precision not added: the program uses sparse tensors, which autocast has no bf16/fp16 kernels for")
 
 AUTOCAST = "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None)"
 # a step that updates parameters by hand has no optimizer for SCALER.step(): bf16 or nothing

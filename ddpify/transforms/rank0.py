@@ -11,6 +11,14 @@ import ddpify.match as m
 from ddpify.analysis import call_args, code, dotted
 from ddpify.analysis.writes import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP060", "rank0-guard", "rank-0 guard added", fix=True, check="rank0-writes")
+declare("DDP061", "unguarded-collective", "not guarded: the statement runs a collective or the model, so every rank must run it")
+declare("DDP062", "progress-bar-rank0", "progress bar disabled on ranks other than 0", fix=True, check="rank0-writes")
+declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used unguarded on every rank (None on other ranks)", severity="blocking")
+declare("DDP064", "unguardable-write", "a file write on every rank that ddpify cannot guard: every rank would write the file", severity="blocking")
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
 MKDIR = ("os.makedirs", "os.mkdir")

@@ -11,6 +11,10 @@ import ddpify.match as m
 from ddpify.analysis import call_args, code
 from ddpify.transforms.base import Context, append_kwarg
 from ddpify.transforms.batches import BATCH_NOTE
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP113", "replacement-sampler", "RandomSampler drawing with replacement: each rank draws num_samples // WORLD_SIZE with a generator of its own", fix=True, check="data-sharding")
 
 RANDOM = ("torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler")
 

@@ -11,6 +11,16 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP020", "distributed-sampler", "DistributedSampler added to the training DataLoader", fix=True, check="data-sharding")
+declare("DDP021", "set-epoch", "sampler.set_epoch(epoch) added at the top of the epoch loop", fix=True, check="epoch-shuffle")
+declare("DDP022", "own-sampler", "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand", severity="blocking")
+declare("DDP024", "no-training-loader", "no training DataLoader found: the training data would not be sharded", severity="blocking")
+declare("DDP025", "eval-loader-unsharded", "evaluation DataLoader left unsharded: every rank evaluates the full set")
+declare("DDP026", "batch-size-per-process", "batch_size is per process: the global batch is batch_size x WORLD_SIZE")
+declare("DDP027", "epoch-loop-not-found", "epoch loop not found: call sampler.set_epoch(epoch) by hand", severity="blocking")
 
 
 class SamplerTransform(Transform):

@@ -13,6 +13,12 @@ import libcst as cst
 from ddpify.analysis import code
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.launch import prelude_end
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP145", "rank0-seed", "random draws before training with no seed: every rank seeds those generators from rank 0's seed after the set-up", fix=True, check="loss")
+declare("DDP146", "draw-before-setup", "an unseeded random draw runs before the process group can be set up (among the imports): each rank draws its own", severity="blocking")
+declare("DDP147", "own-generator-seed", "generator of the script's own made with no seed and drawn from before training: started from rank 0's seed (where ddpify cannot, each rank would draw its own)", severity="blocking", fix=True, check="loss")
 
 SEED = {
     "torch": "{alias}.manual_seed(rank0_seed())",

@@ -11,6 +11,11 @@ import re
 import libcst as cst
 
 from ddpify.analysis import code, dotted
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP019", "iterable-dataset-sharded", "IterableDataset sharded by rank and DataLoader worker (RankShard), the same count on every rank", fix=True, check="data-sharding")
+declare("DDP023", "iterable-dataset-elsewhere", "IterableDataset defined elsewhere or reading the rank itself: shard it by rank by hand", severity="blocking")
 
 # streams from libraries: IterableDatasets whose class is not in the file
 LIBRARY_STREAMS = ("torch.utils.data.ChainDataset", "webdataset.WebDataset", "webdataset.DataPipeline", "torchdata.", "datasets.IterableDataset")

@@ -8,6 +8,10 @@ import libcst as cst
 from ddpify.analysis import model_uses
 from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP033", "plain-module-access", "model attribute reached through .module (the unwrapped model)", fix=True, check="ranks")
 
 # What DDP itself answers the same way as the wrapped module.
 PASSTHROUGH = {

@@ -8,6 +8,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import code
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP018", "weighted-sampler", "WeightedRandomSampler replaced by DistributedWeightedSampler (per-rank weighted draws, set_epoch)", fix=True, check="data-sharding")
 
 WEIGHTED = ("torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler")
 

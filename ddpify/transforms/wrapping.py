@@ -9,6 +9,19 @@ import ddpify.match as m
 from ddpify.analysis import forwards, gradients, lifecycle, model_uses
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.rules import declare
+
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP030", "ddp-wrap", "model wrapped in DistributedDataParallel", fix=True, check="params-in-sync")
+declare("DDP031", "dataparallel-replaced", "nn.DataParallel replaced by DistributedDataParallel", fix=True, check="params-in-sync")
+declare("DDP032", "sync-batchnorm", "BatchNorm converted to SyncBatchNorm", fix=True, check="params-in-sync")
+declare("DDP034", "model-not-found", "no model found: wrap it in DistributedDataParallel by hand", severity="blocking")
+declare("DDP035", "model-on-cpu", "model never moved to a device: it stays on the CPU", severity="blocking")
+declare("DDP036", "model-changed-after-wrap", "model changed where DDP cannot follow (in training, or later): not wrapped", severity="blocking")
+declare("DDP037", "unused-parameters", "parameters that may get no gradient: find_unused_parameters=True", fix=True, check="ranks")
+declare("DDP038", "model-in-container", "model run through a list or dict that holds it: not wrapped", severity="blocking")
+declare("DDP039", "model-frozen", "model with every parameter frozen: not wrapped")
+declare("DDP136", "broadcast-buffers-off", "model run more than once before one backward: DDP broadcast_buffers=False (each rank keeps its own BatchNorm statistics)", fix=True, check="ranks")
 
 PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
 

@@ -49,6 +49,9 @@ class Context:
     epochs: int | None = None
 
 
+# Every check's name, in report order (finding codes name the check that proves their fix).
+CHECK_NAMES = ("ranks", "devices", "params-in-sync", "even-batches", "data-sharding", "epoch-shuffle", "rank0-writes", "saved",
+               "loss", "throughput", "reached", "no-hang")
 STOPPED = "the run was stopped before the ranks reported (see no-hang)"
 
 
