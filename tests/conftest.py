@@ -14,6 +14,7 @@ FIXTURES += sorted(p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p /
 # names) and its local modules; expected/ mirrors input/ with every file as converted;
 # expected.txt lists the findings of all files, each with its path relative to input/.
 PROJECTS = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input").is_dir())
+PROJECTS += sorted(p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p / "input").is_dir())
 
 
 def project_entries(d: Path) -> list[Path]:

@@ -30,9 +30,18 @@ def check_trained(returncode, stdout, stderr):
     return losses
 
 
+# Legacy outputs (torch.distributed.launch / apex scripts modernised) keep their own set-up
+# until the legacy path runs through the one pipeline (issue 29): these rule examples show it.
+LEGACY_SETUP = {"DDP013", "DDP091", "DDP092"}
+
+
 def skip_apex(d):
     if is_refused(d):
         pytest.skip("refused (blocking finding): the output is the input, nothing distributed to run")
+    if (d / "expected.py").read_text() == (d / "input.py").read_text():
+        pytest.skip("left unchanged (already distributed, or not a training script): nothing converted to run")
+    if d.parent.name == "rules" and d.name in LEGACY_SETUP:
+        pytest.skip("legacy output: its own set-up runs only under the launcher (issue 29, one pipeline)")
     if fixture_options(d).get("amp") == "apex":
         pytest.skip("the --amp apex output needs NVIDIA apex <= 25.04 (run on GPUs: bench/gpu_session/)")
 

@@ -104,3 +104,28 @@ def test_explain_prints_the_rule():
 def test_explain_all_is_the_table():
     out = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "all"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == rules.table()
+
+
+def _example_codes(d: Path) -> set[str]:
+    return {ln.split()[1] for ln in (d / "expected.txt").read_text().splitlines() if ln.strip()}
+
+
+def test_every_code_has_a_minimal_example_that_raises_it():
+    for code, rule in rules.load_all().items():
+        d = rule.example
+        assert (d / "input.py").exists() or (d / "input").is_dir(), f"{code}: no example in {d}"
+        assert (d / "expected.txt").exists(), f"{code}: regenerate with tools/regen_fixtures.py {code}"
+        assert code in _example_codes(d), f"{code}: its example does not raise it"
+        if (d / "input.py").exists():
+            assert 8 <= len((d / "input.py").read_text().splitlines()) <= 40, f"{code}: an example is a minimal script"
+
+
+def test_a_blocking_example_is_refused_and_a_fixing_one_is_fixed():
+    for code, rule in rules.load_all().items():
+        lines = [ln for ln in (rule.example / "expected.txt").read_text().splitlines() if f" {code} " in ln + " "]
+        if rule.tool != "convert" or not lines:
+            continue
+        if rule.blocking and not rule.fix:
+            assert any("[blocking]" in ln for ln in lines), code
+        if rule.fix and not rule.blocking:
+            assert any("[*]" in ln for ln in lines), code

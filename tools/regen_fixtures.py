@@ -38,7 +38,8 @@ def regen_project(d: Path) -> None:
 
 def main() -> None:
     pattern = sys.argv[1] if len(sys.argv) > 1 else ""
-    for d in sorted((ROOT / "fixtures").iterdir()):
+    dirs = sorted((ROOT / "fixtures").iterdir()) + sorted((ROOT / "fixtures" / "rules").glob("DDP*"))
+    for d in dirs:  # whole-script fixtures, then each rule's example (fixtures/rules/<CODE>/)
         if (d / "input").is_dir() and d.name.startswith(pattern):
             regen_project(d)
             continue

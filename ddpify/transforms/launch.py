@@ -14,7 +14,7 @@ from ddpify.rules import declare
 declare("DDP001", "process-group-setup", "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)", fix=True, check="ranks")
 declare("DDP002", "legacy-local-rank-flag", "--local-rank/--local_rank accepted for the legacy launcher, read from LOCAL_RANK", fix=True, check="ranks")
 declare("DDP003", "process-group-teardown", "process group destroyed when training ends", fix=True, check="ranks")
-declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine")
+declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine", fix=True, check="devices")
 
 RANKS = '''\
 # ddpify: torchrun sets these; a plain `python` run is rank 0 of 1.

@@ -165,6 +165,14 @@ class Rank0Transform(Transform):
         inner = [c for c in inner if not any(o is not c and self._within(a, c, o) for o in inner)]
         if not inner:
             return False
+        # a call inside a comprehension or lambda reads names bound there: it cannot move out
+        scoped = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)
+        for c in inner:
+            cur = a.parent.get(c)
+            while cur is not None and cur is not call:
+                if isinstance(cur, scoped):
+                    return False
+                cur = a.parent.get(cur)
         first = a.pos[inner[0]].start
         for c in a.findall(call, m.Call()):
             if c is call or any(c is i or self._within(a, c, i) for i in inner):

@@ -20,7 +20,7 @@ declare("DDP035", "model-on-cpu", "model never moved to a device: it stays on th
 declare("DDP036", "model-changed-after-wrap", "model changed where DDP cannot follow (in training, or later): not wrapped", severity="blocking")
 declare("DDP037", "unused-parameters", "parameters that may get no gradient: find_unused_parameters=True", fix=True, check="ranks")
 declare("DDP038", "model-in-container", "model run through a list or dict that holds it: not wrapped", severity="blocking")
-declare("DDP039", "model-frozen", "model with every parameter frozen: not wrapped")
+declare("DDP039", "model-frozen", "model with every parameter frozen: not wrapped", fix=True, check="ranks")
 declare("DDP136", "broadcast-buffers-off", "model run more than once before one backward: DDP broadcast_buffers=False (each rank keeps its own BatchNorm statistics)", fix=True, check="ranks")
 
 PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
