@@ -20,7 +20,7 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP110", "random-batches-per-rank", "batches drawn at random without a DataLoader: generators re-seeded per rank (RANK added) before training", fix=True, check="data-sharding")
+declare("DDP110", "random-draws-per-rank", "batches or inputs drawn at random in the training step (no DataLoader, or a GAN's noise beside one): generators re-seeded per rank (RANK added) before training", fix=True, check="data-sharding")
 declare("DDP111", "rank-share", "loop over pre-loaded data or pre-made batches runs over this rank's contiguous share (rank_share)", fix=True, check="data-sharding")
 declare("DDP112", "rank-rows", "full-batch training: the loss reads this rank's rows of its index (rank_rows)", fix=True, check="data-sharding")
 declare("DDP114", "lbfgs-closure", "LBFGS closure: its line search uses the rank's own loss, so the ranks diverge", severity="blocking")
@@ -48,6 +48,8 @@ class BatchesTransform(Transform):
                 src = a._closure_step(step)
                 if src is not None:
                     ctx.finding(src.node, "DDP114", src.problem)
+                    return
+            self._noise(ctx)
             return
         sources = []
         for step in a.steps:
@@ -72,23 +74,40 @@ class BatchesTransform(Transform):
                 continue
             getattr(self, f"_{src.kind}")(ctx, step, src)
 
+    # -- random inputs beside a DataLoader ----------------------------------------------
+    def _noise(self, ctx: Context) -> None:
+        """The loader shards the data, but the step also draws inputs at random (a GAN's noise,
+        random masks): from a generator that is the same on every rank (seeded, or set from
+        rank 0's seed), every rank would draw the same ones. Re-seed per rank before training,
+        as for random batches, unless a draw decides which steps run (then the ranks must agree)."""
+        a = ctx.a
+        done: set[int] = set()
+        for step in a.steps:
+            loop, first = a._data_loop(step)
+            src = a._random_source(first, loop) if isinstance(loop, cst.For) else None
+            if src is None or src.problem or id(src.node) in done or not ctx.editable(src.node):
+                continue
+            done.add(id(src.node))
+            self._random(ctx, step, src, what="inputs drawn at random in the training step", batch_note=False)
+
     # -- random draws -----------------------------------------------------------------
-    def _random(self, ctx: Context, step, src) -> None:
+    def _random(self, ctx: Context, step, src, what: str = "batches drawn at random", batch_note: bool = True) -> None:
         a = ctx.a
         anchor = a.training_anchor(src.loop)
         if anchor is None:
             ctx.finding(step.backward, "DDP116", "the training loop's function is called from several places: re-seed the batch draws with RANK added by hand before training")
             return
         torch = ctx.name("torch")
-        lines = ["# ddpify: each rank draws its own batches: its generators go on from a seed of its own (RANK added)"]
+        lines = ["# ddpify: each rank makes its own random draws: its generators go on from a seed of its own (RANK added)"]
         for fam in ("torch", "numpy", "random"):
             if fam in src.families:
                 lines.append(RESEED[fam].format(torch=torch, alias=a.module_alias(fam)))
         for k, line in enumerate(lines[1:]):
             ctx.edits.before[anchor].append(ctx.stmt((lines[0] + "\n" if k == 0 else "") + line + "\n"))
         fams = "/".join(sorted(src.families))
-        ctx.finding(anchor, "DDP110", f"batches drawn at random ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
-        ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
+        ctx.finding(anchor, "DDP110", f"{what} ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
+        if batch_note:
+            ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
 
     # -- pre-batched data -------------------------------------------------------------
     def _range(self, ctx: Context, step, src) -> None:
