@@ -130,7 +130,7 @@ def div2k(root: Path) -> None:
     """SRGAN's layout: ROOT/DIV2K_train_HR/*.png and ROOT/DIV2K_valid_HR/*.png (high-resolution images)."""
     for i in range(8):
         _image(root / "DIV2K_train_HR" / f"{i:04d}.png", (96, 96))
-    for i in range(2):
+    for i in range(5):  # its validation chunks the images by 15 (3 per image)
         _image(root / "DIV2K_valid_HR" / f"{800 + i:04d}.png", (64, 64))
 
 
