@@ -5,7 +5,7 @@
 # harness-side compatibility fix like shim/sitecustomize.py's scipy.misc.imsave.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-T=.realworld_deps/site_heldback
+T=.realworld_deps/site_devb
 python -m pip install -q --no-deps --target "$T" h5py einops dominate gym==0.26.2 gym_notices cloudpickle easydict tensorboardX sympy mpmath scikit-image networkx tifffile lazy_loader scikit-learn joblib threadpoolctl narwhals
 grep -rl "np.bool8" "$T/gym" | xargs -r sed -i 's/np\.bool8/np.bool_/g' || true
 echo "held-back packages in $T"

@@ -2,7 +2,7 @@
 fake data, the harness's environment and shims), to check that each one runs here before ddpify
 is measured on it. Prints one line per entry: ok / smoke-ok (alive at smoke_secs) / FAIL.
 
-    python bench/realworld/heldback/check_originals.py [--only NAME,...] [--keep DIR]
+    python bench/realworld/devb/check_originals.py [--only NAME,...] [--keep DIR]
 """
 
 from __future__ import annotations
