@@ -1,0 +1,75 @@
+"""A training forward that bypasses the DDP wrapper: the loss comes from the plain module
+(`model.module(x)`, `model.module.compute_loss(x)`, or the module a differently named wrapper
+wraps). DDP synchronises gradients only through its own forward: backward then all-reduces
+nothing, and the ranks silently train different models."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+import ddpify.match as m
+from ddpify.analysis.tree import code, dotted
+from ddpify.lint.facts import NOT_FORWARD
+from ddpify.rules import declare
+
+declare("DDP242", "forward-bypasses-ddp", "the training loss comes from the plain module, not the DDP wrapper: backward all-reduces nothing and the ranks silently train different models", severity="blocking", tool="lint")
+
+
+def check(ctx) -> None:
+    a, f = ctx.a, ctx.facts
+    if not f.ddp_wraps:
+        return
+    for step in a.steps:
+        calls = _region_calls(ctx, step)
+        if any(f.wrapper(c.func) is not None for c in calls):
+            continue  # the step runs the wrapper's forward
+        for c in calls:
+            w, how = _plain_forward(ctx, c)
+            if w is None:
+                continue
+            ctx.report(c, "DDP242", f"the training loss comes from {how}, not through the DDP wrapper {w.target or 'DDP(...)'}: DDP synchronises gradients only in its own forward, so backward() all-reduces nothing and the ranks silently train different models; call the wrapper ({w.target}(...)), routing other methods through forward")
+            break
+
+
+def _region_calls(ctx, step) -> list[cst.Call]:
+    """Calls from the start of the step (after the previous backward in its block) to its
+    backward, and one level into the script's functions they call."""
+    a = ctx.a
+    body = list(step.block.body)
+    idx = body.index(step.stmt)
+    start = 0
+    for k in range(idx - 1, -1, -1):
+        if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
+            start = k + 1
+            break
+    calls: list[cst.Call] = []
+    for s in body[start: idx + 1]:
+        calls += a.findall(s, m.Call())
+    for c in list(calls):
+        callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
+        for fn in a.functions.get(callee, [])[:2]:
+            if a.class_of(fn) is None or (dotted(c.func) or "").startswith("self."):
+                calls += a.findall(fn, m.Call())
+    return calls
+
+
+def _plain_forward(ctx, c: cst.Call):
+    f = ctx.facts
+    func = c.func
+    d = dotted(func)
+    if d is None:
+        return None, ""
+    if isinstance(func, cst.Attribute) and func.attr.value in NOT_FORWARD:
+        return None, ""
+    # model.module(x) / model.module.compute_loss(x)
+    node = func
+    while isinstance(node, cst.Attribute):
+        if node.attr.value == "module":
+            w = f.wrapper(node.value)
+            if w is not None and w.kind == "ddp":
+                return w, f"`{code(c.func)}(...)`, the module inside the wrapper"
+        node = node.value
+    w = f.plain_of(func)
+    if w is not None and w.kind == "ddp" and f.after(c, w.stmt):
+        return w, f"`{code(c.func)}(...)`, the module {w.target} wraps"
+    return None, ""
