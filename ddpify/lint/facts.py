@@ -13,7 +13,7 @@ from functools import cached_property
 import libcst as cst
 
 import ddpify.match as m
-from ddpify.analysis.tree import call_args, dotted
+from ddpify.analysis.tree import call_args, code, dotted
 from ddpify.lint.ranks import Ranks
 from ddpify.lint.reach import Reach
 
@@ -60,6 +60,7 @@ class Wrap:
     inner: str | None  # the module wrapped (dotted), as written
     target: str | None  # the name the wrapper is bound to
     kind: str  # "ddp" | "fsdp"
+    inner_node: cst.BaseExpression | None = None  # the module argument itself
 
 
 class Facts:
@@ -112,7 +113,7 @@ class Facts:
             inner = dotted(inner_node) if inner_node is not None else None
             stmt = a.statement(call)
             target = a._assign_target(call)
-            out.append(Wrap(call, stmt, inner, target, kind))
+            out.append(Wrap(call, stmt, inner, target, kind, inner_node))
             # `return DDP(model)` / `ddp = DDP(m); return ddp`: bound where the function is called
             fn = a.function_of(call)
             values = [call]
@@ -122,7 +123,7 @@ class Facts:
                 for name, caller_fn in a.returned_as(v):
                     for c in a.calls:
                         if a.function_of(c) is caller_fn and a._assign_target(c) == name and (dotted(c.func) or "").rsplit(".", 1)[-1] == fn.name.value:
-                            out.append(Wrap(call, a.statement(c), inner, name, kind))
+                            out.append(Wrap(call, a.statement(c), inner, name, kind, inner_node))
         return out
 
     @cached_property
@@ -343,9 +344,39 @@ class Facts:
                         out.add(dotted(first))
         return out
 
+    def step_calls(self, step) -> list[cst.Call]:
+        """Calls from the start of a training step (after the previous backward in its block)
+        to its backward, and one level into the script's functions they call."""
+        a = self.a
+        body = list(step.block.body)
+        idx = body.index(step.stmt)
+        start = 0
+        for k in range(idx - 1, -1, -1):
+            if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                start = k + 1
+                break
+        calls: list[cst.Call] = []
+        for s in body[start: idx + 1]:
+            calls += a.findall(s, m.Call())
+        for c in list(calls):
+            callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
+            for fn in a.functions.get(callee, [])[:2]:
+                if a.class_of(fn) is None or (dotted(c.func) or "").startswith("self."):
+                    calls += a.findall(fn, m.Call())
+        return calls
+
+    @cached_property
+    def ddp_backwards(self) -> set[int]:
+        """backward() calls of a loss computed by a DDP model's forward: DDP all-reduces there."""
+        if not self.ddp_wraps:
+            return set()
+        return {id(s.backward) for s in self.a.steps if any(self.wrapper(c.func) is not None for c in self.step_calls(s))}
+
     def collective(self, call: cst.Call) -> str | None:
         """What the call does that every rank must do too (None: nothing)."""
         a = self.a
+        if id(call) in self.ddp_backwards:
+            return f"{code(call.func)}() (DDP all-reduces the gradients there)"
         qs = a.qualified(call.func)
         for q in qs:
             if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in COLLECTIVES and ".rpc." not in q:
@@ -502,10 +533,19 @@ class Facts:
                     return got
         return None
 
-    def model_class(self, name: str | None, at: cst.CSTNode) -> cst.ClassDef | str | None:
+    def wrapped_call(self, w: Wrap) -> cst.Call | None:
+        """The call that builds the module a wrap wraps: `DDP(Net().cuda())` or `model = Net()`."""
+        base = w.inner_node
+        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in ("to", "cuda", "float", "half", "cpu", "bfloat16"):
+            base = base.func.value
+        if isinstance(base, cst.Call) and dotted(base.func):
+            return base
+        return self.model_call(w.inner, w.stmt)
+
+    def model_class(self, name: str | None, at: cst.CSTNode, call: cst.Call | None = None) -> cst.ClassDef | str | None:
         """The class of the script that builds the module named `name` (or, for a library
         model, the constructor's dotted name)."""
-        call = self.model_call(name, at)
+        call = call or self.model_call(name, at)
         if call is None:
             return None
         cname = (dotted(call.func) or "").rsplit(".", 1)[-1]
@@ -517,7 +557,7 @@ class Facts:
         _, kw = call_args(wrap.call)
         if "broadcast_buffers" in kw and m.matches(kw["broadcast_buffers"].value, m.Name("False")):
             return "no"
-        cls = self.model_class(wrap.inner, wrap.stmt)
+        cls = self.model_class(wrap.inner, wrap.stmt, self.wrapped_call(wrap))
         if isinstance(cls, str):
             return "yes" if BN_MODELS.match(cls.rsplit(".", 1)[-1]) else "maybe"
         if cls is None:

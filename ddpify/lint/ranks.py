@@ -29,6 +29,13 @@ class _Unknown:
 
 
 UNK = _Unknown()
+
+
+class Sym(tuple):
+    """An unknown value computed from a known one (`args.seed + rank`): unknown, but different
+    where the known part differs."""
+
+    __slots__ = ()
 # (global rank, local rank, node rank) of the three processes each value is computed for
 SCENARIOS = ((0, 0, 0), (1, 1, 0), (4, 0, 1))
 WORLD, LOCAL_WORLD = 8, 4
@@ -98,7 +105,7 @@ def depends(values: tuple) -> bool:
 def truth(values: tuple) -> tuple:
     out = []
     for v in values:
-        if v is UNK:
+        if v is UNK or isinstance(v, Sym):
             out.append(UNK)
         else:
             try:
@@ -141,8 +148,11 @@ def _binop(op: cst.BaseBinaryOp, x, y):
         return 0  # 0 % n
     if isinstance(op, cst.Multiply) and ((x == 0 and x is not UNK) or (y == 0 and y is not UNK)):
         return 0
-    if x is UNK or y is UNK:
-        return UNK
+    if x is UNK or y is UNK or isinstance(x, Sym) or isinstance(y, Sym):
+        known = y if x is UNK or isinstance(x, Sym) else x
+        if known is UNK:
+            return UNK
+        return Sym((type(op).__name__, x if isinstance(x, Sym) else None, y if isinstance(y, Sym) else None, known if not isinstance(known, Sym) else None))
     try:
         if isinstance(op, cst.Add):
             return x + y
@@ -162,7 +172,7 @@ def _binop(op: cst.BaseBinaryOp, x, y):
 
 
 def _compare(op: cst.BaseCompOp, x, y):
-    if x is UNK or y is UNK:
+    if x is UNK or y is UNK or isinstance(x, Sym) or isinstance(y, Sym):
         return UNK
     try:
         if isinstance(op, cst.Equal):

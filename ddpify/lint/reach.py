@@ -120,6 +120,8 @@ class Reach:
         self._fn[key] = TRUE  # a recursive call does not narrow it
         a = self.a
         calls = [c for c in a.callers(fn) if a.function_of(c) is not fn]
+        if not calls and a.class_of(fn) is not None:  # Trainer(...).fit(): a method called on any receiver
+            calls = [c for c in a.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == fn.name.value and a.function_of(c) is not fn]
         if self.facts is not None and self.facts.spawned:
             if id(fn) in self.facts.spawned:
                 self._fn[key] = TRUE

@@ -20,7 +20,7 @@ def check(ctx) -> None:
     if not f.ddp_wraps:
         return
     for step in a.steps:
-        calls = _region_calls(ctx, step)
+        calls = f.step_calls(step)
         if any(f.wrapper(c.func) is not None for c in calls):
             continue  # the step runs the wrapper's forward
         for c in calls:
@@ -29,28 +29,6 @@ def check(ctx) -> None:
                 continue
             ctx.report(c, "DDP242", f"the training loss comes from {how}, not through the DDP wrapper {w.target or 'DDP(...)'}: DDP synchronises gradients only in its own forward, so backward() all-reduces nothing and the ranks silently train different models; call the wrapper ({w.target}(...)), routing other methods through forward")
             break
-
-
-def _region_calls(ctx, step) -> list[cst.Call]:
-    """Calls from the start of the step (after the previous backward in its block) to its
-    backward, and one level into the script's functions they call."""
-    a = ctx.a
-    body = list(step.block.body)
-    idx = body.index(step.stmt)
-    start = 0
-    for k in range(idx - 1, -1, -1):
-        if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
-            start = k + 1
-            break
-    calls: list[cst.Call] = []
-    for s in body[start: idx + 1]:
-        calls += a.findall(s, m.Call())
-    for c in list(calls):
-        callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
-        for fn in a.functions.get(callee, [])[:2]:
-            if a.class_of(fn) is None or (dotted(c.func) or "").startswith("self."):
-                calls += a.findall(fn, m.Call())
-    return calls
 
 
 def _plain_forward(ctx, c: cst.Call):

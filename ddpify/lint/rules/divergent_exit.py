@@ -16,6 +16,8 @@ from ddpify.rules import declare
 
 declare("DDP211", "rank-local-loop-exit", "a break/return/continue on a condition computed from one rank's values (its rank, its loss, a metric of its shard) in a loop that runs collectives: that rank leaves, the others hang", severity="blocking", tool="lint")
 
+PLACEMENT = {"to", "cuda", "cpu", "pin_memory"}  # where a value sits is not what it is
+DEVICE_ARGS = {"device", "device_ids", "output_device", "map_location", "non_blocking"}
 SAME_ON_EVERY_RANK = {"len", "shape", "size", "numel", "dim", "ndim", "range", "enumerate"}
 
 
@@ -179,6 +181,8 @@ class _Local:
             if d is not None:
                 if isinstance(node, cst.Attribute) and node.attr.value in SAME_ON_EVERY_RANK:
                     return None
+                if f.wrapper(node) is not None or a.is_model_ref(node) or d in a.optimizers:
+                    return None  # the model is the same on every rank (it may sit on the rank's own device)
                 why = self._lookup(node, d)
                 if why:
                     return why
@@ -189,12 +193,20 @@ class _Local:
                 return self.source(node.value, depth + 1)
         if isinstance(node, cst.Call):
             callee = (dotted(node.func) or "").rsplit(".", 1)[-1]
-            if callee in SAME_ON_EVERY_RANK or callee in f.reduced_in_functions():
+            if callee in SAME_ON_EVERY_RANK or callee in f.reduced_in_functions() or callee in PLACEMENT:
+                return None if callee not in PLACEMENT else self.source(node.func.value, depth + 1)  # type: ignore[attr-defined]
+            if a.is_call(node, "torch.device"):
                 return None
             if callee in a.functions:
                 why = self._return_why(callee)
                 if why:
                     return f"{callee}() returns a value computed from {why}"
+            for x in node.args:
+                if not (x.keyword is not None and x.keyword.value in DEVICE_ARGS):
+                    why = self.source(x.value, depth + 1)
+                    if why:
+                        return why
+            return self.source(node.func, depth + 1)
         for kid in a.kids.get(id(node), []):
             why = self.source(kid, depth + 1)
             if why:

@@ -13,7 +13,7 @@ from ddpify.rules import declare
 
 declare("DDP202", "iterable-dataset-ignores-rank", "an IterableDataset used for training never reads the rank: every rank yields the same stream", severity="blocking", tool="lint")
 
-RANK_AWARE = re.compile(r"rank|world_size|get_worker_info|split_dataset_by_node|num_replicas|shard", re.I)
+RANK_AWARE = re.compile(r"rank|world_size|get_worker_info|split_dataset_by_node|num_replicas|num_shards|shard_id", re.I)
 
 
 def check(ctx) -> None:
@@ -34,8 +34,8 @@ def check(ctx) -> None:
 
 def _rank_aware(ctx, cls: cst.ClassDef) -> bool:
     """The class (or a method of the script it calls) reads the rank, the world size or the worker."""
-    for node in ctx.a.findall(cls, m.Name() | m.Attribute() | m.SimpleString()):
-        text = node.value if isinstance(node, (cst.Name, cst.SimpleString)) else node.attr.value
-        if isinstance(text, str) and RANK_AWARE.search(text):
+    for node in ctx.a.findall(cls, m.Name() | m.Attribute()):
+        text = node.value if isinstance(node, cst.Name) else node.attr.value
+        if RANK_AWARE.search(text):
             return True
     return False

@@ -25,7 +25,8 @@ def check(ctx) -> None:
         shuffle = args.get("shuffle")
         if sampler is not None and shuffle is not None and any(m.matches(v, m.Name("True")) for v in f.sources(shuffle)):
             if sampler_kind(ctx, sampler) != "none":
-                ctx.report(shuffle, "DDP201", f"shuffle=True beside sampler={dotted(sampler) or 'a sampler'}: DataLoader raises \"sampler option is mutually exclusive with shuffle\"; drop shuffle (DistributedSampler shuffles, shuffle=True by default)")
+                direct = any(x.keyword is not None and x.keyword.value == "shuffle" and x.value is shuffle for x in ld.call.args)
+                ctx.report(shuffle if direct else ld.call, "DDP201", f"shuffle=True beside sampler={dotted(sampler) or 'a sampler'}: DataLoader raises \"sampler option is mutually exclusive with shuffle\"; drop shuffle (DistributedSampler shuffles, shuffle=True by default)")
         if ld.role != "train":
             continue
         dataset = args.get("dataset")

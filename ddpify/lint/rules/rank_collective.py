@@ -22,7 +22,7 @@ def check(ctx) -> None:
         if not f.reach.rank_conditions(c):
             continue
         what = f.sync_point(c)
-        if what is None or not f.reach.divergent(c):
+        if what is None or id(c) in f.ddp_backwards or not f.reach.divergent(c):
             continue
         points.append((c, what))
     groups: dict[tuple[int, str], list] = {}

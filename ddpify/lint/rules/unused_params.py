@@ -23,7 +23,7 @@ def check(ctx) -> None:
         if "static_graph" in kw and not m.matches(kw["static_graph"].value, m.Name("False")):
             continue
         why: list[str] = []
-        bind = f.model_call(w.inner, w.stmt)
+        bind = f.wrapped_call(w)
         if bind is not None:
             why = [r for r in unused_parameters(a, bind) if "no_grad" not in r]
         if not why and w.target:

@@ -23,11 +23,9 @@ def check(ctx) -> None:
     if not f.distributed:
         return
     for w in f.ddp_wraps:
-        if not w.inner:
-            continue
         anchor = a.statement(w.call)
-        wrap = f"`{w.target + ' = ' if w.target else ''}{dotted(w.call.func)}({w.inner}, ...)`"
-        for node, kind in _late(ctx, w, anchor):
+        wrap = f"`{w.target + ' = ' if w.target else ''}{dotted(w.call.func)}({w.inner or '...'}, ...)`"
+        for node, kind in _late(ctx, w, anchor) if w.inner else []:
             what = PHRASES.get(kind, "changes {m}").format(m=w.inner)
             ctx.report(node, "DDP241", f"this {what} after its DDP wrap {wrap}: DDP fixed the model's device, its parameters and which need gradients when it was built; do this before the wrap")
         for c in a.calls:
@@ -35,7 +33,7 @@ def check(ctx) -> None:
                 continue
             target = c.func.value
             d = dotted(target) or ""
-            if not (f.wrapper(target) is w or (d == w.inner and f.after(c, anchor)) or (d.endswith(".module") and f.wrapper(target.value) is w)):  # type: ignore[attr-defined]
+            if not (f.wrapper(target) is w or (w.inner and d == w.inner and f.after(c, anchor)) or (d.endswith(".module") and f.wrapper(target.value) is w)):  # type: ignore[attr-defined]
                 continue
             if f.reach.divergent(c):
                 ctx.report(c, "DDP241", f"weights loaded on some ranks only, after the DDP wrap {wrap}: DDP broadcast rank 0's weights once, at construction, so the ranks now train different models; load on every rank, or before the wrap")

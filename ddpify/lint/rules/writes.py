@@ -25,6 +25,7 @@ def check(ctx) -> None:
     a, f = ctx.a, ctx.facts
     if not f.distributed:
         return
+    prepared: set[int] = set()  # one DDP222 a function: a download and its extraction are one step
     for c in a.calls:
         site = _site(ctx, c)
         if site is None:
@@ -39,8 +40,9 @@ def check(ctx) -> None:
             if not f.reach.every_rank(c):
                 continue  # never called here, or not known
             if code_ == "DDP222":
-                if _rank0_first(ctx, c):
+                if _rank0_first(ctx, c) or id(a.function_of(c)) in prepared:
                     continue
+                prepared.add(id(a.function_of(c)))
                 ctx.report(c, "DDP222", f"{what} on every rank at once: the processes write the same files concurrently (a torn archive, a half-written file another rank reads); download on rank 0 first (`if rank == 0:` then `dist.barrier()` on every rank), or under a rank-0-first context")
             elif code_ == "mkdir":
                 if any(checks_existence(t) for t, _ in f.reach.conditions(c)):
