@@ -50,7 +50,7 @@ BN_MODELS = re.compile(r"^(resnet|resnext|wide_resnet|densenet|efficientnet|mobi
 # method names that are not a forward pass (on a model or its wrapper)
 NOT_FORWARD = {"parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "zero_grad", "to", "cuda", "cpu",
                "modules", "named_modules", "children", "buffers", "named_buffers", "apply", "requires_grad_", "half", "float",
-               "register_forward_hook", "register_buffer", "no_sync", "module", "join"}
+               "register_forward_hook", "register_buffer", "no_sync", "join"}
 
 
 @dataclass
@@ -540,7 +540,7 @@ class Facts:
             base = base.func.value
         if isinstance(base, cst.Call) and dotted(base.func):
             return base
-        return self.model_call(w.inner, w.stmt)
+        return self.model_call(dotted(base) if base is not None else w.inner, w.stmt)
 
     def model_class(self, name: str | None, at: cst.CSTNode, call: cst.Call | None = None) -> cst.ClassDef | str | None:
         """The class of the script that builds the module named `name` (or, for a library

@@ -55,6 +55,8 @@ API_CALLS = {
     "torch.distributed.get_world_size": "W", "torch.cuda.device_count": "LW", "torch.accelerator.device_count": "LW",
     "horovod.torch.rank": "g", "horovod.torch.local_rank": "l", "horovod.torch.size": "W",
     "torch_xla.core.xla_model.get_ordinal": "g", "torch_xla.core.xla_model.is_master_ordinal": "main",
+    # under a launcher the group exists: `not dist.is_initialized() or dist.get_rank() == 0`
+    "torch.distributed.is_initialized": "true", "torch.distributed.is_available": "true",
 }
 METHOD_CALLS = {"is_world_process_zero": "main", "is_local_process_zero": "local_main", "is_main_process": "main",
                 "is_local_main_process": "local_main"}
@@ -89,6 +91,8 @@ def _leaf(kind: str) -> tuple:
         return tuple(s[0] == 0 for s in SCENARIOS)
     if kind == "local_main":
         return tuple(s[1] == 0 for s in SCENARIOS)
+    if kind == "true":
+        return (True,) * N
     return ALL_UNK
 
 

@@ -41,12 +41,15 @@ def _syncbn(ctx) -> None:
     if "SyncBatchNorm" in f.text or "convert_syncbn_model" in f.text:
         return
     for w in f.ddp_wraps:
-        cls = f.model_class(w.inner, w.stmt, f.wrapped_call(w))
+        call = f.wrapped_call(w)
+        cls = f.model_class(w.inner, w.stmt, call)
         has_bn = False
         if isinstance(cls, str):
             has_bn = bool(BN_MODELS.match(cls.rsplit(".", 1)[-1]))
         elif cls is not None:
             has_bn = any(BN.match((dotted(c.func) or "").rsplit(".", 1)[-1]) for c in a.findall(cls, m.Call()))
+        if call is not None:  # nn.Sequential(..., nn.BatchNorm1d(8), ...)
+            has_bn = has_bn or any(BN.match((dotted(c.func) or "").rsplit(".", 1)[-1]) for c in a.findall(call, m.Call()))
         if has_bn:
             name = w.inner or "the model"
             ctx.report(w.call, "DDP280", f"{name} has BatchNorm layers and no SyncBatchNorm: each rank normalises with the statistics of its own batch; convert it before the wrap if the per-GPU batch is small: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)")
