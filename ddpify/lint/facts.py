@@ -137,6 +137,31 @@ class Facts:
         """node comes after the whole of stmt in the source."""
         return self.order(node) >= self.a._subtree_end(stmt)
 
+    def exclusive(self, x: cst.CSTNode, y: cst.CSTNode) -> bool:
+        """x and y sit in different branches of one if/elif/else: one run never runs both."""
+        sides: dict[int, int] = {}
+        child, cur = x, self.a.parent.get(x)
+        while cur is not None:
+            if isinstance(cur, (cst.If, cst.IfExp)):
+                sides[id(cur)] = 1 if child is cur.body else 2 if child is cur.orelse else 0
+            child, cur = cur, self.a.parent.get(cur)
+        child, cur = y, self.a.parent.get(y)
+        while cur is not None:
+            if isinstance(cur, (cst.If, cst.IfExp)) and id(cur) in sides:
+                side = 1 if child is cur.body else 2 if child is cur.orelse else 0
+                if side and sides[id(cur)] and side != sides[id(cur)]:
+                    return True
+            child, cur = cur, self.a.parent.get(cur)
+        return False
+
+    def trained(self, w: Wrap) -> bool:
+        """The wrapped model is trained: an optimizer takes its parameters, or a training step
+        runs its forward."""
+        a = self.a
+        if any(n and (n in a.models or n.split(".")[0] in a.models) for n in (w.inner, w.target)):
+            return True
+        return any(self.wrapper(c.func) is w for s in a.steps for c in self.step_calls(s))
+
     # -- wrapper or plain module --------------------------------------------------------------
     def wrapper(self, node: cst.CSTNode | None, depth: int = 0) -> Wrap | None:
         """The wrap whose wrapper `node` holds where it is (None: not a wrapper, or the plain

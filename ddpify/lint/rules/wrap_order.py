@@ -56,10 +56,15 @@ def _late(ctx, w, anchor) -> list[tuple[cst.CSTNode, str]]:
     for s in a.findall(scope, m.SimpleStatementLine()):
         if a.function_of(s) is not fn or f.order(s) < start or (end is not None and f.order(s) >= end):
             continue
+        if f.exclusive(s, anchor):
+            continue  # the other branch of the if that wraps: never both
         found = changes_in(a, s, name)
         if any(k == "rebind" and not any(wr.call is getattr(n, "value", None) for wr in f.wraps) for n, k in found):
             break  # the name holds another module from here on
         out += [(n, k) for n, k in found if k in UNSAFE_AFTER_WRAP and not (k == "move" and code(n) in placed)]
+    if not f.trained(w):  # a model only evaluated (a DDP teacher for its SyncBatchNorm): freezing it is fine
+        out = [(n, k) for n, k in out if k != "freeze"]
+        return out
     if name.startswith("self.") and fn is not None:
         cls = a.class_of(fn)
         for meth in cls.body.body if cls is not None else []:
