@@ -30,6 +30,7 @@ def check(ctx) -> None:
         return
     _indices(ctx)
     _flag(ctx)
+    _flag_defaults(ctx)
     _default_device(ctx)
 
 
@@ -122,6 +123,46 @@ def _flag(ctx) -> None:
         both = {"--local_rank", "--local-rank"} <= spellings
         extra = "" if both else " (this flag is declared as " + " and ".join(sorted(spellings)) + " only: torch.distributed.launch of torch >= 2.0 fails with `unrecognized arguments: --local-rank=0`)"
         ctx.report(flag, "DDP282", f"--local_rank is filled only by the deprecated torch.distributed.launch{extra}; under torchrun read os.environ[\"LOCAL_RANK\"]")
+
+
+def _flag_defaults(ctx) -> None:
+    """`torch.cuda.set_device(args.gpu_id)` with `--gpu-id` defaulting to a number that nothing
+    sets per rank: every rank gets that GPU (--local_rank is DDP231's)."""
+    a, f = ctx.a, ctx.facts
+    flags: dict[str, cst.Call] = {}
+    for c in a.calls:
+        if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add_argument":
+            names = [x.value.evaluated_value for x in c.args if x.keyword is None and isinstance(x.value, cst.SimpleString)]
+            _, kw = call_args(c)
+            dest = kw["dest"].value.evaluated_value if "dest" in kw and isinstance(kw["dest"].value, cst.SimpleString) else None
+            default = kw["default"].value if "default" in kw else None
+            if isinstance(default, cst.Integer) and not any(n in ("--local_rank", "--local-rank") for n in names):
+                for n in ([dest] if dest else [n.lstrip("-").replace("-", "_") for n in names if n.startswith("--")][:1]):
+                    flags[n] = c
+    if not flags:
+        return
+    for c in a.calls:
+        pos, kw = call_args(c)
+        if a.is_call(c, "torch.cuda.set_device"):
+            args = pos[:1]
+        elif isinstance(c.func, cst.Attribute) and c.func.attr.value == "cuda":
+            args = pos[:1]
+        elif a.is_call(c, "torch.device"):
+            args = pos[1:2]
+        else:
+            continue
+        for x in args:
+            d = dotted(x.value) or ""
+            name = d.rsplit(".", 1)[-1]
+            if "." in d and name in flags and not f.ranks.depends(x.value) and not _assigned(ctx, d) and not _single_process(ctx, c):
+                default = call_args(flags[name])[1]["default"].value.value
+                _report_index(ctx, c, f"`{code(c)}` takes --{name.replace('_', '-')}, whose default {default} nothing sets per rank")
+                return
+
+
+def _assigned(ctx, dotted_name: str) -> bool:
+    """`args.gpu = gpu` somewhere: the value is set in the script, not left at the flag's default."""
+    return any(isinstance(asg, cst.Assign) and any(dotted(t.target) == dotted_name for t in asg.targets) for asg in ctx.a.assigns)
 
 
 def _device_call(ctx, c: cst.Call) -> bool:

@@ -45,7 +45,14 @@ def _epoch_loop(ctx, ld) -> cst.CSTNode | None:
     a = ctx.a
     if not ld.target:
         return None
-    for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call)):
+    sites = [site for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call))]
+    # `with tqdm(loader) as pbar: for batch in pbar:` iterates the loader too
+    for w in a.withs:
+        for item in w.items:
+            if item.asname is not None and isinstance(item.item, cst.Call) and any(dotted(x.value) == ld.target for x in item.item.args):
+                alias = dotted(item.asname.name)
+                sites += [lp for lp in a.findall(w, m.For()) if alias and dotted(lp.iter) == alias]
+    for site in sites:
         outer = a.enclosing_loop(site)
         if outer is not None:
             return outer
