@@ -29,6 +29,7 @@ FRAMEWORKS = {
     "horovod": ("horovod.",),
     "xla": ("torch_xla.",),
     "colossalai": ("colossalai.",),
+    "rpc": ("torch.distributed.rpc.",),  # parameter servers and pipelines over RPC: not DDP's rules
 }
 # torch.distributed calls every rank of the group must make (point-to-point send/recv are not)
 COLLECTIVES = {
@@ -68,7 +69,7 @@ class Facts:
         self.a = a
         self.text = text
         self.effects = effects
-        self.ranks = Ranks(a)
+        self.ranks = Ranks(a, self)
         self.reach = Reach(a, self.ranks, self)
         self._wrapper_memo: dict[tuple[int, int], Wrap | None] = {}
 
@@ -129,6 +130,22 @@ class Facts:
     @cached_property
     def ddp_wraps(self) -> list[Wrap]:
         return [w for w in self.wraps if w.kind == "ddp"]
+
+    def own_call(self, call: cst.Call) -> str | None:
+        """The name of the script's own function (or method) a call calls, None for anything
+        else: `torch.save(...)` is torch's even where the script defines a `save` of its own."""
+        a = self.a
+        d = dotted(call.func)
+        if not d:
+            return None
+        last = d.rsplit(".", 1)[-1]
+        if last not in a.functions:
+            return None
+        if "." in d and not d.startswith(("self.", "cls.")) and not a._local_module(d):
+            head = d.split(".", 1)[0]
+            if any(b != "<value>" and not b.startswith("__ddpify_import_") for names in a.bindings.values() for b in names.get(head, ())):
+                return None  # through an imported module: not the script's function
+        return last
 
     def order(self, node: cst.CSTNode) -> int:
         return self.a._order.get(id(node), -1)
@@ -384,7 +401,7 @@ class Facts:
         for s in body[start: idx + 1]:
             calls += a.findall(s, m.Call())
         for c in list(calls):
-            callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
+            callee = self.own_call(c) or ""
             for fn in a.functions.get(callee, [])[:2]:
                 if a.class_of(fn) is None or (dotted(c.func) or "").startswith("self."):
                     calls += a.findall(fn, m.Call())
@@ -449,8 +466,8 @@ class Facts:
                     continue
                 for fn in defs:
                     for c in a.findall(fn, m.Call()):
-                        callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
-                        if callee in found and callee in a.functions and callee != name and not self.reach.rank_conditions(c):
+                        callee = self.own_call(c)
+                        if callee in found and callee != name and not self.reach.rank_conditions(c):
                             found[name] = (c, found[callee][1])
                             changed = True
                             break
@@ -463,8 +480,8 @@ class Facts:
         what = self.collective(call)
         if what is not None:
             return what
-        callee = (dotted(call.func) or "").rsplit(".", 1)[-1]
-        if callee in self.sync_functions and callee in self.a.functions:
+        callee = self.own_call(call)
+        if callee in self.sync_functions:
             inner = self.sync_functions[callee][1]
             return f"{dotted(call.func)}(), which runs {inner}"
         return None
@@ -488,8 +505,8 @@ class Facts:
             changed = False
             for c in a.calls:
                 fn = a.function_of(c)
-                callee = (dotted(c.func) or "").rsplit(".", 1)[-1]
-                if fn is not None and fn.name.value not in names and callee in names and callee in a.functions:
+                callee = self.own_call(c)
+                if fn is not None and fn.name.value not in names and callee in names:
                     names.add(fn.name.value)
                     changed = True
         return names

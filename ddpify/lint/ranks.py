@@ -217,8 +217,9 @@ def _combine(options: list[tuple]) -> tuple:
 
 
 class Ranks:
-    def __init__(self, a) -> None:
+    def __init__(self, a, facts=None) -> None:
         self.a = a
+        self.facts = facts
         self._memo: dict[int, tuple] = {}
         self._names: dict[tuple[int, str], tuple] = {}
         self._spawned: set[int] | None = None
@@ -382,7 +383,8 @@ class Ranks:
                 return _leaf(API_CALLS[q])
         if isinstance(func, cst.Attribute) and last in METHOD_CALLS:
             return _leaf(METHOD_CALLS[last])
-        fns = a.functions.get(last) if last else None
+        own = self.facts.own_call(call) if self.facts is not None else last
+        fns = a.functions.get(own) if own else None
         if fns:
             options = [self._returns(fn) for fn in fns[:3]]
             got = _combine(options)

@@ -193,11 +193,11 @@ class _Local:
                 return self.source(node.value, depth + 1)
         if isinstance(node, cst.Call):
             callee = (dotted(node.func) or "").rsplit(".", 1)[-1]
-            if callee in SAME_ON_EVERY_RANK or callee in f.reduced_in_functions() or callee in PLACEMENT:
+            if callee in SAME_ON_EVERY_RANK or f.own_call(node) in f.reduced_in_functions() or callee in PLACEMENT:
                 return None if callee not in PLACEMENT else self.source(node.func.value, depth + 1)  # type: ignore[attr-defined]
             if a.is_call(node, "torch.device"):
                 return None
-            if callee in a.functions:
+            if f.own_call(node):
                 why = self._return_why(callee)
                 if why:
                     return f"{callee}() returns a value computed from {why}"

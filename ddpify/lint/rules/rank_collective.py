@@ -71,7 +71,7 @@ def _base(f, call):
     while seen < 6:
         if f.collective(cur) is not None:
             return cur
-        callee = (dotted(cur.func) or "").rsplit(".", 1)[-1]
+        callee = f.own_call(cur)
         if callee not in f.sync_functions:
             return None
         cur = f.sync_functions[callee][0]

@@ -33,6 +33,8 @@ def check(ctx) -> None:
         code_, what, path = site
         if a.runs_per_item(c) or a.unused_in_project(c):
             continue
+        if any(x.keyword is not None and x.keyword.value == "is_main_process" for x in c.args):
+            continue  # save_pretrained(..., is_main_process=...): the library writes on the main process
         if path is not None and (any(f.ranks.reads_rank(v) for v in f.sources(path)) or any(n in code(path) for n in NULL_PATHS)):
             continue  # a file of this rank's own, or none
         kind = f.reach.guard_kind(c)
