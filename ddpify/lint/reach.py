@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.lint.ranks import TRUE, UNK, depends, t_and, t_not, t_or
+from ddpify.lint.values import TRUE, UNK, depends, t_and, t_not, t_or
 
 _EXITS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 

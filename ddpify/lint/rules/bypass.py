@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-import ddpify.match as m
 from ddpify.analysis.tree import code, dotted
-from ddpify.lint.facts import NOT_FORWARD
+from ddpify.lint.wrappers import NOT_FORWARD
 from ddpify.rules import declare
 
 declare("DDP242", "forward-bypasses-ddp", "the training loss comes from the plain module, not the DDP wrapper: backward all-reduces nothing and the ranks silently train different models", severity="blocking", tool="lint")

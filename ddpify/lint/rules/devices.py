@@ -11,7 +11,6 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.devices import gpu_index_literals
 from ddpify.analysis.tree import call_args, code, dotted
-from ddpify.lint.rules.common import torch_ddp
 from ddpify.rules import declare
 
 declare("DDP230", "hard-coded-gpu-index", "a hard-coded GPU index: every rank uses that GPU (NCCL refuses it, or the ranks share one GPU's memory)", severity="blocking", tool="lint")
@@ -25,7 +24,7 @@ DEVICE_ARGS = {"device", "map_location", "output_device"}
 
 
 def check(ctx) -> None:
-    a, f = ctx.a, ctx.facts
+    f = ctx.facts
     if not f.distributed or f.framework is not None:
         return
     _indices(ctx)

@@ -5,8 +5,6 @@ is the usual case."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import libcst as cst
 
 import ddpify.match as m

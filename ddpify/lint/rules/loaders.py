@@ -3,8 +3,6 @@ trains on the whole data set, in the same order), and shuffle=True beside a samp
 
 from __future__ import annotations
 
-import libcst as cst
-
 import ddpify.match as m
 from ddpify.analysis.tree import dotted
 from ddpify.lint.rules.common import is_iterable_dataset, sampler_kind, torch_ddp

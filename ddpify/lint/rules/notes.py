@@ -8,7 +8,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import call_args, code, dotted
-from ddpify.lint.facts import BN_MODELS
+from ddpify.lint.wrappers import BN_MODELS
 from ddpify.lint.rules.common import torch_ddp
 from ddpify.rules import declare
 
@@ -21,7 +21,7 @@ BN = re.compile(r"^BatchNorm[123]d$")
 
 
 def check(ctx) -> None:
-    a, f = ctx.a, ctx.facts
+    a = ctx.a
     if not torch_ddp(ctx):
         return
     _syncbn(ctx)

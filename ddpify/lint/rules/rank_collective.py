@@ -7,7 +7,7 @@ barrier()`) are matched, not reported."""
 from __future__ import annotations
 
 from ddpify.analysis.tree import code, dotted
-from ddpify.lint.ranks import UNK
+from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
 declare("DDP210", "collective-in-rank-branch", "a collective (barrier, all_reduce, a DDP forward, a state-dict gather) runs on some ranks only: the other ranks never join it and the job hangs until the NCCL timeout", severity="blocking", tool="lint")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ddpify.match as m
 from ddpify.analysis.gradients import discarded_outputs, unused_parameters
-from ddpify.analysis.tree import call_args, code, dotted
+from ddpify.analysis.tree import call_args, code
 from ddpify.rules import declare
 
 declare("DDP260", "unused-parameters-without-flag", "some parameters get no gradient in a training step while DDP runs with find_unused_parameters=False: the second step raises \"Expected to have finished reduction in the prior iteration\"", severity="blocking", tool="lint")

@@ -7,7 +7,6 @@ import re
 
 import libcst as cst
 
-import ddpify.match as m
 from ddpify.analysis.tree import code, dotted
 from ddpify.lint.rules.common import torch_ddp
 from ddpify.rules import declare

@@ -8,7 +8,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import call_args, code, dotted
-from ddpify.analysis.writes import FILE_HANDLERS, WRITE_METHODS, WRITE_MODE, WRITERS, _arg, checks_existence
+from ddpify.analysis.writes import WRITE_METHODS, WRITE_MODE, WRITERS, _arg, checks_existence
 from ddpify.rules import declare
 
 declare("DDP220", "write-on-every-rank", "a file, checkpoint, log or tracker written by every rank: the processes overwrite each other's file (or start one run each); write on global rank 0 only", severity="blocking", tool="lint")
