@@ -72,6 +72,12 @@ class _Local:
         self._returns: dict[str, str | None] = {}
         self.seeds: dict[int, str] = {}
         self.index_targets: set[int] = set()
+        # dist.all_reduce(t) / broadcast(t): t is the same on every rank from there on
+        self.reduced: dict[tuple[int, str], list[int]] = {}
+        for c in a.calls:
+            what = f.collective(c)
+            if what is not None and c.args and not what.startswith("the forward") and dotted(c.args[0].value):
+                self.reduced.setdefault((id(a.function_of(c)), dotted(c.args[0].value)), []).append(f.order(c))
         for node in a.findall(a.module, m.Assign() | m.AugAssign() | m.AnnAssign() | m.For() | m.Call()):
             if isinstance(node, cst.Call):
                 if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in ("append", "extend", "add", "update", "add_", "copy_")):
@@ -145,8 +151,10 @@ class _Local:
                 continue
             if scope is not fn:  # a module-level name read in a function: any of its values
                 return next((w for _, b in sites if (w := self._binding_why(b, name))), None)
-            before = [b for o, b in sites if o < at]
-            chosen = before[-1:]
+            before = [(o, b) for o, b in sites if o < at]
+            if before and any(before[-1][0] < r < at for r in self.reduced.get((id(fn), name), [])):
+                return None  # all-reduced (or broadcast) since it was computed
+            chosen = [b for _, b in before[-1:]]
             loop = a.enclosing_loop(node)
             while loop is not None:  # bindings later in the loop reach this read at the next iteration
                 end = a._subtree_end(loop)
