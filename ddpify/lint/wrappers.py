@@ -227,12 +227,29 @@ class WrappersMixin:
         _, kw = call_args(wrap.call)
         if "broadcast_buffers" in kw and m.matches(kw["broadcast_buffers"].value, m.Name("False")):
             return "no"
-        cls = self.model_class(wrap.inner, wrap.stmt, self.wrapped_call(wrap))
-        if isinstance(cls, str):
-            return "yes" if BN_MODELS.match(cls.rsplit(".", 1)[-1]) else "maybe"
-        if cls is None:
-            return "maybe"
-        return self._class_buffers(cls, set())
+        call = self.wrapped_call(wrap)
+        return self._call_buffers(call, set()) if call is not None else "maybe"
+
+    def _call_buffers(self, call: cst.Call, seen: set[int], depth: int = 0) -> str:
+        """Buffers of the module a call builds: a class of the script, a torchvision model, a
+        container given its layers (nn.Sequential(..., nn.BatchNorm1d(8))), a function of the
+        script that returns one, SyncBatchNorm's conversion of one."""
+        a = self.a
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if name in a.classes:
+            return self._class_buffers(a.classes[name], seen)
+        if BN_MODELS.match(name) or name == "convert_sync_batchnorm":
+            return "yes"
+        inner = [c for c in a.findall(call, m.Call()) if c is not call]
+        if any(BUFFER_LAYERS.match((dotted(c.func) or "").rsplit(".", 1)[-1]) and not _track_stats_off(c) for c in inner):
+            return "yes"
+        if depth < 3 and name in a.functions and id(call) not in seen:
+            seen.add(id(call))
+            verdicts = [self._call_buffers(r.value, seen, depth + 1) for fn in a.functions[name][:2]
+                        for r in a.findall(fn, m.Return()) if isinstance(r.value, cst.Call)]
+            if "yes" in verdicts:
+                return "yes"
+        return "maybe"
 
     def _class_buffers(self, cls: cst.ClassDef, seen: set[int]) -> str:
         a = self.a

@@ -32,25 +32,23 @@ def check(ctx) -> None:
         group = groups[(id(a.function_of(c)), dotted(c.func) or what)]
         if len(group) > 1 and _complementary(f, group):
             continue
-        severity = ""
+        test, taken = f.reach.rank_conditions(c)[0]
+        where = f"only where `if {'' if taken else 'not '}{code(test)}` holds"
         base = _base(f, c)
         w = f.wrapper(base.func) if base is not None else None
-        if w is not None and w.kind == "ddp" and (f.no_grad(base) or f.no_grad(c)):
-            buffers = f.buffers(w)
-            if buffers == "no":
-                continue  # no gradient, no buffer: this forward communicates nothing
-            if buffers == "maybe":
-                severity = "note"
-        test, taken = f.reach.rank_conditions(c)[0]
-        where = f"`if {'' if taken else 'not '}{code(test)}`"
-        if w is not None:
-            plain = f"{dotted(w.target) or 'model'}.module"
-            tail = (f"DDP broadcasts the model's buffers from rank 0 at every forward{' (this model may have some)' if severity else ''}, so the other ranks never join and the job hangs; "
-                    f"evaluate the plain module there ({plain}), or evaluate on every rank") if w and (f.no_grad(base) or f.no_grad(c)) else \
-                   "the other ranks never run this forward, so the gradient all-reduce of the next backward waits forever; run it on every rank"
-            ctx.report(c, "DDP210", f"{what if base is c else code(c.func) + '() runs ' + 'a forward of the DDP model ' + dotted(base.func)} only where {where} holds: {tail}", severity)
-        else:
-            ctx.report(c, "DDP210", f"{what} only where {where} holds: the other ranks never join this collective and the job hangs until the NCCL timeout; move it out of the branch (every rank must call it, in the same order)")
+        if w is None or w.kind != "ddp":
+            ctx.report(c, "DDP210", f"{what} {where}: the other ranks never join this collective and the job hangs until the NCCL timeout; move it out of the branch (every rank must call it, in the same order)")
+            continue
+        forward = what if base is c else f"{code(c.func)}() runs a forward of the DDP model {dotted(base.func)}"
+        if not (f.no_grad(base) or f.no_grad(c)):
+            ctx.report(c, "DDP210", f"{forward} {where}: the other ranks never run this forward, so the gradient all-reduce of the next backward waits forever; run it on every rank")
+            continue
+        buffers = f.buffers(w)
+        if buffers == "no":
+            continue  # no gradient, no buffer: this forward communicates nothing
+        maybe = " (this model may have some)" if buffers == "maybe" else ""
+        ctx.report(c, "DDP210", f"{forward} {where}: DDP broadcasts the model's buffers from rank 0 at every forward{maybe}, so the other ranks never join and the job hangs; "
+                   f"evaluate the plain module there ({w.target or 'model'}.module), or evaluate on every rank", "note" if maybe else "")
 
 
 def _complementary(f, group) -> bool:
