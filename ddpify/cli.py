@@ -30,6 +30,7 @@ from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, Options, pars
 SUBCOMMANDS = {
     "verify": ("ddpify.verify.cli", "verify_command"),
     "launch": ("ddpify.launcher", "launch_command"),
+    "lint": ("ddpify.lint.cli", "lint_command"),
 }
 
 # Directories never entered when recursing (hidden ones, starting with ".", are skipped too).

@@ -96,7 +96,15 @@ def default_severity(code: str, fixed: bool) -> str:
 
 
 def table(tool: str | None = None) -> str:
-    """The markdown table of the README's "Finding codes" section."""
+    """The markdown table of the README's "Finding codes" section (tool="convert"), of its
+    "ddpify lint" section (tool="lint": severity error or note, no fix), or of every code."""
+    if tool == "lint":
+        rows = ["| code | name | severity | meaning |", "|---|---|---|---|"]
+        for code in sorted(load_all()):
+            r = REGISTRY[code]
+            if r.tool == "lint":
+                rows.append(f"| {r.code} | {r.title} | {lint_severity(r)} | {r.message} |")
+        return "\n".join(rows)
     rows = ["| code | name | severity | fix | verify check | meaning |", "|---|---|---|---|---|---|"]
     for code in sorted(load_all()):
         r = REGISTRY[code]
@@ -107,20 +115,28 @@ def table(tool: str | None = None) -> str:
     return "\n".join(rows)
 
 
+def lint_severity(rule: Rule) -> str:
+    """How `ddpify lint` names a rule's severity: a blocking rule is an error (exit 1)."""
+    return "error" if rule.blocking else "note"
+
+
 def explain(code: str) -> str:
     """`ddpify --explain CODE`: the rule, and its example with what ddpify makes of it."""
     rule = get(code.upper())
     if rule is None:
         raise KeyError(code)
-    out = [f"{rule.code} ({rule.title})", "",
-           f"Severity: {rule.severity}" + (" (the file is left unchanged and ddpify exits 2, unless ignored or --partial)" if rule.blocking else ""),
+    if rule.tool == "lint":
+        severity = f"Severity: {lint_severity(rule)}" + (" (ddpify lint exits 1 while one remains, unless ignored)" if rule.blocking else "")
+    else:
+        severity = f"Severity: {rule.severity}" + (" (the file is left unchanged and ddpify exits 2, unless ignored or --partial)" if rule.blocking else "")
+    out = [f"{rule.code} ({rule.title})", "", severity,
            f"Fix: {'ddpify changes the code' if rule.fix else 'none: the finding says what to do by hand'}"]
     if rule.check:
         out.append(f"Proved at run time by: ddpify verify's `{rule.check}` check")
     out.append(f"Raised by: {rule.module}" + (" (ddpify lint)" if rule.tool == "lint" else ""))
     out += ["", rule.message]
     ex = rule.example
-    for name, title in (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings")):
+    for name, title in (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings" if rule.tool == "convert" else "ddpify lint reports")):
         f = ex / name
         if f.exists():
             text = f.read_text()

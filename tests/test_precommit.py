@@ -53,7 +53,7 @@ def test_precommit_hooks(tmp_path):
     original = training_script()
     (repo / "train.py").write_bytes(original)
     (repo / ".pre-commit-config.yaml").write_text(
-        f"repos:\n  - repo: {tmp_path / 'ddpify-src'}\n    rev: {sha}\n    hooks:\n      - id: ddpify\n      - id: ddpify-check\n"
+        f"repos:\n  - repo: {tmp_path / 'ddpify-src'}\n    rev: {sha}\n    hooks:\n      - id: ddpify\n      - id: ddpify-check\n      - id: ddpify-lint\n"
     )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "single-GPU script")
@@ -85,5 +85,13 @@ def test_precommit_hooks(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert (repo / "train.py").read_bytes() == converted
 
-    # And the converted file passes the check hook.
+    # And the converted file passes the check hook, and lint finds no DDP bug in it.
     assert pre_commit("ddpify-check").returncode == 0
+    assert pre_commit("ddpify-lint").returncode == 0
+
+    # The lint hook fails on a DDP bug (a barrier on rank 0 only), naming the place.
+    (repo / "buggy.py").write_bytes((ROOT / "fixtures" / "lint" / "bugs" / "13_barrier_in_rank0_branch.py").read_bytes())
+    git(repo, "add", "buggy.py")
+    lint = pre_commit("ddpify-lint")
+    assert lint.returncode == 1, lint.stdout + lint.stderr
+    assert "buggy.py:29:9: DDP210 [error]" in lint.stdout
