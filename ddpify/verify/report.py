@@ -79,15 +79,16 @@ def failures(checks: list[Check]) -> str:
     return "\n".join(out)
 
 
-def crash_report(run: RunResult) -> str:
-    """Every rank's own traceback (or its output's tail) when the script could not run."""
+def crash_report(run: RunResult, rewrite=lambda text: text) -> str:
+    """Every rank's own traceback (or its output's tail) when the script could not run; rewrite
+    maps the locations of verify's converted copy to the user's file."""
     out = []
     for r in range(run.world):
         rec = run.records.get(r)
         label = "" if run.world == 1 else f"rank {r}: "
         if rec and rec.get("traceback"):
             out.append(f"{label}{rec.get('error')}")
-            out.extend("  " + line for line in rec["traceback"].rstrip().splitlines())
+            out.extend("  " + line for line in rewrite(rec["traceback"]).rstrip().splitlines())
         elif rec and rec.get("status") in ("stopped", "finished"):
             continue
         elif rec and any((o or {}).get("status") in ("crashed", "exited") for o in run.records.values()):
