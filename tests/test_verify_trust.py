@@ -327,6 +327,7 @@ def test_the_removal_note_counts_files_as_the_saved_row_does():
 
     one = [{"path": "/r/a.pt"}, {"path": "/r/a.pt"}]
     assert _removal_note(one, ["/r/a.pt"], []) == "  baseline: wrote 1 file; removed it, so the candidate starts from the same files"
+    assert _removal_note(one, [], []) == "  baseline: wrote 1 file, it was there before it: nothing removed"
     two = [{"path": "/r/a.pt"}, {"path": "/r/b.pt"}]
     assert _removal_note(two, ["/r/a.pt"], ["/r/c"]) == (
         "  baseline: wrote 2 files; removed 1 new file and 1 new folder (1 already there before it, kept), so the "
@@ -359,6 +360,8 @@ def test_fewer_gpus_than_processes_share_them(monkeypatch):
     with pytest.raises(CannotRun, match="NCCL refuses two processes on one GPU"):
         plan.plan_processes(2, "nccl")
     assert plan.plan_processes(2, "gloo").hide_gpus  # --backend gloo: the CPU path, as before
+    with pytest.raises(CannotRun, match="processes of different nodes cannot share a GPU"):
+        plan.plan_processes(1, "auto", nnodes=2)
     monkeypatch.setattr(plan, "visible_gpus", lambda: 0)
     with pytest.raises(CannotRun, match="--share-gpus needs a GPU"):
         plan.plan_processes(2, "auto", share=True)

@@ -60,6 +60,8 @@ def _plural(n: int, word: str) -> str:
 def _removal_note(writes: list[dict], files: list[str], folders: list[str]) -> str:
     """What the baseline wrote and what of it was removed: the count agrees with the saved row's."""
     wrote = written_files(writes)
+    if not files and not folders:
+        return f"  baseline: wrote {_plural(wrote, 'file')}, {'it was' if wrote == 1 else 'all were'} there before it: nothing removed"
     removed = f"removed {'it' if len(files) == 1 == wrote else _plural(len(files), 'new file')}"
     if folders:
         removed += f" and {_plural(len(folders), 'new folder')}"
@@ -209,7 +211,7 @@ def run_verify(
         node_gpus=node_gpus, extra_env=extra,
     )  # fmt: skip
     runs.append(cand)
-    doc["candidate"] = report.run_summary(cand)
+    doc["candidate"] = report.run_summary(cand, sources.rewrite)
     reached = sorted({cand.heartbeats.get(r, (0,))[0] for r in range(world)})
     note(f"  candidate: done in {cand.wall_s:.1f} s, step {'/'.join(map(str, reached))} reached")
 
@@ -226,7 +228,7 @@ def run_verify(
             node_gpus=node_gpus, extra_env=extra,
         )  # fmt: skip
         runs.append(ref)
-        doc["plain"] = report.run_summary(ref)
+        doc["plain"] = report.run_summary(ref, sources.rewrite)
         checks.append(check_optimized(cand, ref, world))
     failed = [c for c in checks if c.status == FAIL]
     # Without a baseline, a script that dies before its first step on every rank could not be run at all.

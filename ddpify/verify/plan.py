@@ -66,6 +66,12 @@ def plan_processes(nproc: int | None, backend: str, nnodes: int = 1, share: bool
             f"--nproc {nproc} x --nnodes {nnodes} needs {need} GPUs, one per process; {gpus} visible. "
             "Leave out --no-share-gpus to let the processes share them (gloo), or --backend gloo to run on the CPU"
         )
+    if nnodes > 1:
+        raise CannotRun(
+            f"--nnodes {nnodes} x --nproc {nproc} needs {need} GPUs, one per process; {gpus} visible, and processes of "
+            "different nodes cannot share a GPU (each node's set-up picks NCCL, which refuses a GPU twice): "
+            "--backend gloo rehearses the nodes on the CPU"
+        )
     if backend == "nccl":
         raise CannotRun(
             f"NCCL refuses two processes on one GPU, and --nproc {nproc} x --nnodes {nnodes} with {gpus} visible "

@@ -99,7 +99,9 @@ def use_converted_copies(original: str, copy: str) -> list[str]:
         except OSError:
             return None
         if real == original or real.startswith(original + os.sep):
-            return copy + real[len(original):]
+            target = copy + real[len(original):]
+            # the copy holds the project's code, not a virtual environment or site-packages inside it
+            return target if os.path.exists(target) else None
         return None
 
     done = []

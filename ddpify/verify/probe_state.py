@@ -231,12 +231,13 @@ class Probe:
             return  # a library's message, a warning or a traceback: not the script's own output
         key = (where, stream)
         entry = self.printed.get(key)
+        lines = [s.strip()[:200] for s in text.splitlines() if s.strip()]  # "\r" too: a progress bar's states
         if entry is None:
             if len(self.printed) >= MAX_PRINT_SITES:
                 return
-            line = next((s.strip() for s in text.splitlines() if s.strip()), "")
-            entry = self.printed[key] = {"where": where, "stream": stream, "n": 0, "text": line[:200]}
+            entry = self.printed[key] = {"where": where, "stream": stream, "n": 0, "text": lines[0], "last": lines[0]}
         entry["n"] += 1
+        entry["last"] = lines[-1]
 
     def mark_step(self) -> None:
         import torch

@@ -12,7 +12,7 @@ from ddpify.verify.runner import RunResult
 _COLOURS = {"PASS": "\x1b[32m", "FAIL": "\x1b[31m", "N/A": "\x1b[33m", "INFO": "\x1b[36m"}
 
 
-def run_summary(run: RunResult | None) -> dict | None:
+def run_summary(run: RunResult | None, rewrite=lambda text: text) -> dict | None:
     if run is None:
         return None
     ranks = []
@@ -31,7 +31,7 @@ def run_summary(run: RunResult | None) -> dict | None:
         }
         if rec.get("error"):
             entry["error"] = rec["error"]
-            entry["traceback"] = rec.get("traceback")
+            entry["traceback"] = rewrite(rec.get("traceback") or "")
         if rec.get("unused_params"):
             entry["unused_params"] = rec["unused_params"]
         if r in run.fatal:

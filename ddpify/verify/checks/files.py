@@ -116,14 +116,14 @@ def _state_dict_problem(sd: dict) -> str | None:
     return None
 
 
-def reached_lines(ctx: Context) -> set[int]:
-    """Lines of the file the ranks ran whose writes ran on some rank."""
-    exec_path = os.path.abspath(ctx.exec_path)
+def reached_lines(ctx: Context, path: str | None = None) -> set[int]:
+    """Lines of a file the ranks ran (the entry by default) whose writes ran on some rank."""
+    target = os.path.abspath(path or ctx.exec_path)
     lines = set()
     for rec in ctx.candidate.records.values():
         for w in rec.get("writes", []):
-            path, line = split_where(w.get("where") or "")
-            if os.path.abspath(path) == exec_path:
+            file, line = split_where(w.get("where") or "")
+            if os.path.abspath(file) == target:
                 lines.add(line)
     return lines
 
@@ -146,19 +146,19 @@ def _never_ran(ctx: Context, w: dict) -> str:
     """Why the candidate never wrote what the baseline wrote at w["where"]: the same call in the
     converted file, if it never ran, and the `if` around it. Empty when that cannot be told."""
     path, line = split_where(w.get("where") or "")
-    src, exec_path = ctx.sources, os.path.abspath(ctx.exec_path)
-    if os.path.abspath(src.user_file(exec_path)) != os.path.abspath(path) and exec_path != os.path.abspath(path):
+    src = ctx.sources
+    copy = src.copy_of(path)
+    if not os.path.exists(copy):
         return ""
-    lines = [line] if exec_path == os.path.abspath(path) else src.converted_lines(exec_path, line)
     kind = w["kind"].split("(")[0]
-    sites = {ln: what for ln, what in src.write_sites(exec_path)}
-    reached = reached_lines(ctx)
-    for ln in lines:
+    sites = {ln: what for ln, what in src.write_sites(copy)}
+    reached = reached_lines(ctx, copy)
+    for ln in src.converted_lines(copy, line):
         if ln in sites and ln not in reached and (sites[ln].startswith(kind) or kind == "open"):
-            guard = src.enclosing_if(exec_path, ln)
-            text = f": its {sites[ln]} at {src.where(exec_path, ln)} never ran on any rank"
+            guard = src.enclosing_if(copy, ln)
+            text = f": its {sites[ln]} at {src.where(copy, ln)} never ran on any rank"
             if guard:
-                text += f", under `if {guard[1]}:` ({src.line(exec_path, guard[0])}), a condition that was never true"
+                text += f", under `if {guard[1]}:` ({src.line(copy, guard[0])}), a condition that was never true"
             return text
     return ""
 

@@ -20,6 +20,11 @@ _NOT_THE_SCRIPTS = re.compile(r"Warning:|^\s*(File \"|Traceback|warnings\.warn)|
 MAX_OUTPUT = 2_000_000  # characters of a rank's output read for the text comparison
 
 
+def _metric(entry: dict) -> str:
+    """The loss-like line a print site wrote (its first or its latest), or ""."""
+    return next((t for t in (entry.get("text", ""), entry.get("last", "")) if METRIC.search(t)), "")
+
+
 def _template(line: str) -> str:
     return _NUMBER.sub("#", line.strip())
 
@@ -28,8 +33,7 @@ def _metric_lines(text: str) -> dict[str, str]:
     """{template: first such line} of the loss-like lines in a rank's output."""
     out: dict[str, str] = {}
     in_traceback = False
-    for raw in text.splitlines():
-        line = raw.rsplit("\r", 1)[-1]  # a progress bar redraws its line: its last state
+    for line in text.splitlines():  # "\r" splits too: each state of a progress bar
         if line.startswith("Traceback"):
             in_traceback = True
         elif in_traceback and line and not line[0].isspace():
@@ -56,13 +60,13 @@ def check_rank0_output(ctx: Context) -> Check:
         return Check("rank0-output", NA, "one process")
     if 0 not in recs:
         return Check("rank0-output", NA, "rank 0 recorded nothing")
-    sites0 = {e["where"] for e in recs[0].get("printed", []) if METRIC.search(e.get("text", ""))}
+    sites0 = {e["where"] for e in recs[0].get("printed", []) if _metric(e)}
     text0 = _metric_lines(_read_output(ctx, 0))
     copied: list[tuple[int, dict]] = []  # (rank, printed entry): a site rank 0 prints its log at
     by_text: list[tuple[int, str]] = []
     for r in range(1, ctx.nproc):
         rec = recs.get(r) or {}
-        mine = [e for e in rec.get("printed", []) if e["where"] in sites0 and METRIC.search(e.get("text", ""))]
+        mine = [e for e in rec.get("printed", []) if e["where"] in sites0 and _metric(e)]
         copied += [(r, e) for e in mine]
         if not mine:
             same = [line for t, line in _metric_lines(_read_output(ctx, r)).items() if t in text0]
@@ -71,7 +75,7 @@ def check_rank0_output(ctx: Context) -> Check:
         r, e = copied[0]
         ranks = sorted({x for x, _ in copied})
         who = ("ranks " if len(ranks) > 1 else "rank ") + ", ".join(map(str, ranks))
-        figure = f"{who} printed rank 0's log lines: `{e['text'][:80]}` ({plural(e['n'], 'time')} on rank {r}, to {e['stream']})"
+        figure = f"{who} printed rank 0's log lines: `{_metric(e)[:80]}` ({plural(e['n'], 'time')} on rank {r}, to {e['stream']})"
         cause = (f"the output at {ctx.where(e['where'])} runs on every rank: each rank prints its own copy of rank 0's "
                  "log (print, sys.stdout.write and logging handlers alike); guard it with `if RANK == 0:` or log "
                  "through a logger that only rank 0 configures")  # fmt: skip

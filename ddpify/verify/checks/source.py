@@ -65,6 +65,17 @@ class Sources:
                 return user + real[len(copy):]
         return path
 
+    def copy_of(self, user_path: str) -> str:
+        """The file the candidate ran in place of the user's file (itself when not copied)."""
+        real = os.path.realpath(user_path)
+        for copy, (user, _) in self.copies.items():
+            if os.path.realpath(user) == real:
+                return copy
+        for copy, user in self.roots:
+            if real.startswith(user + os.sep):
+                return copy + real[len(user):]
+        return user_path
+
     def is_copy(self, path: str) -> bool:
         return self.user_file(path) != path
 
