@@ -11,7 +11,10 @@
 # A machine with several GPUs: only GPU 0 is used (CUDA_VISIBLE_DEVICES=0).
 # Dry run on a CPU machine: CUDA_VISIBLE_DEVICES= bash bench/gpu_session/verify_one_gpu.sh (no GPU:
 # the ranks run on the CPU, the sharing is not exercised; the cases that need one say so).
+# ONLY=REGEX runs the cases whose name matches (e.g. ONLY='^(bench|fx)_').
 set -u
+ONLY=${ONLY:-.}
+want() { [[ $1 =~ $ONLY ]]; }
 O=${OUT:-/tmp/verify_one_gpu}; T=$O/logs; W=$O/work; rm -rf "$T" "$W"; mkdir -p "$T" "$W"
 PAR=${PAR:-6}
 R=$PWD
@@ -33,6 +36,7 @@ cp -r "$C/projects/pythonpath" "$W/pythonpath"; cp -r "$C/projects/lazy_import" 
 
 # v NAME [ENV=VALUE ...] -- verify-args...: one verify run in its own working directory, in the background.
 v() {
+  want "$1" || return 0
   local name=$1; shift
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
@@ -44,6 +48,7 @@ v() {
 # s NAME SCRIPT CONVERSION [verify-args as Python keywords]: verify SCRIPT with CONVERSION standing in for
 # the converter (a planted conversion bug), through Python.
 s() {
+  want "$1" || return 0
   local name=$1 script=$2 conv=$3 kw=${4:-}
   while [ "$(jobs -r | wc -l)" -ge "$PAR" ]; do sleep 0.5; done
   mkdir -p "$W/$name"
@@ -102,6 +107,7 @@ wait
 
 # judge NAME EXPECTED_EXIT [gpu] "CHECK=cause substring" ...: NAME's JSON report against what it must say.
 judge() {
+  want "$1" || return 0
   python3 - "$T/$1.json" "$GPUS" "$@" <<'PY'
 import json, sys
 path, gpus, name, want_exit, *wants = sys.argv[1:]
@@ -146,7 +152,8 @@ judge bench_gpt 0 gpu
 for f in 02_mnist_classic 05_json_config_file 06_cuda_style_classifier 07_cuda_nonblocking_pinned \
          09_shuffle_positional 13_checkpoint_resume 16_tqdm_pbar_postfix 20_gan 22_transformer_lm_generate \
          30_while_max_steps 36_gpt_param_groups_method 37_model_choice_branches 21_bn_cnn_syncbn 27_cuda_amp_fp16; do
-  judge "fx_$f" 0 gpu
+  # an input marked `# requires: cuda` cannot run as one process without a GPU: exit 2 there, with the hint
+  if head -1 "$R/fixtures/$f/input.py" | grep -q "requires: cuda"; then judge "fx_$f" gpu:0/2 gpu; else judge "fx_$f" 0 gpu; fi
 done
 judge proj_pythonpath 0
 judge proj_lazy 0

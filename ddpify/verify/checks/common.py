@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -103,10 +102,6 @@ def error_line(rec: dict) -> str:
 
 def tail(text: str, lines: int = 12) -> list[str]:
     return text.rstrip().splitlines()[-lines:]
-
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)
 
 
 def training_epochs(rec: dict) -> list[dict]:

@@ -4,7 +4,7 @@ DataLoader), and a new order every epoch (`epoch-shuffle`)."""
 
 from __future__ import annotations
 
-from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context
+from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, training_epochs
 from ddpify.verify.checks.processes import batch_count, imbalance
 
 
@@ -35,9 +35,7 @@ def check_even_batches(ctx: Context) -> Check:
 def _training_epochs(rec: dict) -> dict[tuple, list[dict]]:
     """Training epochs (a backward pass happened between their batches), grouped by loader signature."""
     groups: dict[tuple, list[dict]] = {}
-    for e in rec.get("epochs", []):
-        if e.get("bw_first") is None or e.get("bw_last", 0) <= e["bw_first"]:
-            continue
+    for e in training_epochs(rec):
         groups.setdefault((e["dataset"], e["dataset_len"], e["batch_size"]), []).append(e)
     return groups
 
