@@ -30,6 +30,7 @@ def cache_roots() -> list[str]:
 
 
 _CACHES: list[str] | None = None
+_HERE = os.path.dirname(os.path.realpath(__file__))
 _TEMP = os.path.realpath(tempfile.gettempdir())
 
 
@@ -300,6 +301,8 @@ def imported_modules(environ) -> dict:
         if not isinstance(f, str) or not f.endswith(".py") or not os.path.isabs(f) or not os.path.isfile(f):
             continue  # builtins and torch's generated modules carry a bare name
         real = os.path.realpath(f)
+        if os.path.dirname(real) == _HERE:
+            continue  # the probe itself (a project around ddpify's own checkout)
         if real.startswith(copies):
             found["copies"] += 1
         elif real.startswith(originals) and not any(p in real for p in ("site-packages", "dist-packages")):
