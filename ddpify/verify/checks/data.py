@@ -4,7 +4,7 @@ DataLoader), and a new order every epoch (`epoch-shuffle`)."""
 
 from __future__ import annotations
 
-from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, training_epochs
+from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, plural, training_epochs
 from ddpify.verify.checks.processes import batch_count, imbalance
 
 
@@ -18,7 +18,7 @@ def check_even_batches(ctx: Context) -> Check:
         return Check("even-batches", NA, "no training DataLoader with a length on two ranks")
     if len(set(known.values())) == 1:
         c = next(iter(known.values()))
-        return Check("even-batches", PASS, f"{c} batches per epoch on each of {len(known)} ranks")
+        return Check("even-batches", PASS, f"{plural(c, 'batch', 'batches')} per epoch on each of {len(known)} ranks")
     figure = "batches per epoch: " + imbalance(known)
     cause = (
         f"the ranks have different numbers of batches per epoch ({imbalance(known)}): the rank that runs out "
@@ -93,7 +93,7 @@ def check_sharding(ctx: Context) -> Check:
         f"{shared} drawn by more than one rank (padding allows {allowed})"
     )
     if e0.get("replacement"):
-        figure = f"epoch {i}: {ctx.nproc} ranks drew with replacement the same index at {shared} positions of {min(drawn)}"
+        figure = f"epoch {i}: {ctx.nproc} ranks drew with replacement the same index at {plural(shared, 'position')} of {min(drawn)}"
         cause = (f"the training DataLoader ({e0['dataset']}) draws with {e0['sampler']}(replacement=True) from the same "
                  "random state on every rank: give each rank a generator of its own (seeded with RANK added)")
     elif e0["sampler"] != "DistributedSampler":
@@ -191,7 +191,7 @@ def check_epoch_order(ctx: Context) -> Check:
             return Check("epoch-shuffle", NA, f"fewer than two training epochs (--epochs {ctx.epochs}; --epochs 2 compares two)")
         if ctx.to_end:
             return Check("epoch-shuffle", NA, "the script trains fewer than two epochs")
-        return Check("epoch-shuffle", NA, f"fewer than two training epochs within {ctx.steps} steps (raise --steps, or --epochs 2)")
+        return Check("epoch-shuffle", NA, f"fewer than two training epochs within {plural(ctx.steps, 'step')} (raise --steps, or --epochs 2)")
     if not same:
         if no_shuffle and len(no_shuffle) == len(compared):
             return Check("epoch-shuffle", PASS, "the script does not shuffle: the same order every epoch is expected")

@@ -68,7 +68,7 @@ def check_writes(ctx: Context) -> Check:
     w = ranks[max(ranks)]
     figure = f"ranks {who} wrote {short(path)}" if len(ranks) > 1 else f"rank {who} wrote {short(path)}"
     if len(problems) > 1:
-        figure += f" (+{len(problems) - 1} more paths)"
+        figure += f" (+{plural(len(problems) - 1, 'more path')})"
     what, at = w["kind"], ctx.where(w["where"])
     cause = f"{what} at {at} runs on every rank: guard it with `if RANK == 0:`"
     if len(ranks) == 1:

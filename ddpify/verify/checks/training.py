@@ -36,7 +36,7 @@ def check_params(ctx: Context) -> Check:
         if not diff <= worst:  # NaN counts as the worst
             worst, worst_rank = diff, r
     scale = max(1.0, vecs[0].abs().max().item() if vecs[0].numel() else 1.0)
-    over = f"over {n(numel)} params" + (f" (every {stride}th compared)" if stride > 1 else "")
+    over = f"over {n(numel)} params" + (f" (one in {stride} compared)" if stride > 1 else "")
     figure = f"max |diff| {worst:.3g} {over}" + (f" (rank {worst_rank} vs rank 0)" if worst_rank else "")
     data = {"max_abs_diff": worst, "numel": numel, "stride": stride}
     if worst <= PARAM_RTOL * scale:
