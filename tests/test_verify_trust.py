@@ -384,6 +384,16 @@ def test_devices_and_throughput_when_ranks_share_a_gpu(tmp_path):
     assert tp.status == "INFO" and "these figures say nothing about scaling" in tp.figure
 
 
+def test_a_script_that_wants_a_gpu_per_process_is_told_why(tmp_path):
+    from ddpify.verify.checks.processes import check_ranks
+
+    run = RunResult("candidate", 2, tmp_path)
+    run.records = {0: {"status": "stopped", "steps": 6, "init": {"backend": "nccl", "rank": 0, "world_size": 2}},
+                   1: {"status": "crashed", "steps": 0, "error": "RuntimeError: CUDA error: invalid device ordinal", "t_end": 1.0}}
+    check = check_ranks(Context(run, None, 2, 6, "t.py", shared_gpus=1))
+    assert check.status == FAIL and "the ranks share 1 GPU (--share-gpus): a script must then pick GPU LOCAL_RANK %" in check.cause
+
+
 class _FakeCuda:
     def __init__(self, count):
         self.count = count

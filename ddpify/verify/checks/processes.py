@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, error_line, plural, steps_of, tail, training_epochs
 from ddpify.verify.checks.hang import parse_stack, waiting_in
@@ -82,6 +83,10 @@ def _unused_cause(rec: dict) -> str | None:
     )
 
 
+# A script that assumes a GPU per process, run with shared GPUs.
+_NOT_SHARED = r"invalid device ordinal|Duplicate GPU detected|device >= 0 && device < num_gpus|CUDA error: invalid device"
+
+
 def check_ranks(ctx: Context) -> Check:
     run, n = ctx.candidate, ctx.nproc
     recs = run.records
@@ -137,6 +142,10 @@ def check_ranks(ctx: Context) -> Check:
             unused = next((c for c in (_unused_cause(recs.get(r) or {}) for r in sorted(died, key=lambda r: died[r][0])) if c), None)
             if unused:
                 cause = unused
+        if ctx.shared_gpus and any(re.search(_NOT_SHARED, d[1], re.I) for d in died.values()):
+            cause += (f"; the ranks share {plural(ctx.shared_gpus, 'GPU')} (--share-gpus): a script must then pick GPU "
+                      "LOCAL_RANK % torch.cuda.device_count(), and gloo for CUDA tensors when LOCAL_WORLD_SIZE exceeds "
+                      "the GPUs (ddpify's set-up does both); or verify it with a GPU per process")  # fmt: skip
         counts = uneven(run)
         if counts:
             cause += f"; the ranks had different numbers of batches per epoch ({imbalance(counts)}): see even-batches"
