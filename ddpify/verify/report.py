@@ -35,7 +35,7 @@ def run_summary(run: RunResult | None, rewrite=lambda text: text) -> dict | None
         if rec.get("unused_params"):
             entry["unused_params"] = rec["unused_params"]
         if r in run.fatal:
-            entry["fatal"] = run.fatal[r][-2000:]
+            entry["fatal"] = rewrite(run.fatal[r][-2000:])
         if rec.get("node") or run.nnodes > 1:
             entry.update(node=rec.get("node"), local_rank=rec.get("local_rank"))
         ranks.append(entry)
