@@ -60,7 +60,7 @@ def test_project_on_pythonpath_runs_the_converted_copies(tmp_path, monkeypatch):
     status = _status(outcome)
     assert status["imports"] == PASS and status["data-sharding"] == PASS and status["rank0-writes"] == PASS, text
     assert "converted to a temporary copy (the whole project)" in text
-    assert "(6 local modules)" in _check(outcome, "imports").figure
+    assert "(6 local modules imported from it)" in _check(outcome, "imports").figure
     assert (root / "checkpoints" / "epoch_0.pt").exists()  # the candidate's rank 0 saved where the script says
 
 
@@ -97,12 +97,19 @@ def test_imports_of_the_originals_fail_and_name_the_modules(tmp_path):
     run = RunResult("candidate", 2, tmp_path)
     run.records = {r: {"status": "stopped", "imports": {"copies": 3, "originals": [f"{tmp_path}/proj/mylib/data.py"] if r == 1 else []}}
                    for r in range(2)}  # fmt: skip
+    converted = {str(tmp_path / "copy" / "mylib" / "data.py"): (f"{tmp_path}/proj/mylib/data.py", "")}
     ctx = Context(run, None, 2, 6, str(tmp_path / "copy" / "train.py"),
-                  sources=Sources(roots={str(tmp_path / "copy"): str(tmp_path / "proj")}, user_root=str(tmp_path / "proj")))
+                  sources=Sources(converted, {str(tmp_path / "copy"): str(tmp_path / "proj")}, str(tmp_path / "proj")))
     from ddpify.verify.checks.processes import check_imports
 
     check = check_imports(ctx)
     assert check.status == FAIL and "rank 1 imported mylib/data.py from your project" in check.cause
+    # a module the conversion left as it is: the original is the same code
+    ctx.sources.copies.clear()
+    assert check_imports(ctx).figure == (
+        "every converted module came from verify's copy (3 local modules imported from it); 1 unchanged module from "
+        "your project itself (the same code)"
+    )
     assert check_imports(Context(run, None, 2, 6, "train.py")) is None  # one file: no such check
 
 

@@ -245,10 +245,15 @@ def check_imports(ctx: Context) -> Check | None:
     seen = {r: rec.get("imports") for r, rec in sorted(recs.items()) if rec.get("imports") is not None}
     if not seen:
         return Check("imports", NA, "no rank recorded its imports")
-    wrong = {r: i["originals"] for r, i in seen.items() if i.get("originals")}
+    # An original the conversion left as it is runs the same code as its copy: only a converted one matters.
+    changed = {os.path.realpath(user) for user, _ in ctx.sources.copies.values()}
+    wrong = {r: [f for f in i.get("originals", []) if os.path.realpath(f) in changed] for r, i in seen.items()}
+    wrong = {r: files for r, files in wrong.items() if files}
     copies = max(i.get("copies", 0) for i in seen.values())
     if not wrong:
-        return Check("imports", PASS, f"every rank imported the converted copies ({plural(copies, 'local module')})")
+        same = max(len(i.get("originals", [])) for i in seen.values())
+        also = f"; {plural(same, 'unchanged module')} from your project itself (the same code)" if same else ""
+        return Check("imports", PASS, f"every converted module came from verify's copy ({plural(copies, 'local module')} imported from it){also}")
     r, files = next(iter(wrong.items()))
     names = ", ".join(ctx.sources.name(f) for f in files[:4]) + (" ..." if len(files) > 4 else "")
     cause = (f"rank {r} imported {names} from your project ({os.path.dirname(files[0])}), not from verify's converted "
