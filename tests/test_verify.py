@@ -91,7 +91,7 @@ def test_control_passes_through_the_cli(tmp_path):
     status = {c["name"]: c["status"] for c in doc["checks"]}
     assert status == {
         "ranks": "PASS", "devices": "PASS", "params-in-sync": "PASS", "even-batches": "PASS", "data-sharding": "PASS",
-        "epoch-shuffle": "PASS", "rank0-writes": "PASS", "saved": "PASS", "loss": "PASS", "throughput": "INFO",
+        "epoch-shuffle": "PASS", "rank0-writes": "PASS", "rank0-output": "PASS", "saved": "PASS", "loss": "PASS", "throughput": "INFO",
         "reached": "INFO", "no-hang": "PASS",
     }
     figures = {c["name"]: c["figure"] for c in doc["checks"]}
@@ -283,10 +283,13 @@ def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_
     assert single.read_text() == before
     assert outcome.exit_code == 0, text
     saved = next(c for c in outcome.checks if c.name == "saved")
-    assert saved.figure == "the candidate wrote all 1 file the baseline wrote; 1 state dict loads into the unwrapped model"
+    assert saved.figure == "the candidate wrote the 1 file the baseline wrote; 1 state dict loads into the unwrapped model"
+    # the baseline's note counts the same files as the saved row (issue 31)
+    assert "baseline: wrote 1 file; removed it, so the candidate starts from the same files" in text
     doc = outcome.document
-    assert doc["conversion"] == "converted" and doc["ran"].endswith("single.ddp.py")
-    assert not Path(doc["ran"]).exists()  # the temporary copy went with the run directory
+    assert doc["schema"] == 1 and doc["conversion"] == "converted"
+    # the temporary copy went with the run directory: the document names no path that is gone
+    assert doc["ran"] is None and doc["run_dir"] is None and "removed" in doc["converted_copy"]
     assert "converted to a temporary copy" in text
 
 
@@ -316,7 +319,11 @@ def test_converted_script_that_never_saves_fails_saved(tmp_path):
     failed = [c for c in outcome.checks if c.status == C.FAIL]
     assert [c.name for c in failed] == ["saved"], text
     assert failed[0].figure.startswith("the baseline wrote ") and "checkpoint.pt (1x); no rank of the candidate wrote it" in failed[0].figure
-    assert "its torch.save at line 54 never ran on any rank, under `if RANK == 0:` (line 53)" in failed[0].cause
+    # the user's file and line (single.py:32), the conversion's own `if` as a converted line
+    assert failed[0].cause.endswith(
+        "(torch.save at single.py:32), the candidate never did: its torch.save at single.py:32 never ran on any rank, "
+        "under `if RANK == 0:` (converted line 53, added after line 31), a condition that was never true"
+    ), failed[0].cause
     assert _statuses(outcome)["rank0-writes"] == C.NA  # not "no rank wrote a file" as a pass
     _assert_nothing_survives(outcome.document)
 
@@ -385,10 +392,10 @@ def test_stack_parsing_finds_the_collective_and_the_guarding_if(tmp_path):
     )
     frames = C.parse_stack(STACK.format(script=script), str(script))
     assert frames[0][2] == "all_reduce" and frames[2] == (str(script), 6, "main")
-    what, user = C._waiting_in(frames, str(script))
+    what, user = C.waiting_in(frames, str(script))
     assert what == "all_reduce" and user[1] == 6
-    assert C._enclosing_rank_if(str(script), 6) == (4, "rank == 0")
-    assert C._enclosing_rank_if(str(script), 7) is None
+    assert C.Sources().enclosing_if(str(script), 6, rank_only=True) == (4, "rank == 0")
+    assert C.Sources().enclosing_if(str(script), 7, rank_only=True) is None
 
 
 def test_a_ddp_forward_inside_a_rank0_branch_is_named(tmp_path):
@@ -435,10 +442,11 @@ def test_loop_left_by_break_and_the_guard_around_it(tmp_path):
         "    finish()\n"
     )
     # One rank waits in finish() (line 9), the other in step() (line 6): the outer loop's break.
-    assert C._loop_left_by_break(str(script), 9, 6) == (2, "for epoch in range(3):", 8, (7, "metric(rank) < 0.5"))
+    src = C.Sources()
+    assert src.loop_left_by_break(str(script), 9, 6) == (2, "for epoch in range(3):", 8, (7, "metric(rank) < 0.5"))
     # Both inside the outer loop: the inner loop's own break is the one that left it.
-    assert C._loop_left_by_break(str(script), 7, 6) == (3, "for x in loader:", 5, (4, "x is None"))
-    assert C._loop_left_by_break(str(script), 6, 9) is None
+    assert src.loop_left_by_break(str(script), 7, 6) == (3, "for x in loader:", 5, (4, "x is None"))
+    assert src.loop_left_by_break(str(script), 6, 9) is None
 
 
 def test_torchrun_failure_summary_gives_each_ranks_exit():
@@ -474,7 +482,8 @@ def test_saved_state_dict_keys_against_the_model():
 
 
 def test_colour_and_the_automatic_timeout():
-    from ddpify.verify.cli import auto_timeout, use_colour
+    from ddpify.verify.cli import use_colour
+    from ddpify.verify.plan import auto_timeout
     from ddpify.verify.runner import RunResult
 
     class Tty:
@@ -493,10 +502,12 @@ def test_colour_and_the_automatic_timeout():
 
 
 def test_divergence_rule():
-    assert not C._diverged(2.3, 2.2)
-    assert not C._diverged(2.3, 4.5)
-    assert C._diverged(2.3, 4.7)
-    assert C._diverged(1.0, float("nan"))
+    from ddpify.verify.checks.training import diverged
+
+    assert not diverged(2.3, 2.2)
+    assert not diverged(2.3, 4.5)
+    assert diverged(2.3, 4.7)
+    assert diverged(1.0, float("nan"))
 
 
 def test_table_keeps_columns_aligned(monkeypatch):
@@ -558,19 +569,20 @@ def test_what_the_baseline_created_is_removed_before_the_candidate(tmp_path):
     """A cache the baseline built would let the candidate skip building its own (fixture 99:
     the candidate never wrote the sample files, and a race in writing them would stay hidden).
     Only what the baseline wrote goes, with the folders left empty by that."""
-    from ddpify.verify.cli import _remove_new, _snapshot
+    from ddpify.verify.workspace import remove_new, snapshot
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "old.pt").write_text("kept")
     (tmp_path / "script.py").write_text("pass\n")
-    before = _snapshot([tmp_path])
+    before = snapshot([tmp_path])
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "0001.pt").write_text("new")
     (tmp_path / "data" / "new.pt").write_text("new")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("not the baseline's")  # another program's file
-    written = {os.path.realpath(tmp_path / "cache" / "0001.pt"), os.path.realpath(tmp_path / "data" / "new.pt")}
-    removed = _remove_new(before, [tmp_path], written)
-    assert sorted(os.path.relpath(p, tmp_path) for p in removed) == ["cache", os.path.join("cache", "0001.pt"), os.path.join("data", "new.pt")]
+    writes = [{"path": str(tmp_path / "cache" / "0001.pt")}, {"path": str(tmp_path / "data" / "new.pt")}]
+    files, folders = remove_new(before, [tmp_path], writes)
+    assert sorted(os.path.relpath(p, tmp_path) for p in files) == [os.path.join("cache", "0001.pt"), os.path.join("data", "new.pt")]
+    assert [os.path.relpath(p, tmp_path) for p in folders] == ["cache"]
     assert (tmp_path / "data" / "old.pt").read_text() == "kept" and (tmp_path / "script.py").exists()
     assert (tmp_path / "notes" / "todo.txt").read_text() == "not the baseline's"

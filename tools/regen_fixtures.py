@@ -38,7 +38,11 @@ def regen_project(d: Path) -> None:
 
 def main() -> None:
     pattern = sys.argv[1] if len(sys.argv) > 1 else ""
-    dirs = sorted((ROOT / "fixtures").iterdir()) + sorted((ROOT / "fixtures" / "rules").glob("DDP*"))
+    from ddpify import rules
+
+    # lint's examples (tool "lint") hold lint findings, written by their own tests: not conversions
+    examples = [d for d in sorted((ROOT / "fixtures" / "rules").glob("DDP*")) if getattr(rules.get(d.name), "tool", "") != "lint"]
+    dirs = sorted((ROOT / "fixtures").iterdir()) + examples
     for d in dirs:  # whole-script fixtures, then each rule's example (fixtures/rules/<CODE>/)
         if (d / "input").is_dir() and d.name.startswith(pattern):
             regen_project(d)

@@ -21,7 +21,10 @@ RANKS = '''\
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # picks this process's GPU
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
-LOCAL_DEVICE = {torch}.device("cuda", LOCAL_RANK) if {torch}.cuda.is_available() else {torch}.device("cpu")
+LOCAL_DEVICE = (  # with more processes than GPUs (verify on one GPU), they share them
+    {torch}.device("cuda", LOCAL_RANK % {torch}.cuda.device_count())
+    if {torch}.cuda.is_available() else {torch}.device("cpu")
+)
 '''
 AMP = {
     "auto": '''\
@@ -77,6 +80,8 @@ def ddp_setup():
         {torch}.cuda.set_device(LOCAL_DEVICE)
         # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its model on the CPU
         backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE
+        if int({os}.environ.get("LOCAL_WORLD_SIZE", 1)) > {torch}.cuda.device_count():
+            backend, device_id = "gloo", None  # processes share a GPU: NCCL refuses that
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group(backend, device_id=device_id)
     else:

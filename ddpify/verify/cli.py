@@ -11,17 +11,22 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import click
 
 from ddpify.verify import report
-from ddpify.verify.checks import FAIL, Check, Context, check_optimized, run_checks
+from ddpify.verify.checks import FAIL, Check, Context, Sources, check_optimized, run_checks, verdict
+from ddpify.verify.plan import AUTO_TIMEOUT_FIRST, Plan, auto_timeout, gpu_ids, needs_gpu_hint, plan_processes
+from ddpify.verify.prepare import CannotRun, Prepared, convert_single, prepare, torch_missing
 from ddpify.verify.runner import RunResult, launch
+from ddpify.verify.workspace import remove_new, snapshot, written_files
+
+SCHEMA = 1  # of the --json document; raised when a key changes meaning
+NO_LIMIT = 1 << 62  # --to-end: steps the probe never reaches
 
 
 @dataclass
@@ -29,160 +34,6 @@ class VerifyOutcome:
     exit_code: int
     checks: list[Check] = field(default_factory=list)
     document: dict = field(default_factory=dict)
-
-
-class CannotRun(Exception):
-    """The script could not be run at all (exit status 2)."""
-
-
-def _convert(script: Path, source: str, options, converter: Callable | None) -> tuple[str | None, str]:
-    """(converted source or None to run the file as it is, conversion status)."""
-    if converter is None:
-        from ddpify import convert_source as converter
-    from ddpify import ConversionError
-
-    try:
-        result = converter(source, options, path=str(script))
-    except NotImplementedError:
-        raise CannotRun(
-            "the converter is not available in this build; run an already-distributed script with --no-convert"
-        ) from None
-    except ConversionError as exc:
-        raise CannotRun(exc.format(str(script))) from None
-    except Exception as exc:  # a converter bug: say so instead of a bare traceback
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        raise CannotRun(
-            f"the converter failed on {script}: {type(exc).__name__}: {exc} "
-            f"(at {os.path.basename(where.filename)}:{where.lineno}; please report it)"
-        ) from None
-    if result.status == "not-training":
-        raise CannotRun(f"{script}: not a training script (no optimizer step found): nothing to verify")
-    if result.status == "refused":
-        why = "; ".join(f.format(str(script)) for f in result.blocking)
-        raise CannotRun(f"ddpify refused to convert {script} (blocking findings: fix them by hand or suppress one with `# ddpify: ignore[CODE]` on its line): {why}")
-    if result.status == "already-distributed" or not result.changed:
-        return None, result.status
-    try:
-        compile(result.source, str(script), "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        lines = result.source.splitlines()
-        # Not exc.text: Python reads that line from the original file, which has the same name.
-        code = (lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else "").strip()
-        raise CannotRun(
-            f"converter failure: the converted script does not compile ({exc.msg}, line {exc.lineno}"
-            + (f": `{code}`" if code else "")
-            + f"); {script} itself is untouched. Please report it (ddpify --diff shows the conversion)"
-        ) from None
-    return result.source, result.status
-
-
-def _project_copy(script: Path, options, into: Path) -> tuple[str | None, str] | None:
-    """Project mode (the script imports local modules): convert the project and copy every file of
-    it under `into`, as laid out under the project root; (the copied entry, status). None for a
-    single script."""
-    from ddpify.project import convert_project, is_project
-
-    if not is_project(str(script)):
-        return None
-    result = convert_project(str(script), options)
-    if result.status == "not-training":
-        raise CannotRun(f"{script}: not a training script (no optimizer step found in it or its local modules): nothing to verify")
-    if result.blocking:
-        why = "; ".join(f.format(os.path.relpath(r.path, result.root)) for r in result.files for f in r.findings if f.blocking)
-        raise CannotRun(f"ddpify refused to convert the project of {script} (blocking findings): {why}")
-    if not any(r.changed for r in result.files):
-        return None, result.status
-    for r in result.files:
-        target = into / os.path.relpath(r.path, result.root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(r.output)
-    return str(into / os.path.relpath(result.entry, result.root)), result.status
-
-
-def _visible_gpus() -> int:
-    # No NVIDIA device node, or every GPU hidden: skip importing torch in this process just to learn it.
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not any(
-        os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-    ):
-        return 0
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def _plan_processes(nproc: int | None, backend: str, nnodes: int = 1) -> tuple[int, str, bool]:
-    """(processes per node, backend the run will use, hide GPUs)."""
-    gpus = _visible_gpus()
-    if backend == "auto":
-        backend = "nccl" if gpus else "gloo"
-    if backend == "nccl":
-        if not gpus:
-            raise CannotRun("--backend nccl needs a GPU, and none is visible")
-        nproc = nproc or max(1, gpus // nnodes)
-        if nproc * nnodes > gpus:
-            raise CannotRun(f"--nproc {nproc} x --nnodes {nnodes} with nccl needs {nproc * nnodes} GPUs; {gpus} visible")
-        return nproc, "nccl", False
-    return nproc or 2, "gloo", True
-
-
-def _gpu_ids() -> list[str]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        return [g.strip() for g in visible.split(",") if g.strip()]
-    return [str(i) for i in range(_visible_gpus())]
-
-
-# --timeout auto: before anything is known, and the ceiling once the baseline was timed.
-AUTO_TIMEOUT_FIRST = 120.0
-AUTO_TIMEOUT_MIN = 30.0
-AUTO_TIMEOUT_MAX = 300.0
-
-
-def auto_timeout(base: RunResult | None) -> float:
-    """Seconds without progress before a rank counts as hung, from how the one-process run went:
-    ten times its longest pause between two progress marks (torch's import included), or three
-    times its whole run, within [30, 300] s."""
-    if base is None or not base.wall_s:
-        return AUTO_TIMEOUT_FIRST
-    guess = max(10 * base.max_gap, 3 * base.wall_s, AUTO_TIMEOUT_MIN)
-    return float(min(AUTO_TIMEOUT_MAX, round(guess)))
-
-
-_SNAPSHOT_LIMIT = 200_000  # paths: a data tree larger than this is not walked
-
-
-def _snapshot(roots: list[Path]) -> set[str] | None:
-    """Every path under roots (the working directory, the script's folder); None when too many."""
-    seen: set[str] = set()
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            seen.add(dirpath)
-            seen.update(os.path.join(dirpath, n) for n in dirnames + filenames)
-            if len(seen) > _SNAPSHOT_LIMIT:
-                return None
-    return seen
-
-
-def _remove_new(before: set[str], roots: list[Path], written: set[str]) -> list[str]:
-    """Remove the files the baseline wrote that were not there before it (then the folders that
-    appeared with them, once empty), so that the candidate starts from the same files as the
-    baseline did: a cache or a prepared dataset the baseline left would let the candidate skip
-    its own (and hide a race in it). Nothing the baseline did not write is touched."""
-    after = _snapshot(roots) or set()
-    new = sorted(after - before, key=len, reverse=True)
-    removed = []
-    for p in new:
-        try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.rmdir(p)  # only emptied folders
-            elif os.path.realpath(p) in written:
-                os.remove(p)
-            else:
-                continue
-            removed.append(p)
-        except OSError:
-            pass
-    return removed
 
 
 def _progress_printer(note: Callable[[str], None], label: str, timeout_of: Callable[[], float]):
@@ -200,6 +51,24 @@ def _progress_printer(note: Callable[[str], None], label: str, timeout_of: Calla
 
     t0 = [time.monotonic()]
     return progress
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _removal_note(writes: list[dict], files: list[str], folders: list[str]) -> str:
+    """What the baseline wrote and what of it was removed: the count agrees with the saved row's."""
+    wrote = written_files(writes)
+    if not files and not folders:
+        return f"  baseline: wrote {_plural(wrote, 'file')}, {'it was' if wrote == 1 else 'all were'} there before it: nothing removed"
+    removed = f"removed {'it' if len(files) == 1 == wrote else _plural(len(files), 'new file')}"
+    if folders:
+        removed += f" and {_plural(len(folders), 'new folder')}"
+    kept = wrote - len(files)
+    if kept > 0 and files:
+        removed += f" ({kept} already there before it, kept)"
+    return f"  baseline: wrote {_plural(wrote, 'file')}; {removed}, so the candidate starts from the same files"
 
 
 def run_verify(
@@ -223,17 +92,27 @@ def run_verify(
     echo: Callable[[str], None] = click.echo,
     colour: bool = False,
     compare_plain: bool = False,
+    share_gpus: bool | None = None,
+    to_end: bool = False,
 ) -> VerifyOutcome:
     """compare_plain (with options.optimize): also run the plain conversion (no --optimize) as
-    N processes, and check that the optimised one trains the same (the optimize-parity check)."""
+    N processes, and check that the optimised one trains the same (the optimize-parity check).
+    share_gpus: None lets the ranks share the GPUs when there are fewer than processes.
+    to_end: run the script without a step limit, to its own end."""
+    from ddpify import Options
+
     script_path = Path(script).resolve()
     token = uuid.uuid4().hex
     run_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
+    if to_end:
+        steps, epochs = NO_LIMIT, None
     doc: dict = {
+        "schema": SCHEMA,
         "script": str(script),
         "script_args": list(script_args),
-        "steps": steps,
+        "steps": None if to_end else steps,
         "epochs": epochs,
+        "to_end": to_end,
         "nnodes": nnodes,
         "timeout": timeout if timeout is not None else "auto",
         "run_token": token,
@@ -243,6 +122,7 @@ def run_verify(
         echo(msg, err=True) if echo is click.echo else echo(msg)
 
     runs: list[RunResult] = []
+    prep: Prepared | None = None
 
     def finish(outcome: VerifyOutcome) -> VerifyOutcome:
         outcome.document = doc
@@ -251,6 +131,11 @@ def run_verify(
         if show_output:
             for run in runs:
                 echo(report.script_output(run))
+        # Every path the document names must exist once verify is done (or say that it is gone).
+        doc["run_dir"] = str(run_dir) if keep else None
+        if prep is not None and prep.converted:
+            doc["ran"] = prep.exec_path if keep else None
+            doc["converted_copy"] = f"kept in {run_dir}" if keep else "removed with verify's run folder (--keep keeps it)"
         if json_path == "-":
             sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
             sys.stdout.flush()
@@ -263,131 +148,87 @@ def run_verify(
         return outcome
 
     try:
-        source = script_path.read_text()
-        converted, status = (None, "--no-convert")
-        project = None
-        main_file = str(script_path)
-        if convert:
-            from ddpify import Options
-
-            project = converter is None and _project_copy(script_path, options or Options(), run_dir / "project")
-            if project:
-                converted, status = project
-            else:
-                converted, status = _convert(script_path, source, options or Options(), converter)
-        exec_path = str(script_path)
-        if convert and project and converted is not None:
-            exec_path = converted  # the converted entry among its converted modules
-            main_file = converted
-        elif converted is not None:
-            exec_path = str(run_dir / f"{script_path.stem}.ddp.py")
-            Path(exec_path).write_text(converted)
-        doc.update(conversion=status, ran=exec_path)
+        missing = torch_missing()
+        if missing:
+            raise CannotRun(missing)
+        prep = prepare(script_path, options or Options(), run_dir, convert, converter)
+        doc.update(conversion=prep.status, ran=prep.exec_path)
         plain_path = None
         if compare_plain and convert:
-            from dataclasses import replace
-
-            from ddpify import Options
-
-            plain, _ = _convert(script_path, source, replace(options or Options(), optimize=()), converter)
-            if plain is None or plain == converted:
+            plain, _ = convert_single(script_path, script_path.read_text(), replace(options or Options(), optimize=()), converter)
+            if plain is None or not prep.converted or plain == Path(prep.exec_path).read_text():
                 raise CannotRun("--optimize changed nothing in this script: there is no optimised conversion to compare")
             plain_path = str(run_dir / f"{script_path.stem}.plain.py")
             Path(plain_path).write_text(plain)
-        nproc, backend, hide_gpus = _plan_processes(nproc, backend, nnodes)
-        doc.update(nproc=nproc, backend=backend)
+        plan = plan_processes(nproc, backend, nnodes, share_gpus)
+        doc.update(nproc=plan.nproc, backend=plan.backend, shared_gpus=plan.shared)
     except (CannotRun, OSError) as exc:
         echo(f"ddpify verify: {exc}")
         doc["error"] = str(exc)
         if str(exc).startswith("converter failure"):
             doc["error_kind"] = "converter"
+        elif str(exc).startswith("torch is not installed"):
+            doc["error_kind"] = "no-torch"
         return finish(VerifyOutcome(2))
 
-    if converted is not None:
-        what = "converted to a temporary copy"
-    elif status == "--no-convert":
+    sources = Sources(prep.copies, prep.roots, prep.user_root)
+    if prep.converted:
+        what = "converted to a temporary copy" + (" (the whole project)" if prep.roots else "")
+    elif prep.status == "--no-convert":
         what = "run as it is (--no-convert)"
     else:
-        what = f"run as it is ({status})"
-    world = nproc * nnodes
-    layout = f"{nnodes} nodes x {nproc} processes" if nnodes > 1 else f"{nproc} processes"
-    length = f"{epochs} epoch{'s' if epochs > 1 else ''}" if epochs else f"K={steps}"
-    echo(f"ddpify verify {report.short_path(str(script_path))}: {what}, {layout}, {backend}, {length}")
+        what = f"run as it is ({prep.status})"
+    length = "to its end (--to-end)" if to_end else f"{epochs} epoch{'s' if epochs > 1 else ''}" if epochs else f"K={steps}"
+    echo(f"ddpify verify {report.short_path(str(script_path))}: {what}, {plan.describe(nnodes)}, {length}")
+    if plan.shared:
+        note("  the ranks share the GPU" + ("s" if plan.shared > 1 else "") + ": placement, precision and synchronisation are checked; throughput figures mean nothing")
+    world = plan.nproc * nnodes
     args = list(script_args)
-    base_run: RunResult | None = None
     current_timeout = [timeout if timeout is not None else AUTO_TIMEOUT_FIRST]
+    base_run: RunResult | None = None
     if baseline:
-        note(f"  baseline: the original as one process (hang after {current_timeout[0]:g} s without progress) ...")
-        env_threads = "OMP_NUM_THREADS" not in os.environ and nproc > 1
-        if env_threads:
-            os.environ["OMP_NUM_THREADS"] = "1"  # torchrun gives each rank one thread; same for the baseline
-        roots = sorted({Path.cwd().resolve(), script_path.resolve().parent})
-        before = _snapshot(roots)
-        try:
-            base_run = launch(
-                "baseline", str(script_path), str(script_path), args, 1, steps, current_timeout[0], run_dir / "baseline",
-                token, hide_gpus, epochs=epochs, progress=_progress_printer(note, "baseline", lambda: current_timeout[0]),
-            )  # fmt: skip
-        finally:
-            if env_threads:
-                del os.environ["OMP_NUM_THREADS"]
-            if before is not None:
-                writes = ((base_run.records.get(0) or {}).get("writes", []) if base_run else [])
-                removed = _remove_new(before, roots, {os.path.realpath(w["path"]) for w in writes})
-                if removed:
-                    note(f"  baseline: {len(removed)} files it wrote and their new folders removed, so the candidate starts from the same files")
+        base_run, early = _run_baseline(script_path, args, steps, epochs, prep, plan, run_dir, token, current_timeout, note, echo)
         runs.append(base_run)
         doc["baseline"] = report.run_summary(base_run)
-        rec = base_run.records.get(0) or {}
-        if base_run.hang:
-            echo(f"the script made no progress for {current_timeout[0]:g} s as one process: it cannot be verified")
-            echo("\n".join(base_run.hang["stacks"].get(0, "").splitlines()[:30]))
-            return finish(VerifyOutcome(2))
-        if rec.get("status") not in ("stopped", "finished") and rec.get("unused_params"):
-            # A DDP error the one-process run hits too (the script is already distributed): the
-            # candidate shows it rank by rank, with the parameters named.
-            note("  baseline: crashed the same way DDP will: parameters without a gradient (see ranks)")
-            base_run = None
-        elif rec.get("status") not in ("stopped", "finished"):
-            echo("the script could not run as one process:")
-            echo(report.crash_report(base_run))
-            return finish(VerifyOutcome(2))
-        elif not rec.get("steps"):
-            echo("the script ran as one process but took no optimizer step or backward pass: nothing to verify")
-            return finish(VerifyOutcome(2))
-        else:
-            note(f"  baseline: {rec['steps']} steps in {base_run.wall_s:.1f} s")
+        if early is not None:
+            return finish(VerifyOutcome(early))
+        if (base_run.records.get(0) or {}).get("status") not in ("stopped", "finished"):
+            base_run = None  # crashed as DDP will: the candidate shows it rank by rank
         if timeout is None:
             current_timeout[0] = auto_timeout(base_run)
-    elif timeout is None:
-        current_timeout[0] = AUTO_TIMEOUT_FIRST
     doc["timeout_s"] = current_timeout[0]
 
-    how = f"{nnodes} torchrun agents (c10d rendezvous on 127.0.0.1), {nproc} processes each" if nnodes > 1 else f"torchrun, {nproc} processes"
+    how = f"{nnodes} torchrun agents (c10d rendezvous on 127.0.0.1), {plan.nproc} processes each" if nnodes > 1 else f"torchrun, {plan.nproc} processes"
     note(f"  candidate: {how} (hang after {current_timeout[0]:g} s without progress) ...")
+    node_gpus = gpu_ids() if nnodes > 1 and not plan.hide_gpus and not plan.shared else None
+    extra = {"DDPIFY_VERIFY_USER_ROOT": prep.user_root}
+    if prep.roots:
+        copy_root, user_root = next(iter(prep.roots.items()))
+        extra.update(DDPIFY_VERIFY_USER_ROOT=copy_root, DDPIFY_VERIFY_ORIGINAL_ROOT=user_root)
     cand = launch(
-        "candidate", exec_path, main_file, args, nproc, steps, current_timeout[0], run_dir / "candidate", token,
-        hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "candidate", lambda: current_timeout[0]),
-        node_gpus=_gpu_ids() if nnodes > 1 and not hide_gpus else None,
+        "candidate", prep.exec_path, prep.main_file, args, plan.nproc, steps, current_timeout[0], run_dir / "candidate", token,
+        plan.hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "candidate", lambda: current_timeout[0]),
+        node_gpus=node_gpus, extra_env=extra,
     )  # fmt: skip
     runs.append(cand)
-    doc["candidate"] = report.run_summary(cand)
+    doc["candidate"] = report.run_summary(cand, sources.rewrite)
     reached = sorted({cand.heartbeats.get(r, (0,))[0] for r in range(world)})
     note(f"  candidate: done in {cand.wall_s:.1f} s, step {'/'.join(map(str, reached))} reached")
 
     ctx = Context(
-        cand, base_run, world, steps, exec_path, timeout=current_timeout[0], min_scaling=min_scaling, nnodes=nnodes, epochs=epochs
-    )
+        cand, base_run, world, steps, prep.exec_path, timeout=current_timeout[0], min_scaling=min_scaling, nnodes=nnodes,
+        epochs=epochs, sources=sources, shared_gpus=plan.shared, to_end=to_end,
+    )  # fmt: skip
     checks = run_checks(ctx)
     if plain_path is not None and not cand.hang:
         note(f"  plain conversion (no --optimize): {how}, to compare its losses ...")
         ref = launch(
-            "plain", plain_path, str(script_path), args, nproc, steps, current_timeout[0], run_dir / "plain", token,
-            hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "plain", lambda: current_timeout[0]),
-            node_gpus=_gpu_ids() if nnodes > 1 and not hide_gpus else None,
+            "plain", plain_path, str(script_path), args, plan.nproc, steps, current_timeout[0], run_dir / "plain", token,
+            plan.hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "plain", lambda: current_timeout[0]),
+            node_gpus=node_gpus, extra_env=extra,
         )  # fmt: skip
         runs.append(ref)
-        doc["plain"] = report.run_summary(ref)
+        doc["plain"] = report.run_summary(ref, sources.rewrite)
         checks.append(check_optimized(cand, ref, world))
     failed = [c for c in checks if c.status == FAIL]
     # Without a baseline, a script that dies before its first step on every rank could not be run at all.
@@ -396,15 +237,69 @@ def run_verify(
     )
     if failed and not baseline and never_ran and {c.name for c in failed} == {"ranks"}:
         echo("the script could not be run:")
-        echo(report.crash_report(cand))
+        echo(report.crash_report(cand, sources.rewrite))
+        errors = " ".join((rec or {}).get("error") or "" for rec in cand.records.values())
+        hint = needs_gpu_hint(errors, plan)
+        if hint:
+            echo(hint)
         return finish(VerifyOutcome(2, checks))
     echo("")
     echo(report.table(checks, colour=colour))
     if failed:
         echo(report.failures(checks))
     code = 1 if failed else 0
-    echo(f"\n{len(checks) - len(failed)}/{len(checks)} checks without failure; exit {code}")
+    doc["verdict"] = verdict(ctx, checks)
+    echo(f"\n{doc['verdict']}")
+    echo(f"{len(checks) - len(failed)}/{len(checks)} checks without failure; exit {code}")
     return finish(VerifyOutcome(code, checks))
+
+
+def _run_baseline(script_path: Path, args: list[str], steps: int, epochs: int | None, prep: Prepared, plan: Plan,
+                  run_dir: Path, token: str, current_timeout: list[float], note, echo) -> tuple[RunResult, int | None]:  # fmt: skip
+    """The original as one process; then what it wrote is removed. (its run, an exit status when
+    verify cannot go on)."""
+    note(f"  baseline: the original as one process (hang after {current_timeout[0]:g} s without progress) ...")
+    env_threads = "OMP_NUM_THREADS" not in os.environ and plan.nproc > 1
+    if env_threads:
+        os.environ["OMP_NUM_THREADS"] = "1"  # torchrun gives each rank one thread; same for the baseline
+    roots = sorted({Path.cwd().resolve(), script_path.parent, *(Path(r) for r in prep.roots.values())})
+    before = snapshot(roots)
+    base_run = None
+    try:
+        base_run = launch(
+            "baseline", str(script_path), str(script_path), args, 1, steps, current_timeout[0], run_dir / "baseline",
+            token, plan.hide_gpus, epochs=epochs, progress=_progress_printer(note, "baseline", lambda: current_timeout[0]),
+            extra_env={"DDPIFY_VERIFY_USER_ROOT": next(iter(prep.roots.values()), prep.user_root)},
+        )  # fmt: skip
+    finally:
+        if env_threads:
+            del os.environ["OMP_NUM_THREADS"]
+        writes = (base_run.records.get(0) or {}).get("writes", []) if base_run else []
+        files, folders = remove_new(before, roots, writes)
+        if writes:
+            note(_removal_note(writes, files, folders))
+    rec = base_run.records.get(0) or {}
+    if base_run.hang:
+        echo(f"the script made no progress for {current_timeout[0]:g} s as one process: it cannot be verified")
+        echo("\n".join(base_run.hang["stacks"].get(0, "").splitlines()[:30]))
+        return base_run, 2
+    if rec.get("status") not in ("stopped", "finished") and rec.get("unused_params"):
+        # A DDP error the one-process run hits too (the script is already distributed): the
+        # candidate shows it rank by rank, with the parameters named.
+        note("  baseline: crashed the same way DDP will: parameters without a gradient (see ranks)")
+        return base_run, None
+    if rec.get("status") not in ("stopped", "finished"):
+        echo("the script could not run as one process:")
+        echo(report.crash_report(base_run))
+        hint = needs_gpu_hint(f"{rec.get('error') or ''} {rec.get('traceback') or ''} {base_run.outputs.get(0, '')[-2000:]}", plan)
+        if hint:
+            echo(hint)
+        return base_run, 2
+    if not rec.get("steps"):
+        echo("the script ran as one process but took no optimizer step or backward pass: nothing to verify")
+        return base_run, 2
+    note(f"  baseline: {_plural(rec['steps'], 'step')} in {base_run.wall_s:.1f} s")
+    return base_run, None
 
 
 def use_colour(stream, environ=os.environ) -> bool:
@@ -424,7 +319,9 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--steps", type=click.IntRange(1), default=20, show_default=True, help="Optimizer steps before both runs stop.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=None, help="Run N whole training epochs (and the work at their end) instead of K steps.")
+@click.option("--to-end", is_flag=True, help="Run the whole script, to its own end (evaluation, final save, teardown): no step limit. For small scripts.")
 @click.option("--nnodes", type=click.IntRange(1), default=1, show_default=True, help="Run the candidate as this many torchrun agents (nodes) on this host, each in its own directory.")
+@click.option("--share-gpus/--no-share-gpus", default=None, help="Let the processes share the GPUs there are (gloo for CUDA tensors). Default: on when there are fewer GPUs than processes.")
 @click.option("--timeout", type=str, default="auto", show_default=True, help="Seconds without progress before a rank counts as hung; auto: from the baseline's pace (30-300 s).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Also write the report as JSON (- for stdout; the text report then goes to stderr).")
 @click.option("--show-output", is_flag=True, help="Print the script's own output (baseline and every rank) after the report.")
@@ -437,7 +334,7 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--optimize-only", metavar="NAMES", default=None, help="As --optimize, with only these speed-ups (comma-separated).")
 @click.option("--min-scaling", type=click.FloatRange(0, 1), default=None, help="Fail when scaling efficiency is below this.")
 @click.option("--keep", is_flag=True, help="Keep the run directory (logs, per-rank records).")
-def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, timeout, json_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
+def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, nnodes, share_gpus, timeout, json_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
     """Run SCRIPT as one process and distributed under torchrun, and check the DDP conversion.
 
     Arguments after `--` go to the script:
@@ -469,6 +366,8 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, t
         raise click.BadParameter(str(exc), param_hint="--optimize-only") from None
     if speedups and no_convert:
         raise click.UsageError("--optimize compares two conversions: it cannot go with --no-convert")
+    if to_end and epochs:
+        raise click.UsageError("--to-end runs the whole script: it cannot go with --epochs")
     to_stdout = json_path == "-"
     outcome = run_verify(
         script,
@@ -489,5 +388,7 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, nnodes, t
         keep=keep,
         min_scaling=min_scaling,
         colour=use_colour(sys.stderr if to_stdout else sys.stdout),
+        share_gpus=share_gpus,
+        to_end=to_end,
     )
     sys.exit(outcome.exit_code)

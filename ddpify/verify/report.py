@@ -12,7 +12,7 @@ from ddpify.verify.runner import RunResult
 _COLOURS = {"PASS": "\x1b[32m", "FAIL": "\x1b[31m", "N/A": "\x1b[33m", "INFO": "\x1b[36m"}
 
 
-def run_summary(run: RunResult | None) -> dict | None:
+def run_summary(run: RunResult | None, rewrite=lambda text: text) -> dict | None:
     if run is None:
         return None
     ranks = []
@@ -31,11 +31,11 @@ def run_summary(run: RunResult | None) -> dict | None:
         }
         if rec.get("error"):
             entry["error"] = rec["error"]
-            entry["traceback"] = rec.get("traceback")
+            entry["traceback"] = rewrite(rec.get("traceback") or "")
         if rec.get("unused_params"):
             entry["unused_params"] = rec["unused_params"]
         if r in run.fatal:
-            entry["fatal"] = run.fatal[r][-2000:]
+            entry["fatal"] = rewrite(run.fatal[r][-2000:])
         if rec.get("node") or run.nnodes > 1:
             entry.update(node=rec.get("node"), local_rank=rec.get("local_rank"))
         ranks.append(entry)
@@ -79,15 +79,16 @@ def failures(checks: list[Check]) -> str:
     return "\n".join(out)
 
 
-def crash_report(run: RunResult) -> str:
-    """Every rank's own traceback (or its output's tail) when the script could not run."""
+def crash_report(run: RunResult, rewrite=lambda text: text) -> str:
+    """Every rank's own traceback (or its output's tail) when the script could not run; rewrite
+    maps the locations of verify's converted copy to the user's file."""
     out = []
     for r in range(run.world):
         rec = run.records.get(r)
         label = "" if run.world == 1 else f"rank {r}: "
         if rec and rec.get("traceback"):
             out.append(f"{label}{rec.get('error')}")
-            out.extend("  " + line for line in rec["traceback"].rstrip().splitlines())
+            out.extend("  " + line for line in rewrite(rec["traceback"]).rstrip().splitlines())
         elif rec and rec.get("status") in ("stopped", "finished"):
             continue
         elif rec and any((o or {}).get("status") in ("crashed", "exited") for o in run.records.values()):

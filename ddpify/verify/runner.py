@@ -112,11 +112,13 @@ def launch(
     epochs: int | None = None,
     progress=None,
     node_gpus: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> RunResult:
     """Run one side. `progress(result, stalled_for, steps_by_rank, final)` is called about every
     PROGRESS_S seconds while it runs, and once at its end."""
     run_dir.mkdir(parents=True, exist_ok=True)
     env = run_env(run_dir, steps, main_file, token, hide_gpus, epochs)
+    env.update(extra_env or {})
     result = RunResult(role=role, nproc=nproc, run_dir=run_dir, nnodes=nnodes)
     if role == "baseline":
         # One process, with the environment torchrun would give a group of one.

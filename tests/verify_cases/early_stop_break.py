@@ -23,10 +23,10 @@ def main():
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     rank = int(os.environ.get("RANK", 0))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl", device_id=device)
+    if torch.cuda.is_available():  # more ranks than GPUs (verify --share-gpus): they share them, over gloo
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() else "gloo")
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
@@ -38,7 +38,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=False)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
-    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
     for epoch in range(10):

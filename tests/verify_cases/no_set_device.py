@@ -21,7 +21,7 @@ def main():
     rank = int(os.environ.get("RANK", 0))
     if torch.cuda.is_available():
         device = torch.device("cuda")  # BUG: no set_device(local_rank): "cuda" is cuda:0 on every rank
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl" if int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() else "gloo")
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")

@@ -22,10 +22,10 @@ def get_batch():
 
 def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if torch.cuda.is_available() else torch.device("cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" and int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() else "gloo")
     model = nn.Sequential(nn.Embedding(16, 16), nn.Linear(16, 16)).to(device)
-    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(12):
         x, y = get_batch()

@@ -13,15 +13,15 @@ from torch.utils.data.distributed import DistributedSampler
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))
 RANK = int(os.environ.get("RANK", 0))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
-LOCAL_DEVICE = torch.device("cuda", LOCAL_RANK) if torch.cuda.is_available() else torch.device("cpu")
+LOCAL_DEVICE = torch.device("cuda", LOCAL_RANK % torch.cuda.device_count()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def ddp_setup():
     if torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_DEVICE)
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "nccl" if torch.cuda.is_available() and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= torch.cuda.device_count() else "gloo"
     if "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, device_id=LOCAL_DEVICE if torch.cuda.is_available() else None)
+        dist.init_process_group(backend, device_id=LOCAL_DEVICE if backend == "nccl" else None)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
@@ -38,7 +38,7 @@ def main():
     data = TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
     loader = DataLoader(data, batch_size=4, shuffle=False, sampler=DistributedSampler(data, shuffle=True))
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
-    model = DDP(model, device_ids=[LOCAL_RANK] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=[LOCAL_DEVICE.index] if torch.cuda.is_available() else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
 

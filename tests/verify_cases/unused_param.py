@@ -26,10 +26,10 @@ class Net(nn.Module):
 
 def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl", device_id=device)
+    if torch.cuda.is_available():  # more ranks than GPUs (verify --share-gpus): they share them, over gloo
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() else "gloo")
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
@@ -38,7 +38,7 @@ def main():
     data = TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
     sampler = DistributedSampler(data)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
-    model = DDP(Net().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(Net().to(device), device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
     for epoch in range(2):

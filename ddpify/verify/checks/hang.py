@@ -1,0 +1,125 @@
+"""The `no-hang` check: where each stalled rank waits (from its faulthandler dump), and the
+rank-local branch that sent the ranks to different collectives."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ddpify.verify.checks.common import FAIL, PASS, Check, Context, steps_of
+from ddpify.verify.runner import RunResult
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_VERIFY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_stack(text: str, exec_path: str) -> list[tuple[str, int, str]]:
+    """The frames (innermost first) of the thread that runs the user's script, from a faulthandler dump."""
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread ", "Current thread ")):
+            threads.append([])
+            continue
+        m = _FRAME.match(line)
+        if m and threads:
+            threads[-1].append((m["file"], int(m["line"]), m["func"]))
+    for frames in threads:
+        if any(os.path.abspath(f) == exec_path for f, _, _ in frames):
+            return frames
+    return threads[0] if threads else []
+
+
+def waiting_in(frames: list[tuple[str, int, str]], exec_path: str) -> tuple[str, tuple[str, int, str] | None]:
+    """(the collective or operation the thread waits in, the innermost frame of the script)."""
+    user = next((f for f in frames if os.path.abspath(f[0]) == exec_path), None)
+    what = None
+    for file, _, func in frames:
+        if file.endswith("distributed_c10d.py") and not func.startswith("_"):
+            what = func
+    if what is None:
+        if any(f.endswith(("autograd/__init__.py", "autograd/graph.py")) for f, _, _ in frames):
+            what = "backward (DDP gradient all-reduce)"
+        elif any(f.endswith("parallel/distributed.py") for f, _, _ in frames):
+            what = "the DDP forward (buffer broadcast)"
+        elif frames:
+            what = frames[0][2]
+        else:
+            what = "?"
+    return what, user
+
+
+def _is_verify(path: str) -> bool:
+    return os.path.abspath(path).startswith(_VERIFY_DIR + os.sep)
+
+
+def _loop_exit_causes(ctx: Context, run: RunResult, exec_path: str, waits: dict) -> list[str]:
+    """A rank that left a loop through a `break` the others did not take: an early stop decided per rank."""
+    hang, src = run.hang or {}, ctx.sources
+    frames = {r: [f for f in parse_stack(hang["stacks"].get(r, ""), exec_path) if os.path.abspath(f[0]) == exec_path] for r in waits}
+    for a in sorted(frames):
+        for b in sorted(frames):
+            if a == b:
+                continue
+            for fa in frames[a]:
+                for fb in frames[b]:
+                    if fa[1] == fb[1]:
+                        continue
+                    found = src.loop_left_by_break(exec_path, fa[1], fb[1])
+                    if not found:
+                        continue
+                    loop_line, head, brk, guard = found
+                    under = f" under `if {guard[1]}:` ({src.line(exec_path, guard[0])})" if guard else ""
+                    return [
+                        f"rank {a} left the loop `{head}` ({src.line(exec_path, loop_line)}) through the `break` at "
+                        f"{src.line(exec_path, brk)}{under} and waits in {waits[a][0]} at {src.line(exec_path, fa[1])}, "
+                        f"while rank {b} is still inside the loop, in {waits[b][0]} at {src.line(exec_path, fb[1])}: "
+                        "the ranks decided differently. Decide on every rank alike (all_reduce the metric first, "
+                        "or broadcast rank 0's decision)"
+                    ]
+    return []
+
+
+def check_hang(ctx: Context) -> Check:
+    src = ctx.sources
+    for run in (ctx.baseline, ctx.candidate):
+        if run is None or not run.hang:
+            continue
+        hang, exec_path = run.hang, os.path.abspath(ctx.exec_path)
+        parts, details, causes = [], [], []
+        waits = {}
+        for r in range(run.world):
+            waits[r] = waiting_in(parse_stack(hang["stacks"].get(r, ""), exec_path), exec_path)
+        for r in range(run.world):
+            frames = parse_stack(hang["stacks"].get(r, ""), exec_path)
+            what, user = waits[r]
+            at = src.where(user[0], user[1]) if user else "?"
+            code = src.line_text(user[0], user[1]) if user else ""
+            parts.append(f"rank {r} in {what} at {at}")
+            details.append(f"rank {r} at step {steps_of(run, r)}: waiting in {what} at {at}" + (f"  `{code}`" if code else ""))
+            details.extend(
+                "    " + (src.where(f, ln) if src.is_copy(f) else f"{os.path.basename(f)}:{ln}") + f" in {fn}"
+                for f, ln, fn in frames[:12] if not _is_verify(f)
+            )
+            if user:
+                guard = src.enclosing_if(user[0], user[1], rank_only=True)
+                inside_too = guard and all(
+                    o == r or (waits.get(o, (None, None))[1] and src.enclosing_if(*waits[o][1][:2], rank_only=True) == guard)
+                    for o in range(run.world)
+                )
+                if guard and not inside_too:
+                    causes.append(
+                        f"rank {r} waits in {what} at {src.line(user[0], user[1])}, inside `if {guard[1]}:` "
+                        f"({src.line(user[0], guard[0])}): the other ranks never join this collective"
+                    )
+        if not causes:
+            causes.extend(_loop_exit_causes(ctx, run, exec_path, waits))
+        kinds = {w[0] for w in waits.values()}
+        cause = causes[0] if causes else (
+            "the ranks wait in different collectives: " + ", ".join(sorted(kinds)) if len(kinds) > 1 else
+            f"no progress for {hang['timeout']:g} s"
+        )
+        role = "" if run.role == "candidate" else " (baseline, one process)"
+        stalled = ("ranks " if len(hang["ranks"]) > 1 else "rank ") + ", ".join(map(str, hang["ranks"]))
+        figure = f"{stalled} made no progress for {hang['timeout']:g} s{role}: " + "; ".join(parts)
+        return Check("no-hang", FAIL, figure, cause, details, data={"stalled": hang["ranks"]})
+    return Check("no-hang", PASS, f"no rank stalled for {ctx.timeout:g} s")
