@@ -1,0 +1,79 @@
+"""Run the ORIGINAL of held-back entries (split 2) as one process, the way run.py would (pinned sources,
+fake data, the harness's environment and shims), to check that each one runs here before ddpify
+is measured on it. Prints one line per entry: ok / smoke-ok (alive at smoke_secs) / FAIL.
+
+    python bench/realworld/heldback/check_originals.py [--only NAME,...] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import run as rw  # noqa: E402  (the harness: same extraction, fake data and environment)
+
+
+class _Defaults(argparse.Namespace):
+    """run.py's options as Ctx reads them: any option this script does not set is None (off), so
+    that a harness that gains options keeps working here."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--manifest", default=str(HERE / "manifest.toml"))
+    ap.add_argument("--only")
+    ap.add_argument("--mirrors", default="/work/.mirror")
+    ap.add_argument("--keep", help="copy each run folder here")
+    ap.add_argument("--gpu", action="store_true")
+    a = ap.parse_args()
+    defaults, entries = rw.load_manifest(Path(a.manifest))
+    if a.only:
+        want = a.only.split(",")
+        entries = [e for e in entries if e["name"] in want]
+    ns = _Defaults(gpu=a.gpu, mirrors=a.mirrors, from_export=None, keep=None, full=False,
+                   convert_only=False, baseline=False, diffs=None)
+    ctx = rw.Ctx(ns, defaults)
+    bad = 0
+    for e in entries:
+        if e["kind"] == "distributed":
+            continue
+        if e.get("gpu_only") and not a.gpu:
+            print(f"{e['name']:32s} skipped (gpu_only)", flush=True)
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"h2-{e['name']}-") as tmp:
+            base = Path(tmp)
+            pristine = rw.prepare(e, ctx, base)
+            ctx.entry_env = {k: str(v) for k, v in e.get("env", {}).items()}
+            cwd = pristine / "src" / Path(e["path"]).parent
+            extra = [str((cwd / p).resolve()) for p in e.get("pythonpath", [])]
+            env = ctx.env(pristine / "home", extra)
+            smoke = bool(e.get("smoke"))
+            timeout = float(e.get("smoke_secs", defaults.get("smoke_secs", 45))) if smoke else \
+                float(e.get("timeout", defaults.get("timeout", 180)))
+            args = [*e.get("args", []), *(e.get("gpu_args", []) if a.gpu else e.get("cpu_args", []))]
+            o = rw.run([sys.executable, Path(e["path"]).name, *args], cwd, env, timeout)
+            ok = (o["alive"] and smoke) or (o["rc"] == 0 and not o["alive"])
+            what = ("smoke-ok" if o["alive"] else "ok") if ok else "FAIL"
+            bad += not ok
+            why = "" if ok else ("timed out" if o["alive"] else rw.last_error(o["out"]))
+            print(f"{e['name']:32s} {what:8s} {o['secs']:6.1f}s {why}", flush=True)
+            if a.keep:
+                dest = Path(a.keep) / e["name"]
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(base, dest, symlinks=True)
+                (dest / "out.txt").write_text(o["out"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
