@@ -225,7 +225,7 @@ def _cjk_sentence(rng: random.Random, lo: int, hi: int) -> str:
 def thucnews(root: Path) -> None:
     """THUCNews' layout as the text-classification scripts read it: ROOT/{train,dev,test}.txt, one
     "text<TAB>label" a line (labels 0-9, class.txt comes with the repository)."""
-    for split, n in (("train", 256), ("dev", 64), ("test", 64)):
+    for split, n in (("train", 256), ("dev", 128), ("test", 128)):  # >= one batch of 128 (hard-coded)
         rng = _rng(root, split)
         lines = []
         for i in range(n):
@@ -235,6 +235,25 @@ def thucnews(root: Path) -> None:
             lines.append(f"{text}\t{label}")
         root.mkdir(parents=True, exist_ok=True)
         (root / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def tang_npz(path: Path, n: int = 96, maxlen: int = 125) -> None:
+    """The poetry chapter's preprocessed tang.npz: `data` (N x maxlen ints, poems padded in front with
+    the pad word), `word2ix` and `ix2word` dicts; <START>/<EOP> around each poem, '</s>' the pad
+    word and the last index (the script takes len(word2ix) - 1 as the padding index)."""
+    import numpy as np
+
+    rng = _rng(path, "tang")
+    words = list(dict.fromkeys(CJK + "，。")) + ["<EOP>", "<START>", "</s>"]
+    word2ix = {w: i for i, w in enumerate(words)}
+    ix2word = {i: w for w, i in word2ix.items()}
+    data = np.full((n, maxlen), word2ix["</s>"], dtype=np.int32)
+    for i in range(n):
+        poem = ["<START>"] + [rng.choice(CJK) if k % 6 != 5 else "，" for k in range(rng.randint(20, 60))] + ["<EOP>"]
+        ids = [word2ix[w] for w in poem][:maxlen]
+        data[i, maxlen - len(ids):] = ids
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, data=data, word2ix=np.array(word2ix, dtype=object), ix2word=np.array(ix2word, dtype=object))
 
 
 def gpt2_corpus(path: Path, n: int = 40) -> None:
@@ -280,7 +299,7 @@ train:
   num_epochs: 2
   stop_at_epoch: 1
   batch_size: 16
-  knn_monitor: True
+  knn_monitor: False
   knn_interval: 1
   knn_k: 20
 eval: False
@@ -298,9 +317,9 @@ def simsiam_config(path: Path) -> None:
     _yaml(path, _SSL_YAML.format(name="h2-simsiam", model="simsiam", extra_model="  proj_layers: 2\n", opt="sgd"))
 
 
-def byol_config(path: Path) -> None:
-    """A small-run BYOL config (configs/byol_cifar.yaml's format: LARS optimizer, EMA target)."""
-    _yaml(path, _SSL_YAML.format(name="h2-byol", model="byol", extra_model="", opt="lars_simclr"))
+def simclr_config(path: Path) -> None:
+    """A small-run SimCLR config (configs/simclr_cifar.yaml's format: LARS optimizer)."""
+    _yaml(path, _SSL_YAML.format(name="h2-simclr", model="simclr", extra_model="", opt="lars_simclr"))
 
 
 # ----------------------------------------------------------------------------- weights and checkpoints
@@ -344,12 +363,11 @@ def tv_weights(path: Path) -> None:
     weights, so that `pretrained=True` finds it and downloads nothing: torchvision's own
     architecture (its Python parts, as the harness installs them), random values, tiny file."""
     arch = _TV_CACHE[path.name]
-    shim = ROOT / "bench" / "realworld" / "shim"
-    tv = ROOT / ".realworld_deps" / "tv"
+    deps = ROOT / ".realworld_deps"
     path.parent.mkdir(parents=True, exist_ok=True)
     code = _EXPAND + (f"import torchvision\nm = torchvision.models.{arch}()\n"
                       f"torch.save(expanded(m.state_dict()), {str(path)!r})\n")
-    _run_py(code, path.parent, [shim, tv])
+    _run_py(code, path.parent, [ROOT / "bench" / "realworld" / "shim", deps / "tv", *sorted(deps.glob("site*"))])
 
 
 def mdistiller_teacher(path: Path) -> None:
@@ -412,10 +430,11 @@ MAKERS = {
     "h2_ett_csv": ett_csv,
     "h2_mutag": mutag,
     "h2_thucnews": thucnews,
+    "h2_tang_npz": tang_npz,
     "h2_gpt2_corpus": gpt2_corpus,
     "h2_gpt2_config": gpt2_config,
     "h2_simsiam_config": simsiam_config,
-    "h2_byol_config": byol_config,
+    "h2_simclr_config": simclr_config,
     "h2_tv_weights": tv_weights,
     "h2_mdistiller_teacher": mdistiller_teacher,
     "h2_pixelsnail_lmdb": pixelsnail_lmdb,
