@@ -2,7 +2,7 @@
 fake data, the harness's environment and shims), to check that each one runs here before ddpify
 is measured on it. Prints one line per entry: ok / smoke-ok (alive at smoke_secs) / FAIL.
 
-    python bench/realworld/heldback/check_originals.py [--only NAME,...] [--keep DIR]
+    python bench/realworld/heldback/check_originals.py [--only NAME,...] [--keep DIR] [--gpu --from-export DIR]
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ def main() -> int:
     ap.add_argument("--mirrors", default="/work/.mirror")
     ap.add_argument("--keep", help="copy each run folder here")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--from-export", help="sources + fake data from run.py --export DIR (a machine without mirrors)")
     a = ap.parse_args()
     defaults, entries = rw.load_manifest(Path(a.manifest))
     if a.only:
         want = a.only.split(",")
         entries = [e for e in entries if e["name"] in want]
-    ns = _Defaults(gpu=a.gpu, mirrors=a.mirrors, from_export=None, keep=None, full=False,
+    ns = _Defaults(gpu=a.gpu, mirrors=a.mirrors, from_export=a.from_export, keep=None, full=False,
                    convert_only=False, baseline=False, diffs=None)
     ctx = rw.Ctx(ns, defaults)
     bad = 0

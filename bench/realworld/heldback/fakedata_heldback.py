@@ -362,6 +362,7 @@ def tv_weights(path: Path) -> None:
     """A torch hub cache file (~/.cache/torch/hub/checkpoints/NAME) for torchvision's ImageNet
     weights, so that `pretrained=True` finds it and downloads nothing: torchvision's own
     architecture (its Python parts, as the harness installs them), random values, tiny file."""
+    path = path.resolve()  # the child process runs elsewhere
     arch = _TV_CACHE[path.name]
     deps = ROOT / ".realworld_deps"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -374,11 +375,12 @@ def mdistiller_teacher(path: Path) -> None:
     """A CIFAR-100 teacher checkpoint ({'model': state_dict}) where mdistiller looks for it
     (download_ckpts/cifar_teachers/<name>_vanilla/ckpt_epoch_240.pth): the repository's own CIFAR
     ResNet class, built from its file in a child process, random values."""
+    path = path.resolve()  # the child process runs elsewhere
     root = path.parents[3]
     name = path.parent.name.split("_")[0]
     path.parent.mkdir(parents=True, exist_ok=True)
     code = _EXPAND + (f"import resnet\nm = resnet.{name}(num_classes=100)\n"
-                      f"torch.save({{'model': m.state_dict(), 'epoch': 240}}, {str(path)!r})\n")
+                      f"torch.save({{'model': expanded(m.state_dict()), 'epoch': 240}}, {str(path)!r})\n")
     _run_py(code, root, [root / "mdistiller" / "models" / "cifar"])
 
 
