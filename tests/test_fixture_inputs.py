@@ -65,7 +65,7 @@ def test_fixture_set_shape():
     assert len(inputs) - len(RUNNABLE) <= MAX_CUDA_ONLY
 
 
-UNSEEDED = ("190_", "191_", "192_", "193_", "194_", "195_")
+UNSEEDED = ("190_", "191_", "192_", "193_", "194_", "195_", "205_")
 
 
 @pytest.mark.parametrize("path", fixture_inputs(), ids=lambda p: p.parent.name)
