@@ -17,11 +17,12 @@ PARAM_FREE = re.compile(r"^(ReLU\d*|GELU|SiLU|Mish|LeakyReLU|ELU|Tanh|Sigmoid|So
                         r"(Adaptive)?(Max|Avg)Pool\dd|Upsample|ZeroPad\dd|Softplus|Hardswish|Hardtanh)$")
 
 
-def unused_parameters(a: Analysis, bind: cst.CSTNode, entries: list[str] | tuple[str, ...] = ("forward",)) -> list[str]:
+def unused_parameters(a: Analysis, bind: cst.CSTNode, entries: list[str] | tuple[str, ...] = ("forward",), used: set[str] = frozenset()) -> list[str]:
     """Why some parameters of the model built in `bind` may get no gradient in a step, where its
     class is defined in this file: a submodule or parameter its forward (and the other methods
     or submodules trained through the wrapper, `entries`) never reaches, one run under
-    torch.no_grad() in forward. Empty where none is seen (or the class is elsewhere)."""
+    torch.no_grad() in forward. `used`: attributes (self.x) that get their gradient outside forward,
+    read on the way to the loss. Empty where none is seen (or the class is elsewhere)."""
     cls = next((a.classes[n] for c in a.findall(bind, m.Call()) if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes), None)
     if cls is None:
         return []
@@ -37,7 +38,7 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode, entries: list[str] | tuple
                 if not PARAM_FREE.match((dotted(asg.value.func) or "").rsplit(".", 1)[-1]):
                     owned[d] = asg
     # what forward reaches, through the methods it calls on self
-    reached: set[str] = {f"self.{e}" for e in entries if e not in methods}  # a submodule run through the wrapper
+    reached: set[str] = {f"self.{e}" for e in entries if e not in methods} | set(used)  # run through the wrapper, or read in the loss
     no_grad: set[str] = set()
     always: set[str] = set(reached)
     sides: dict[str, set[tuple[int, bool]]] = {}

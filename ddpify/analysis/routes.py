@@ -148,9 +148,49 @@ def _params(fn: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in fn.params.params} | {p.name.value for p in fn.params.kwonly_params}
 
 
-def holder_uses(a: Analysis, fn: cst.FunctionDef, param: str) -> list[cst.CSTNode]:
-    """Reads of a holder's parameter in its body (the wrapper there)."""
-    return [n for n in a.findall(fn.body, m.Name(param)) if a.function_of(n) is fn and not _is_attr_name(a, n)]
+# What DDP itself answers the same way as the wrapped module.
+PASSTHROUGH = {
+    "train", "eval", "parameters", "named_parameters", "zero_grad", "forward", "no_sync", "to", "cuda",
+    "cpu", "training", "requires_grad_", "module", "float", "half", "bfloat16", "double", "type",
+    "register_forward_hook", "register_forward_pre_hook",
+}
+
+
+def module_uses(a: Analysis, r: Route, fn: cst.FunctionDef, param: str) -> list[cst.Name]:
+    """Reads of a holder's parameter (the wrapper there) that need the plain module: every use
+    but its training forwards, what DDP answers like the module (train(), parameters(),
+    no_sync(), ...), handing it on to another holder, and binding the name."""
+    holders = {(id(f), p) for f, p in r.holders}
+    training = {id(tf.call) for tf, _ in r.holder_forwards}
+    out = []
+    for n in a.findall(fn.body, m.Name(param)):
+        if a.function_of(n) is fn and not _is_attr_name(a, n) and not _keeps_wrapper(a, n, holders, training):
+            out.append(n)
+    return out
+
+
+def _keeps_wrapper(a: Analysis, use: cst.Name, holders: set, training: set[int]) -> bool:
+    par = a.parent.get(use)
+    if isinstance(par, cst.Call) and par.func is use:
+        return id(par) in training
+    if isinstance(par, cst.Attribute) and par.value is use:
+        call = a.parent.get(par)
+        if isinstance(call, cst.Call) and call.func is par and id(call) in training:
+            return True  # model.loss(x): routed through the adapter (routing.py)
+        return par.attr.value in PASSTHROUGH
+    if isinstance(par, cst.Arg):
+        call = a.parent.get(par)
+        if isinstance(call, cst.Call):
+            for g in a.functions.get((dotted(call.func) or "").rsplit(".", 1)[-1], []):
+                for p in _params(g):
+                    if (id(g), p) in holders and a.argument_for(call, g, p) is use:
+                        return True
+        return False
+    if isinstance(par, (cst.AssignTarget, cst.Param)) or (isinstance(par, (cst.AugAssign, cst.AnnAssign)) and par.target is use):
+        return True
+    if isinstance(par, cst.Element) and isinstance(a.parent.get(par), (cst.Tuple, cst.List)) and isinstance(a.parent.get(a.parent.get(par)), cst.AssignTarget):
+        return True  # model, opt = ...
+    return False
 
 
 def _is_attr_name(a: Analysis, n: cst.Name) -> bool:

@@ -221,7 +221,7 @@ class WrappingTransform(Transform):
             ctx.finding(part, "DDP038", f"`{code(part.func)}` runs a part of `{name}` directly: a DDP wrapper has no `[ ]`, and a forward that bypasses it syncs no gradients: not wrapped; run the whole model (or give it a forward that does this) and wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name})", False)
             return
         late = lifecycle.late_changes(a, name, place, before=anchor is None)
-        inner = self._descend(ctx, r, late) if late else None
+        inner = self._descend(ctx, r, late) if late or self._holder_needs_module(ctx, r) else None
         if inner is not None:
             # the function that trains it changes it first (moves it to the device): the wrap
             # goes there, after that change, and the caller hands it the plain model
@@ -238,6 +238,20 @@ class WrappingTransform(Transform):
                         f"so the others would train unsynchronised; wrap it by hand in each class, self.ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that", False)
             return
         if not self._routable(ctx, name, r):
+            return
+        methods = sorted({f.method.split(".")[0] for f in r.forwards() if f.method})
+        plain = any(f.method is None for f in r.forwards())
+        build = _build(a, name, bind)
+        outside = self._outside_reads(ctx, name, r)
+        # a parameter read outside forward on the way to the loss gets its gradient there
+        used = {"self." + (dotted(node) or "")[len(dotted(ref) or "") + 1 :].split(".")[0] for node, ref, _ in outside}
+        unused = gradients.unused_parameters(a, build, (["forward"] if plain or not methods else []) + methods, used)
+        dropped = gradients.discarded_outputs(a, name)
+        if dropped:
+            unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
+        if unused and outside:
+            node, _, what = outside[0]
+            ctx.finding(node, "DDP138", f"`{what}` is read outside the forward of `{name}` and its value reaches the loss, while some parameters may get no gradient ({unused[0]}): with find_unused_parameters=True, DDP marks parameters its forward did not use as ready at the forward, and their gradient then arrives a second time at backward (\"Expected to mark a variable ready only once\"): not wrapped; move the computation that reads `{what}` into the model's forward (return it with the output), or make every parameter get a gradient", False)
             return
         wrapper = self._wrapper_name(ctx, name, bind)
         ctx.wrapped[name] = place
@@ -256,17 +270,8 @@ class WrappingTransform(Transform):
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if next({name}.parameters()).is_cuda else {name}\n'
             ))
             ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
-        methods = sorted({f.method.split(".")[0] for f in r.forwards() if f.method})
-        plain = any(f.method is None for f in r.forwards())
-        build = _build(a, name, bind)
-        unused = gradients.unused_parameters(a, build, (["forward"] if plain or not methods else []) + methods)
-        dropped = gradients.discarded_outputs(a, name)
-        if dropped:
-            unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
-        if unused and self._outside_forward(ctx, name, r, unused):
-            return
         extra = ", find_unused_parameters=True" if unused else ""
-        repeat = forwards.repeated_forward(a, name)
+        repeat = forwards.repeated_forward(a, name, methods)
         if repeat is not None and forwards.may_hold_buffers(a, build, ctx.path):
             extra += ", broadcast_buffers=False"
             self._repeat_finding(ctx, name, *repeat)
@@ -297,16 +302,30 @@ class WrappingTransform(Transform):
             ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
 
     @staticmethod
+    def _holder_needs_module(ctx: Context, r) -> bool:
+        """A function handed the wrapper would need the plain module back (`model.state_dict()`,
+        an evaluation, a save inside train(model))."""
+        return any(routes.module_uses(ctx.a, r, fn, p) for fn, p in r.holders)
+
+    @staticmethod
     def _descend(ctx: Context, r, late) -> cst.Param | None:
-        """The parameter to wrap instead, where every change the wrap cannot follow is made by the
-        one function that runs all the training forwards (`train(model)` that moves the model,
-        then trains it): that function's parameter is wrapped after the change."""
+        """The parameter to wrap instead: the one function that runs all the training forwards
+        (`train(model)`) makes every change the wrap cannot follow (it moves the model, then
+        trains it), or uses the model for more than training (saves it, evaluates it): wrapped
+        there, after the change, so every other use keeps the plain model. Not where that
+        function is called in loops within loops (once per batch: a DDP built per call)."""
         a = ctx.a
         if r.direct or len(r.holders) != 1:
             return None
         fn, param = r.holders[0]
         if any((dotted(c.func) or "").rsplit(".", 1)[-1] != fn.name.value for c, _, _ in r.handed):
             return None
+        for c, _, _ in r.handed:
+            loops, cur = 0, a.enclosing_loop(a.statement(c))
+            while cur is not None:
+                loops, cur = loops + 1, a.enclosing_loop(cur)
+            if loops > 1 or (a.function_of(c) is not None and a.function_of(c) is fn):
+                return None
         for node, _ in late:
             inside = a.function_of(node) is fn
             if not inside and not (isinstance(node, cst.Call) and any(node is c for c, _, _ in r.handed)):
@@ -414,7 +433,7 @@ class WrappingTransform(Transform):
             if dotted(ref) == name or routes.reaches(a, r, a.statement(call), ref) is not None:
                 if not any(a.statement(tf.call) is a.statement(call) for tf in r.forwards()):
                     fname = code(call.func)
-                    ctx.finding(call, "DDP139", f"`{name}` is handed to `{fname}`, outside this program, and what it returns reaches the loss: its forward runs in code ddpify does not change, so it cannot run through the DDP wrapper (DDP synchronises gradients only through its own forward): not wrapped; call the model in the script and pass its output to `{fname}`, or, if `{fname}` only calls the model, hand it the wrapper (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}))", False)
+                    ctx.finding(call, "DDP139", f"`{name}` is handed to `{fname}`, outside this program, and what it returns reaches the loss: its forward runs in code ddpify does not change, so it cannot run through the DDP wrapper (DDP synchronises gradients only through its own forward): not wrapped; restructure so that the script calls the model itself (what `{fname}` does around the call can move into the model's forward), then wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and call ddp_{name.rsplit('.', 1)[-1]}(...)", False)
                     return False
         for tf, why in bad:
             node = tf.call if tf is not None else None
@@ -427,18 +446,17 @@ class WrappingTransform(Transform):
             return False
         return True
 
-    def _outside_forward(self, ctx: Context, name: str, r, unused: list[str]) -> bool:
-        """Parameters of the model read outside its forward on the way to the loss (learned loss
-        weights) while some parameters may get no gradient: find_unused_parameters=True marks the
-        former unused at the forward, and their gradient then arrives a second time ("Expected to
-        mark a variable ready only once"). Refused (True) with what to restructure."""
+    @staticmethod
+    def _outside_reads(ctx: Context, name: str, r) -> list:
+        """Parameters of the model read outside its forward on the way to the loss (learned
+        loss weights, a penalty over model.parameters()): (read, model reference, what)."""
         a = ctx.a
-        lf = loss_flow.loss_flow(a)
-        for node, ref, what in lf.outside:
-            if dotted(ref) == name or routes.reaches(a, r, a.statement(node), ref) is not None or any(h[1] == dotted(ref) and a.function_of(node) is h[0] for h in r.holders):
-                ctx.finding(node, "DDP138", f"`{what}` is read outside the forward of `{name}` and its value reaches the loss, while some parameters may get no gradient ({unused[0]}): with find_unused_parameters=True, DDP marks parameters its forward did not use as ready at the forward, and their gradient then arrives a second time at backward (\"Expected to mark a variable ready only once\"): not wrapped; move the computation that reads `{what}` into the model's forward (return it with the output), or make every parameter get a gradient", False)
-                return True
-        return False
+        out = []
+        for node, ref, what in loss_flow.loss_flow(a).outside:
+            holder = any(p == dotted(ref) and a.function_of(node) is fn for fn, p in r.holders)
+            if dotted(ref) == name or holder or routes.reaches(a, r, a.statement(node), ref) is not None:
+                out.append((node, ref, what))
+        return out
 
     @staticmethod
     def _repeat_finding(ctx: Context, name: str, again: cst.Call, backward: cst.Call) -> None:
