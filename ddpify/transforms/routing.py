@@ -34,15 +34,15 @@ class RoutingTransform(Transform):
                 expr = wrapper_at(wrapper, holder)
                 self._route(ctx, tf, node, expr)
                 shown = f"{expr}(..., method=\"{tf.method}\")" if tf.method else f"{expr}(...)"
-                ctx.finding(tf.call, "DDP137", f"`{code(tf.call.func)}(...)` is a training forward (its output reaches backward()): it runs through the DDP wrapper, {shown}, so DDP averages the gradients", True)
+                ctx.finding(tf.call, "DDP137", f"training forward (its output reaches backward()): `{code(tf.call.func)}(...)` runs as {shown}, so DDP averages the gradients", True)
             for tf, param in r.holder_forwards:  # type: ignore[attr-defined]
                 if tf.method is not None or tf.receiver is not tf.call.func:
                     self._route(ctx, tf, tf.receiver, param)
-                    ctx.finding(tf.call, "DDP137", f"`{code(tf.call.func)}(...)` is a training forward of the wrapper `{param}` holds here: it runs as DDP's forward", True)
+                    ctx.finding(tf.call, "DDP137", f"training forward of the wrapper `{param}` holds here: `{code(tf.call.func)}(...)` runs as DDP's forward", True)
             for call, arg, holder in r.handed:  # type: ignore[attr-defined]
                 expr = wrapper_at(wrapper, holder)
                 ctx.edits.replace(arg, lambda n, e=expr: ctx.expr(e))
-                ctx.finding(call, "DDP137", f"{code(call.func)}() runs the training forward of `{code(arg)}`: it gets the DDP wrapper, `{expr}` (the model keeps its name everywhere else)", True)
+                ctx.finding(call, "DDP137", f"{code(call.func)}() runs the training forward of `{code(arg)}`: it gets the DDP wrapper, `{expr}`", True)
 
     @staticmethod
     def _route(ctx: Context, tf, node: cst.CSTNode, expr: str) -> None:

@@ -289,7 +289,7 @@ class WrappingTransform(Transform):
         at.append(ctx.stmt(stmt))
         if unused:
             ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
-        uses = f"; its training forward runs through `{wrapper}`, every other use keeps the plain `{name}` (state dicts, saves, copies, evaluation)"
+        uses = f"; training forwards run through `{wrapper}`, every other use keeps the plain `{name}`"
         if methods:
             uses += f" (`{inner}`: DDP synchronises gradients only through its forward, and `{name}` is trained through {', '.join(f'.{x}()' for x in methods)} too)"
         why = lifecycle.last_change(a, anchor, name) if anchor is not bind and anchor is not None else None
