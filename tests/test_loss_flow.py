@@ -225,3 +225,36 @@ def test_a_per_batch_step_gets_the_wrapper_and_module_only_where_it_reads_the_mo
     """)
     assert "step(ddp_model, opt, x, y)" in r.source and "net.module.out_features" in r.source
     assert "(net(x) - y)" in r.source and "print(model.out_features)" in r.source
+
+
+def test_a_name_bound_to_another_model_before_its_training_forward_is_refused():
+    r = convert("""
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    f = next(f for f in r.findings if f.code == "DDP139")
+    assert f.blocking and "bound to another model" in f.message
+    # a model built again in each pass of a loop is wrapped again in each pass
+    r = convert("""
+        for fold in range(2):
+            model = nn.Linear(4, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = (model(x) - y).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """)
+    assert not r.blocking and "\n    ddp_model = DDP(model)\n" in r.source

@@ -237,7 +237,7 @@ class WrappingTransform(Transform):
                         f"{a.class_of(bind).name.value}), and which one trains is decided at run time: ddpify wraps one model in one place, "
                         f"so the others would train unsynchronised; wrap it by hand in each class, self.ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that", False)
             return
-        if not self._routable(ctx, name, r):
+        if not self._routable(ctx, name, r, place):
             return
         methods = sorted({f.method.split(".")[0] for f in r.forwards() if f.method})
         plain = any(f.method is None for f in r.forwards())
@@ -417,7 +417,7 @@ class WrappingTransform(Transform):
             ctx.helper_texts.append(FORWARD_TO.replace("ForwardTo", name))
         return name
 
-    def _routable(self, ctx: Context, name: str, r) -> bool:
+    def _routable(self, ctx: Context, name: str, r, place: cst.CSTNode) -> bool:
         """Every training forward of the model can name the wrapper where it runs; else say which
         cannot and why (nothing is wrapped: the ranks would train unsynchronised copies)."""
         a = ctx.a
@@ -425,6 +425,8 @@ class WrappingTransform(Transform):
         for tf, node, _ in r.direct:
             if not ctx.editable(tf.call):
                 bad.append((tf, "it is in code marked `# ddpify: skip`/`off`"))
+            elif model_uses.rebound_unwrapped(a, name, place, tf.call):
+                bad.append((tf, f"`{name}` is bound to another model between the wrap and this call, and one wrapper holds one model"))
         for c, arg, _ in r.handed:
             if not ctx.editable(c):
                 bad.append((None, f"the call at line {a.pos[c].start.line} that hands `{name}` to the function running it is marked `# ddpify: skip`/`off`"))
