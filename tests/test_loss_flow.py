@@ -258,3 +258,34 @@ def test_a_name_bound_to_another_model_before_its_training_forward_is_refused():
                 opt.step()
     """)
     assert not r.blocking and "\n    ddp_model = DDP(model)\n" in r.source
+
+
+MODULE_HOLDER = """
+    class Pair(nn.Module):
+        def __init__(self{arg}):
+            super().__init__()
+            self.net = nn.Linear(4, 1)
+            {move}
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+        def step(self, x, y):
+            loss = (self.net(x) - y).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+    pair = {build}
+    for x, y in loader:
+        pair.step(x, y)
+    torch.save(pair.state_dict(), "pair.pt")
+"""
+
+
+def test_a_part_of_an_nn_module_gets_a_wrapper_outside_its_state_dict():
+    r = convert(MODULE_HOLDER.format(arg=", device", move="self.to(device)", build="Pair(device)"))
+    assert 'object.__setattr__(self, "ddp_net", DDP(self.net))' in r.source and "self.ddp_net(x)" in r.source
+    assert r.source.index("self.to(device)") < r.source.index('object.__setattr__(self, "ddp_net"')
+    # moved from outside after __init__ wrapped its part: DDP could not follow
+    r = convert(MODULE_HOLDER.format(arg="", move="pass", build="Pair().to(device)"))
+    f = next(f for f in r.findings if f.code == "DDP036")
+    assert f.blocking and "`self.net`" in f.message and "DDP(" not in r.source

@@ -251,6 +251,8 @@ def changes(a: Analysis, stmt: cst.CSTNode, name: str) -> bool:
     function of the script it is handed to, or (for `self.X`) a method of the class."""
     if any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
         return True
+    if holder_changes(a, stmt, name):
+        return True
     for c in a.findall(stmt, m.Call()):
         fname = dotted(c.func)
         if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
@@ -261,6 +263,46 @@ def changes(a: Analysis, stmt: cst.CSTNode, name: str) -> bool:
             if meth is not None and changes(a, meth.body, name):
                 return True
     return False
+
+
+def holder_changes(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.Call, str]]:
+    """For a part `self.X` of the object whose method holds node: what node does to the whole
+    object that changes its parts too (`self.to(device)`, `self.apply(init)`)."""
+    if not name.startswith("self.") or name.count(".") != 1:
+        return []
+    out = []
+    for c in a.findall(node, m.Call(func=m.Attribute())):
+        attr = c.func.attr.value  # type: ignore[attr-defined]
+        if dotted(c.func.value) == "self" and attr in METHODS and METHODS[attr] not in NEUTRAL | {"structure"}:  # type: ignore[attr-defined]
+            out.append((c, METHODS[attr]))
+    return out
+
+
+def instance_changes(a: Analysis, name: str, cls: cst.ClassDef) -> list[tuple[cst.Call, str]]:
+    """Changes made to instances of cls from outside it, after its __init__ has run: `gan =
+    GAN().to(device)`, `gan.cuda()` move the parts (`self.gen`) __init__ built."""
+    if not name.startswith("self."):
+        return []
+    instances: set[str] = set()
+    out: list[tuple[cst.Call, str]] = []
+    for c in a.calls:
+        if (dotted(c.func) or "").rsplit(".", 1)[-1] != cls.name.value or a.class_of(c) is cls:
+            continue
+        par = a.parent.get(c)
+        if isinstance(par, cst.Attribute) and par.attr.value in METHODS and isinstance(a.parent.get(par), cst.Call):
+            kind = METHODS[par.attr.value]
+            if kind not in NEUTRAL | {"structure"}:
+                out.append((a.parent[par], kind))  # type: ignore[arg-type]
+        for t in getattr(par, "targets", []):
+            if (d := dotted(t.target)) is not None:
+                instances.add(d)
+    for c in a.calls:
+        f = c.func
+        if isinstance(f, cst.Attribute) and dotted(f.value) in instances and f.attr.value in METHODS and a.class_of(c) is not cls:
+            kind = METHODS[f.attr.value]
+            if kind not in NEUTRAL | {"structure"}:
+                out.append((c, kind))
+    return out
 
 
 def _helper_changes(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
@@ -350,6 +392,7 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool
             for node, kind in changes_in(a, s, part):
                 if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
                     out.append((node, kind))
+        out.extend((node, kind) for node, kind in holder_changes(a, s, name) if kind in UNSAFE_AFTER_WRAP)
         for c in a.findall(s, m.Call()):
             fname = dotted(c.func)
             if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
@@ -365,7 +408,9 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool
                 callers = a.callers(meth)
                 if callers and all(a.function_of(c) is afn and a.pos[c].end.line <= aend for c in callers):
                     continue  # set-up methods __init__ calls before the wrap
-                out.extend((n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+                out.extend((n, k) for n, k in changes_in(a, meth.body, name) + holder_changes(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+        if cls is not None and afn.name.value == "__init__":
+            out.extend((n, k) for n, k in instance_changes(a, name, cls) if k in UNSAFE_AFTER_WRAP)
     seen: set[int] = set()
     uniq = []
     for n, k in out:

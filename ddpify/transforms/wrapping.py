@@ -229,7 +229,7 @@ class WrappingTransform(Transform):
             return
         if late:
             for node, kind in late:
-                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after its first training forward, and DDP cannot follow that change once it holds the model (it fixed the parameters, their device and which need gradients when it was built): not wrapped; make the change before training starts, or build the wrapper again after it (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), no device_ids: it follows the model's device)", False)
+                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped (line {a.pos[place].start.line}, before its first training forward), and DDP cannot follow that change once it holds the model (it fixed the parameters, their device and which need gradients when it was built): not wrapped; make the change before training starts, or build the wrapper again after it (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), no device_ids: it follows the model's device)", False)
             return
         others = self._other_trainers(a, name, bind)
         if others:
@@ -291,7 +291,7 @@ class WrappingTransform(Transform):
             ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
         uses = f"; training forwards run through `{wrapper}`, every other use keeps the plain `{name}`"
         if methods:
-            uses += f" (`{inner}`: DDP synchronises gradients only through its forward, and `{name}` is trained through {', '.join(f'.{x}()' for x in methods)} too)"
+            uses += f" (`{inner}` runs {', '.join(f'.{x}()' for x in methods)} as DDP's forward: DDP synchronises gradients only through its forward)"
         why = lifecycle.last_change(a, anchor, name) if anchor is not bind and anchor is not None else None
         if why:
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why}){uses}", True)
@@ -483,6 +483,14 @@ class WrappingTransform(Transform):
         a = ctx.a
         origins = _origins(a, name, bind)
         names = {name, "self"} | {d for o in origins if (d := dotted(o)) is not None}
+        cls = a.class_of(bind) if name.startswith("self.") else None
+        if cls is not None and self._module_class(a, cls):
+            # a part of a module that is placed whole: gan = GAN().to(device) moves self.gen
+            for c in a.calls:
+                if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value:
+                    if isinstance(a.parent.get(c), cst.Attribute) and a.parent[c].attr.value in PLACEMENT_METHODS:
+                        return True
+                    names |= {dotted(t.target) for t in getattr(a.parent.get(c), "targets", [])} - {None}
         names |= {dotted(t.target) for o in origins if isinstance(o, cst.SimpleStatementLine) for asg in o.body if isinstance(asg, cst.Assign) for t in asg.targets}
         for c in a.calls:
             f = c.func
