@@ -37,6 +37,8 @@ UNSAFE_AFTER_WRAP = {"move", "init", "freeze", "structure", "syncbn"}
 # loaded weights are the same on every rank, before or after the wrap (there through .module):
 # they do not move it (with --amp apex, amp state must be restored after amp.initialize)
 NEUTRAL = {"load"}
+# nn.Module's own methods that change nothing DDP holds (the model's class may not override them)
+MODULE_API = {"train", "eval", "forward", "parameters", "named_parameters", "state_dict", "modules", "children", "zero_grad"}
 RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_"}
 FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
 WHAT = {
@@ -100,8 +102,8 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
     if isinstance(f, cst.Attribute):
         base = _resolve(a, _path(f.value), c, name)
         attr = f.attr.value
-        if base == name and attr not in METHODS and attr in a.functions:
-            return _own_method_change(a, attr)  # the model's own init_weights(), not init_hidden()
+        if base == name and attr not in METHODS and attr not in MODULE_API and attr in a.functions:
+            return _own_method_change(a, f.value, attr)  # the model's own init_weights(), not init_hidden()
         if attr in METHODS and _under(base, name):
             if METHODS[attr] == "move" and base != name:
                 return None  # a submodule's buffer or a tensor copy, not the model's placement
@@ -121,18 +123,22 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
     return None
 
 
-def _own_method_change(a: Analysis, attr: str, depth: int = 0) -> str | None:
-    """What a method of the script's own classes called `attr` does to its object: its body read,
-    not its name (`init_hidden` that only returns fresh zeros changes nothing)."""
+def _own_method_change(a: Analysis, ref: cst.CSTNode | None, attr: str, depth: int = 0) -> str | None:
+    """What the model's own method `attr` does to it: its body read, not its name (`init_hidden`
+    that only returns fresh zeros changes nothing), in the model's class where ddpify can tell
+    which that is, else in any class of the script that defines it."""
+    from ddpify.analysis.loss_flow import model_class
+
+    cls = model_class(a, ref) if ref is not None else None
     kinds: list[str] = []
     for meth in a.functions.get(attr, []):
-        if a.class_of(meth) is None:
+        if a.class_of(meth) is None or (cls is not None and a.class_of(meth) is not cls):
             continue
         kinds += [k for _, k in changes_in(a, meth.body, "self") if k not in ("attr", "rebind", "load")]
         for c in a.findall(meth.body, m.Call()):
             d = dotted(c.func) or ""
             if depth < 3 and d.startswith("self.") and d.count(".") == 1 and d[5:] in a.functions and d[5:] != attr:
-                inner = _own_method_change(a, d[5:], depth + 1)
+                inner = _own_method_change(a, None, d[5:], depth + 1)
                 if inner:
                     kinds.append(inner)
     for k in ("freeze", "init", "structure", "move", "syncbn", "inplace"):

@@ -229,7 +229,7 @@ class WrappingTransform(Transform):
             return
         if late:
             for node, kind in late:
-                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped (line {a.pos[place].start.line}, before its first training forward), and DDP cannot follow that change once it holds the model (it fixed the parameters, their device and which need gradients when it was built): not wrapped; make the change before training starts, or build the wrapper again after it (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), no device_ids: it follows the model's device)", False)
+                ctx.finding(node, "DDP036", f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped (before its first training forward), and DDP cannot follow that change once it holds the model (it fixed the parameters, their device and which need gradients when it was built): not wrapped; make the change before training starts, or build the wrapper again after it (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), no device_ids: it follows the model's device)", False)
             return
         others = self._other_trainers(a, name, bind)
         if others:
@@ -429,7 +429,7 @@ class WrappingTransform(Transform):
                 bad.append((tf, f"`{name}` is bound to another model between the wrap and this call, and one wrapper holds one model"))
         for c, arg, _ in r.handed:
             if not ctx.editable(c):
-                bad.append((None, f"the call at line {a.pos[c].start.line} that hands `{name}` to the function running it is marked `# ddpify: skip`/`off`"))
+                bad.append((None, f"the call `{code(c.func)}(...)` that hands `{name}` to the function running it is marked `# ddpify: skip`/`off`"))
         lf = loss_flow.loss_flow(a)
         for call, ref in lf.foreign:
             if dotted(ref) == name or routes.reaches(a, r, a.statement(call), ref) is not None:
