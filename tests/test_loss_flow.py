@@ -289,3 +289,33 @@ def test_a_part_of_an_nn_module_gets_a_wrapper_outside_its_state_dict():
     r = convert(MODULE_HOLDER.format(arg="", move="pass", build="Pair().to(device)"))
     f = next(f for f in r.findings if f.code == "DDP036")
     assert f.blocking and "`self.net`" in f.message and "DDP(" not in r.source
+
+
+RUNNER = """
+    class Runner:
+        def __init__(self):
+            self.net = nn.Linear(4, 1).to(device)
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def make_runner():
+        return Runner()
+
+    runner = {build}
+    for x, y in loader:
+        loss = (runner.net(x) - y).pow(2).mean()
+        runner.opt.zero_grad()
+        loss.backward()
+        runner.opt.step()
+    torch.save(runner.net.state_dict(), "net.pt")
+"""
+
+
+def test_an_instance_attribute_trained_outside_its_class():
+    for build in ("Runner()", "make_runner()"):
+        r = convert(RUNNER.format(build=build))
+        assert "self.ddp_net = DDP(self.net)" in r.source and "loss = (runner.ddp_net(x) - y)" in r.source, build
+        assert 'torch.save(runner.net.state_dict(), "net.pt")' in r.source
+    # an object ddpify cannot tie to the class that wraps its model: refused, not left unsynchronised
+    r = convert(RUNNER.format(build="{'a': Runner()}['a']"))
+    f = next(f for f in r.findings if f.code == "DDP139")
+    assert f.blocking and "`runner.net`" in f.message

@@ -69,10 +69,18 @@ def model_ref(a: Analysis, node: cst.CSTNode) -> cst.BaseExpression | None:
     cur = node
     found = None
     while isinstance(cur, (cst.Name, cst.Attribute)):
-        if a.is_model_ref(cur) or (isinstance(cur, cst.Name) and alias_of(a, cur) is not None):
+        if a.is_model_ref(cur) or (isinstance(cur, cst.Name) and alias_of(a, cur) is not None) or _instance_attribute(a, cur):
             found = cur
         cur = cur.value if isinstance(cur, cst.Attribute) else None
     return found  # type: ignore[return-value]
+
+
+def _instance_attribute(a: Analysis, node: cst.CSTNode) -> bool:
+    """`trainer.model`: an object's attribute under the name a class binds its model to
+    (`self.model`), read from outside the class."""
+    if not isinstance(node, cst.Attribute) or dotted(node.value) in (None, "self"):
+        return False
+    return f"self.{node.attr.value}" in a.models
 
 
 def alias_of(a: Analysis, name: cst.Name) -> cst.BaseExpression | None:

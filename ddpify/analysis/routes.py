@@ -62,6 +62,13 @@ def _route_forward(a: Analysis, r: Route, bind: cst.CSTNode, tf: TrainingForward
             r.holder_forwards.append((tf, recv.value))
         elif found is None:
             r.unresolved.append((tf, f"`{recv.value}` is a parameter of {fn.name.value}(), and a caller hands it a model ddpify cannot follow"))
+        return
+    d = dotted(recv) or ""
+    attr = r.name.split(".", 1)[1] if r.cls is not None else None
+    if d == r.name or (attr is not None and isinstance(recv, cst.Attribute) and recv.attr.value == attr and "." not in attr):
+        # the model's name, where its wrapper is not in scope: another function's own `model`,
+        # an instance's attribute ddpify cannot tie to the class that wraps it
+        r.unresolved.append((tf, f"`{d}` names the model here, where its wrapper is not in scope"))
 
 
 def _hand(a: Analysis, r: Route, bind: cst.CSTNode, fn: cst.FunctionDef, param: str, depth: int) -> bool | None:
@@ -126,12 +133,24 @@ def reaches(a: Analysis, r: Route, bind: cst.CSTNode, node: cst.CSTNode) -> tupl
 
 
 def _instance_of(a: Analysis, name: cst.Name, cls: cst.ClassDef) -> bool:
+    """`name` holds an instance of cls: built by it, or by a function of the script that returns one."""
     fn = a.function_of(name)
     for asg in a.assigns:
         if not isinstance(asg, cst.Assign) or a.function_of(asg) not in (fn, None) or not isinstance(asg.value, cst.Call):
             continue
-        if any(dotted(t.target) == name.value for t in asg.targets) and (dotted(asg.value.func) or "").rsplit(".", 1)[-1] == cls.name.value:
+        if any(dotted(t.target) == name.value for t in asg.targets) and _builds(a, asg.value, cls, 0):
             return True
+    return False
+
+
+def _builds(a: Analysis, call: cst.Call, cls: cst.ClassDef, depth: int) -> bool:
+    last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    if last == cls.name.value:
+        return True
+    for f in a.functions.get(last, []) if depth < 3 else []:
+        for ret in a.findall(f.body, m.Return()):
+            if isinstance(ret.value, cst.Call) and _builds(a, ret.value, cls, depth + 1):
+                return True
     return False
 
 
