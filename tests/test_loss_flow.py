@@ -60,9 +60,9 @@ def test_through_list_appends_detach_and_result_attributes():
         G, D = nn.Linear(4, 4).to(device), nn.Linear(4, 1).to(device)
         opt = torch.optim.SGD(list(G.parameters()) + list(D.parameters()), lr=0.1)
         for x, y in loader:
-            fake = G(x)
+            fake = G(x).detach()
             losses = []
-            losses.append(D(fake.detach()).mean())
+            losses.append(D(fake).mean())
             stats = D(x)
             losses.append(stats.mean())
             loss = sum(losses)
@@ -70,8 +70,8 @@ def test_through_list_appends_detach_and_result_attributes():
             loss.backward()
             opt.step()
     """)
-    # G's output reaches this backward only through .detach(): not G's training forward here
-    assert got == ["D(fake.detach())", "D(x)"]
+    # G's output is detached where it is made: not G's training forward here
+    assert got == ["D(fake)", "D(x)"]
 
 
 def test_attributes_set_in_another_method():
@@ -319,3 +319,39 @@ def test_an_instance_attribute_trained_outside_its_class():
     r = convert(RUNNER.format(build="{'a': Runner()}['a']"))
     f = next(f for f in r.findings if f.code == "DDP139")
     assert f.blocking and "`runner.net`" in f.message
+
+
+def test_a_forward_in_the_step_the_walk_cannot_follow_still_counts():
+    # setattr hides the value from the walk: the call in the step still runs through the wrapper
+    got = forwards("""
+        import types
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        box = types.SimpleNamespace()
+        for x, y in loader:
+            setattr(box, "out", model(x))
+            loss = (box.out - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    assert got == ["model(x)"]
+
+
+def test_a_model_no_forward_of_which_reaches_a_backward_is_not_wrapped():
+    r = convert("""
+        teacher = nn.Linear(4, 1).to(device)
+        t_opt = torch.optim.SGD(teacher.parameters(), lr=0.1)  # built, never stepped here
+        model = nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            with torch.no_grad():
+                target = teacher(x)
+            loss = (model(x) - target).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    assert "ddp_model = DDP(model)" in r.source and "DDP(teacher" not in r.source and not r.blocking
+    f = next(f for f in r.findings if f.code == "DDP030" and "`teacher`" in f.message)
+    assert not f.fixed and "no call of it reaches a backward()" in f.message

@@ -113,6 +113,12 @@ def alias_of(a: Analysis, name: cst.Name) -> cst.BaseExpression | None:
     return found
 
 
+def _detached(a: Analysis, call: cst.Call) -> bool:
+    """`G(z).detach()`: the output is cut from autograd where it is made."""
+    par = a.parent.get(call)
+    return isinstance(par, cst.Attribute) and par.attr.value in STOPS and isinstance(a.parent.get(par), cst.Call)
+
+
 def no_grad(a: Analysis, node: cst.CSTNode) -> bool:
     cur = a.parent.get(node)
     while cur is not None:
@@ -137,8 +143,25 @@ class _Walk:
         a = self.a
         for step in a.steps:
             self.visit(step.loss_expr, a.function_of(step.stmt))
+        self._in_steps()
         self.out.forwards.sort(key=lambda f: a._order.get(id(f.call), 0))
         return self.out
+
+    def _in_steps(self) -> None:
+        """Calls of a model between the previous backward of a step's block and its backward,
+        with gradients on, whose value the walk did not follow to the loss: counted as training
+        forwards too (a forward through the wrapper that reaches no backward costs nothing; one
+        left out of it would train unsynchronised)."""
+        a = self.a
+        for step in a.steps:
+            body = list(step.block.body)  # type: ignore[attr-defined]
+            if step.forward_first not in body:
+                continue
+            for s in body[body.index(step.forward_first) : body.index(step.stmt) + 1]:
+                for c in a.findall(s, m.Call()):
+                    if a.is_model_ref(c.func) and id(c) not in self.found and not no_grad(a, c) and not _detached(a, c):
+                        self.found.add(id(c))
+                        self.out.forwards.append(TrainingForward(c, c.func, None))
 
     # -- expressions --------------------------------------------------------------------
     def visit(self, node: cst.CSTNode | None, fn: cst.FunctionDef | None) -> None:

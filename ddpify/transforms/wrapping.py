@@ -442,9 +442,9 @@ class WrappingTransform(Transform):
             ctx.finding(node, "DDP139", f"a training forward of `{name}` cannot run through the DDP wrapper: {why}; the ranks would train unsynchronised copies: not wrapped; run that forward through a wrapper by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name})", False)
         if bad:
             return False
-        if not r.direct and not r.handed and a.steps:
-            # a model the optimizer trains whose output reaches no backward ddpify can follow
-            ctx.finding(bind_or_none(a, name), "DDP139", f"no call of `{name}` whose output reaches a backward() was found, so ddpify cannot tell which forward to run through DDP (it synchronises gradients only through its own forward): not wrapped; wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run the training forward through that", False)
+        if not r.direct and not r.handed:
+            # an optimizer over it, but no forward of it reaches a backward: nothing to synchronise
+            ctx.finding(bind_or_none(a, name), "DDP030", f"`{name}` has an optimizer, but no call of it reaches a backward() in this program: not wrapped (its parameters get no gradient to average)", False)
             return False
         return True
 
