@@ -27,12 +27,11 @@ class Route:
     direct: list[tuple[TrainingForward, cst.BaseExpression, str]] = field(default_factory=list)  # (forward, node to replace, holder)
     handed: list[tuple[cst.Call, cst.BaseExpression, str]] = field(default_factory=list)  # (call, argument to replace, holder)
     holders: list[tuple[cst.FunctionDef, str]] = field(default_factory=list)  # functions whose parameter is the wrapper
+    holder_forwards: list[tuple[TrainingForward, str]] = field(default_factory=list)  # forwards run by a holder's parameter
     unresolved: list[tuple[TrainingForward, str]] = field(default_factory=list)
 
     def forwards(self) -> list[TrainingForward]:
         return [f for f, _, _ in self.direct] + [f for f, _ in self.holder_forwards]
-
-    holder_forwards: list[tuple[TrainingForward, str]] = field(default_factory=list)  # forwards run by a holder's parameter
 
     def sites(self) -> list[cst.CSTNode]:
         """Every node the wrapper is needed at, in the scope that wraps it or below."""
