@@ -77,6 +77,7 @@ Continue = _factory("Continue")
 CompIf = _factory("CompIf")
 CompFor = _factory("CompFor")
 Subscript = _factory("Subscript")
+NamedExpr = _factory("NamedExpr")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

@@ -66,8 +66,8 @@ for epoch in range(2):  # then probabilities scored with BCE
 def test_step_with_a_loss_on_probabilities_gets_no_autocast_by_default():
     result = convert_source(TWO_STAGES)
     assert result.source.count("with torch.autocast(") == 1  # the regression step only
-    assert "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = model(" in result.source
-    assert "        probs = torch.sigmoid(model(x.to(device, non_blocking=True)))\n" in result.source
+    assert "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = ddp_model(" in result.source
+    assert "        probs = torch.sigmoid(ddp_model(x.to(device, non_blocking=True)))\n" in result.source
     assert "in_float32" not in result.source
     notes = [f for f in result.findings if f.code == "DDP044"]
     bce_line = TWO_STAGES.splitlines().index("        loss = F.binary_cross_entropy(probs, y.to(device))") + 1
@@ -101,8 +101,8 @@ def test_asked_for_the_op_alone_runs_in_float32_in_any_statement(amp):
     result = convert_source(STATEMENT_KINDS, Options(amp=amp))
     src = result.source
     assert '    return in_float32(F.binary_cross_entropy)(torch.sigmoid(net(x)), y, reduction="sum") / len(x)\n' in src
-    assert "loss += sum(in_float32(criterion)(torch.sigmoid(model(xi)), yi) for xi, yi in halves)" in src
-    assert "loss = loss + (in_float32(criterion)(torch.sigmoid(model(x)), y) if epoch else 0.0)" in src
+    assert "loss += sum(in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi) for xi, yi in halves)" in src
+    assert "loss = loss + (in_float32(criterion)(torch.sigmoid(ddp_model(x)), y) if epoch else 0.0)" in src
     assert "enabled=False" in src.split("def in_float32", 1)[1]  # the only autocast-off region
     assert src.count("enabled=False") == 1
     assert _codes(result, fixed=True).count("DDP044") == 3 and "DDP040" in _codes(result, fixed=True)
@@ -118,9 +118,9 @@ def test_model_calls_in_the_ops_arguments_keep_autocast_under_cpu_bf16(tmp_path)
     ok = _run_under_cpu_bf16(out, tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "[Epoch 2/3]" in ok.stdout
-    new = "            g_loss = in_float32(adversarial_loss)(discriminator(gen_imgs), valid)\n"
+    new = "            g_loss = in_float32(adversarial_loss)(ddp_discriminator(gen_imgs), valid)\n"
     old = ("            with torch.autocast(LOCAL_DEVICE.type, enabled=False):\n"
-           "                g_loss = adversarial_loss(discriminator(gen_imgs).float(), valid.float())\n")
+           "                g_loss = adversarial_loss(ddp_discriminator(gen_imgs).float(), valid.float())\n")
     assert new in out
     before = _run_under_cpu_bf16(out.replace(new, old), tmp_path)
     assert before.returncode != 0 and "must have the same dtype" in before.stderr
@@ -137,8 +137,8 @@ def test_script_with_its_own_in_float32_keeps_it():
     src = "def in_float32(x):\n    return x.float()\n\n\n" + STATEMENT_KINDS.replace("bce_sum(model, x, y)", "in_float32(bce_sum(model, x, y))")
     result = convert_source(src, Options(amp="bf16"))
     assert "def ddpify_in_float32(op):" in result.source and "def in_float32(x):" in result.source
-    assert "ddpify_in_float32(criterion)(torch.sigmoid(model(xi)), yi)" in result.source
-    assert "loss = in_float32(bce_sum(model, x, y))" in result.source
+    assert "ddpify_in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi)" in result.source
+    assert "loss = in_float32(bce_sum(ddp_model, x, y))" in result.source
     assert "DDP004" in _codes(result)
 
 

@@ -65,7 +65,7 @@ def test_cpu_program_has_no_cuda_and_no_precision():
         assert res.status == "converted" and res.changed
         assert "cuda" not in res.source.lower(), res.source
         assert "autocast" not in res.source and "SCALER" not in res.source
-        assert 'init_process_group("gloo")' in res.source and "model = DDP(model)\n" in res.source
+        assert 'init_process_group("gloo")' in res.source and "ddp_model = DDP(model)\n" in res.source
         codes = {f.code: f for f in res.findings}
         assert not codes["DDP120"].blocking and not codes["DDP121"].blocking
 

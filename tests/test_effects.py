@@ -159,7 +159,7 @@ def test_file_handler_writes_to_devnull_elsewhere():
 
 def test_one_line_if_writer_is_guarded_whole():
     res = convert(LOOP + 'if loss.item() < 1: torch.save(model.state_dict(), "best.pt")\n')
-    assert 'if RANK == 0:\n    if loss.item() < 1: torch.save(model.module.state_dict(), "best.pt")\n' in res.source
+    assert 'if RANK == 0:\n    if loss.item() < 1: torch.save(model.state_dict(), "best.pt")\n' in res.source
 
 
 def test_writer_that_cannot_be_guarded_is_reported():

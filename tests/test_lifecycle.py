@@ -1,5 +1,6 @@
 """The model's lifecycle: where the wrap goes, changes it cannot be placed after (DDP036), and
-uses after the wrap that need the plain module. Blocking cases have no fixture pair (their output
+the two names: the wrapper (`ddp_model`) for the training forward, the plain module for every
+other use. Blocking cases have no fixture pair (their output
 is the unchanged input once blocking findings leave the file untouched), so they are here."""
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def test_load_after_training_is_not_a_late_change():
         fit(model, opt)
         model.load_state_dict(torch.load("best.pt"))
     """)
-    assert "DDP036" not in codes(r) and "model.module.load_state_dict" in r.source
+    assert "DDP036" not in codes(r) and "fit(ddp_model, opt)" in r.source
+    assert "\nmodel.load_state_dict(torch.load(" in r.source and ".module" not in r.source
 
 
 def test_model_in_a_dict_is_named_for_a_manual_wrap():
@@ -151,7 +153,7 @@ def test_model_in_a_dict_is_named_for_a_manual_wrap():
     assert 'nets["G"]' in f.message and "DDP(" not in r.source
 
 
-def test_reloaded_model_is_plain_and_its_helper_unwraps_at_the_caller():
+def test_reloaded_model_and_its_helper_stay_plain():
     r = convert("""
         def width(net):
             return net.out_features
@@ -164,11 +166,12 @@ def test_reloaded_model_is_plain_and_its_helper_unwraps_at_the_caller():
         model.load_state_dict(torch.load("m.pt"))
         print(width(model), model.out_features)
     """)
-    assert "print(width(model.module))" in r.source
-    assert "print(width(model), model.out_features)" in r.source and "net.module" not in r.source
+    # the helper reads an attribute: the plain model before and after the reload, no .module
+    assert r.source.count("print(width(model))") == 1 and "print(width(model), model.out_features)" in r.source
+    assert "fit(ddp_model, opt)" in r.source and ".module" not in r.source
 
 
-def test_trainer_instance_model_is_unwrapped_outside_the_class():
+def test_trainer_instance_model_stays_plain_outside_the_class():
     r = convert("""
         class Trainer:
             def __init__(self):
@@ -183,8 +186,9 @@ def test_trainer_instance_model_is_unwrapped_outside_the_class():
         torch.save(trainer.model.state_dict(), "last.pt")
         print(trainer.model.out_features)
     """)
-    assert "self.model = DDP(self.model" in r.source
-    assert "trainer.model.module.state_dict()" in r.source and "trainer.model.module.out_features" in r.source
+    assert "self.ddp_model = DDP(self.model" in r.source and "fit(self.ddp_model, self.opt)" in r.source
+    assert "trainer.model.state_dict()" in r.source and "trainer.model.out_features" in r.source
+    assert ".module" not in r.source
 
 
 def test_setup_method_called_in_init_moves_the_wrap_after_it():
@@ -205,7 +209,7 @@ def test_setup_method_called_in_init_moves_the_wrap_after_it():
         Trainer().fit()
     """)
     assert "DDP036" not in codes(r)
-    assert line_of(r, "self.model = DDP(self.model") == line_of(r, "self._place_model()") + 1
+    assert line_of(r, "self.ddp_model = DDP(self.model") == line_of(r, "self._place_model()") + 1
 
 
 def test_same_placement_again_in_the_loop_is_not_a_late_change():
@@ -260,8 +264,8 @@ def test_traces_and_graphs_take_the_plain_module():
         writer.add_graph(model, torch.randn(1, 4))
         traced = torch.jit.trace(model, torch.randn(1, 4))
     """)
-    assert "writer.add_graph(model.module, torch.randn(1, 4))" in r.source
-    assert "torch.jit.trace(model.module, torch.randn(1, 4))" in r.source
+    assert "writer.add_graph(model, torch.randn(1, 4))" in r.source
+    assert "torch.jit.trace(model, torch.randn(1, 4))" in r.source and ".module" not in r.source
 
 
 def test_fully_frozen_backbone_is_not_wrapped_and_the_head_is():
@@ -319,7 +323,7 @@ def test_head_used_on_some_steps_sets_find_unused_parameters():
     assert "find_unused_parameters=True)" in r.source
 
 
-def test_helper_called_before_and_after_the_wrap_gets_the_plain_module():
+def test_helper_called_before_and_after_the_wrap_gets_the_plain_model():
     r = convert("""
         def width(net):
             return net.out_features
@@ -331,8 +335,8 @@ def test_helper_called_before_and_after_the_wrap_gets_the_plain_module():
         fit(model, opt)
         print(width(model))
     """)
-    assert r.source.index("print(width(model))") < r.source.index("model = DDP(model") < r.source.index("print(width(model.module))")
-    assert "net.module" not in r.source
+    assert r.source.index("print(width(model))") < r.source.index("ddp_model = DDP(model") < r.source.index("fit(ddp_model, opt)")
+    assert r.source.count("print(width(model))") == 2 and ".module" not in r.source
 
 
 def test_function_reading_the_global_model_before_and_after_a_reload():
@@ -349,7 +353,9 @@ def test_function_reading_the_global_model_before_and_after_a_reload():
         model = torch.load("whole_model.pt")
         print(evaluate())
     """)
-    assert 'getattr(model, "module", model).out_features' in r.source
+    # evaluation under no_grad reads the plain model, wrapped or reloaded alike
+    assert "+ model.out_features" in r.source and "return model(torch.randn(2, 4))" in r.source
+    assert ".module" not in r.source and "fit(ddp_model, opt, epochs=1)" in r.source
 
 
 def test_syncbn_conversion_before_training_moves_the_wrap_and_after_it_blocks():
@@ -395,9 +401,10 @@ def test_discarded_training_outputs_set_find_unused_parameters():
     assert "outputs of model(...) are discarded" in f.message and "find_unused_parameters=True)" in r.source
 
 
-def test_a_method_taking_a_local_name_for_the_wrapped_attribute_unwraps_through_it():
+def test_a_local_name_for_the_wrapped_attribute_routes_its_training_forward():
     """minGPT's run(): `model, config = self.model, self.config` after __init__ wrapped
-    self.model: a method of the model itself is reached through .module."""
+    self.model: the local alias keeps the plain model for the model's own methods, and its
+    training forward runs through self.ddp_model."""
     from ddpify import convert_source
 
     src = '''import torch
@@ -424,6 +431,6 @@ class Trainer:
                 self.optimizer.step()
 '''
     out = convert_source(src).source
-    assert "self.model = DDP(self.model" in out, out
-    assert "model.module.describe(config)" in out, out
-    assert "model.module(x" not in out  # the forward stays on the wrapper
+    assert "self.ddp_model = DDP(self.model" in out, out
+    assert "        model.describe(config)\n" in out, out
+    assert "loss = ((self.ddp_model(x.to(self.device" in out and ".module" not in out

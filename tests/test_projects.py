@@ -348,7 +348,7 @@ def test_names_another_file_imports_are_not_the_entrys(tmp_path):
     result = convert_project(str(tmp_path / "train.py"))
     assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
     out = {Path(r.path).name: r.output for r in result.files}["train.py"]
-    assert "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out and "model = DDP(model)" in out
+    assert "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out and "ddp_model = DDP(model)" in out
     assert "import torch.distributed as dist\n" in out and "dist.destroy_process_group()" in out
     from ddpify.undefined import unbound_reads
 

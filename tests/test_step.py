@@ -67,7 +67,7 @@ for epoch in range(2):
     assert "DDP044" in _codes(result, fixed=False)
     # asked for: the op alone leaves autocast, in the one statement of forward and loss
     result = convert_source(src, Options(amp="bf16", ignore=CPU_OK.ignore))
-    assert "        loss = in_float32(criterion)(torch.sigmoid(model(x)), y)\n" in result.source
+    assert "        loss = in_float32(criterion)(torch.sigmoid(ddp_model(x)), y)\n" in result.source
     assert "DDP044" in _codes(result, fixed=True) and "DDP043" not in _codes(result)
 
 

@@ -102,7 +102,7 @@ def ddp_line(code: str) -> str:
 
 def test_wrap_has_no_device_ids_and_the_group_has_gloo_for_cpu_tensors():
     code, findings = convert(ONE_FORWARD)
-    assert ddp_line(code) == "model = DDP(model)"
+    assert ddp_line(code) == "ddp_model = DDP(model)"
     assert "device_ids" not in code.split("ddp_setup()")[-1]
     # CUDA tensors through NCCL, the CPU tensors of a model kept on the CPU through gloo
     assert 'backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE' in code
@@ -122,7 +122,7 @@ def test_cpu_program_still_maps_everything_to_the_cpu():
     code, findings = convert(ONE_FORWARD, script)
     assert "DDP120" in {f.code for f in findings}
     assert 'map_location=LOCAL_DEVICE' in code
-    assert ddp_line(code) == "model = DDP(model)"
+    assert ddp_line(code) == "ddp_model = DDP(model)"
 
 
 def test_sync_bn_follows_the_model_device():
@@ -134,7 +134,7 @@ def test_sync_bn_follows_the_model_device():
                          ids=["two-sites", "loop", "two-backwards", "no-grad-after"])
 def test_repeated_forward_gets_broadcast_buffers_false(step):
     code, findings = convert(step)
-    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
     notes = [f for f in findings if f.code == "DDP136"]
     assert len(notes) == 1 and notes[0].fixed
     assert "rank 0's are the ones saved" in notes[0].message
@@ -144,7 +144,7 @@ def test_repeated_forward_gets_broadcast_buffers_false(step):
                          ids=["if-else", "each-forward-its-backward", "no-grad-first"])
 def test_one_forward_per_backward_keeps_the_broadcast(step):
     code, findings = convert(step)
-    assert ddp_line(code) == "model = DDP(model)"
+    assert ddp_line(code) == "ddp_model = DDP(model)"
     assert "DDP136" not in {f.code for f in findings}
 
 
@@ -152,7 +152,7 @@ def test_model_without_buffers_keeps_the_broadcast():
     # its code is read: Linear layers only, nothing to broadcast, so nothing to change
     script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8), ", "")
     code, findings = convert(TWO_FORWARDS, script)
-    assert ddp_line(code) == "model = DDP(model)"
+    assert ddp_line(code) == "ddp_model = DDP(model)"
     assert "DDP136" not in {f.code for f in findings}
 
 
@@ -160,12 +160,12 @@ def test_model_whose_code_is_not_read_is_assumed_to_hold_buffers():
     script = FLAG_SCRIPT.replace("import torch\n", "import torch\nimport torchvision\n").replace(
         "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))", "torchvision.models.resnet18()")
     code, findings = convert(TWO_FORWARDS, script)
-    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
 
 
 def test_sync_bn_note_says_what_happens():
     code, findings = convert(TWO_FORWARDS, sync_bn=True)
-    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
     note = next(f for f in findings if f.code == "DDP136")
     assert "computed over all ranks" in note.message
 
@@ -175,7 +175,7 @@ def test_repeated_forward_in_a_helper_the_model_is_handed_to():
                                  "    loss = ((net(x) - y) ** 2).mean() + ((net(-x) - y) ** 2).mean()\n"
                                  "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n\n\nfor epoch in range(2):")
     code, findings = convert("        train_step(model, x, y)\n", script)
-    assert ddp_line(code) == "model = DDP(model, broadcast_buffers=False)"
+    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
     note = next(f for f in findings if f.code == "DDP136")
     assert re.search(r"`model` runs a second time here", note.message)
 

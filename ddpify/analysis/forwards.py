@@ -21,17 +21,18 @@ BUFFERED = re.compile(r"^(Lazy)?(Sync)?(BatchNorm|InstanceNorm)\dd?$|^spectral_n
 LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
-def repeated_forward(a: Analysis, name: str) -> tuple[cst.Call, cst.Call] | None:
+def repeated_forward(a: Analysis, name: str, methods: list[str] | tuple[str, ...] = ()) -> tuple[cst.Call, cst.Call] | None:
     """(a later forward of the model, the backward it precedes) where the model runs again, or
     in a loop, between the previous backward of the same block and this one; None if each
     backward follows one forward. Forwards in the two arms of one if/else count once, and one
-    under torch.no_grad() saves nothing for backward: it harms only a forward before it."""
+    under torch.no_grad() saves nothing for backward: it harms only a forward before it. `methods`:
+    the model's methods that also run as DDP's forward (model.encode(x) through the wrapper)."""
     for step in a.steps:
         names = _names_in(a, name, a.function_of(step.stmt))
         body = list(step.block.body)  # type: ignore[attr-defined]
         idx = body.index(step.stmt)
         start = next((k + 1 for k in range(idx - 1, -1, -1) if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward"))))), 0)
-        calls = [c for s in body[start : idx + 1] for c in a.findall(s, m.Call()) if _forward_of(c, names)]
+        calls = [c for s in body[start : idx + 1] for c in a.findall(s, m.Call()) if _forward_of(c, names, methods)]
         for i, c in enumerate(calls):
             if _in_loop(a, c, step.block) and not _no_grad(a, c):
                 return c, step.backward
@@ -53,9 +54,12 @@ def _names_in(a: Analysis, name: str, fn: cst.FunctionDef | None) -> set[str]:
     return names
 
 
-def _forward_of(call: cst.Call, names: set[str]) -> bool:
+def _forward_of(call: cst.Call, names: set[str], methods=()) -> bool:
     f = dotted(call.func)
-    return f in names or (f is not None and f.endswith(".forward") and f[: -len(".forward")] in names)
+    if f is None:
+        return False
+    head, _, last = f.rpartition(".")
+    return f in names or (head in names and (last == "forward" or last in methods))
 
 
 def _no_grad(a: Analysis, node: cst.CSTNode) -> bool:

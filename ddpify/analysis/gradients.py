@@ -17,10 +17,12 @@ PARAM_FREE = re.compile(r"^(ReLU\d*|GELU|SiLU|Mish|LeakyReLU|ELU|Tanh|Sigmoid|So
                         r"(Adaptive)?(Max|Avg)Pool\dd|Upsample|ZeroPad\dd|Softplus|Hardswish|Hardtanh)$")
 
 
-def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
+def unused_parameters(a: Analysis, bind: cst.CSTNode, entries: list[str] | tuple[str, ...] = ("forward",), used: set[str] = frozenset()) -> list[str]:
     """Why some parameters of the model built in `bind` may get no gradient in a step, where its
-    class is defined in this file: a submodule or parameter its forward never reaches, one run
-    under torch.no_grad() in forward. Empty where none is seen (or the class is elsewhere)."""
+    class is defined in this file: a submodule or parameter its forward (and the other methods
+    or submodules trained through the wrapper, `entries`) never reaches, one run under
+    torch.no_grad() in forward. `used`: attributes (self.x) that get their gradient outside forward,
+    read on the way to the loss. Empty where none is seen (or the class is elsewhere)."""
     cls = next((a.classes[n] for c in a.findall(bind, m.Call()) if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes), None)
     if cls is None:
         return []
@@ -36,16 +38,18 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
                 if not PARAM_FREE.match((dotted(asg.value.func) or "").rsplit(".", 1)[-1]):
                     owned[d] = asg
     # what forward reaches, through the methods it calls on self
-    reached: set[str] = set()
+    reached: set[str] = {f"self.{e}" for e in entries if e not in methods} | set(used)  # run through the wrapper, or read in the loss
     no_grad: set[str] = set()
-    always: set[str] = set()
+    always: set[str] = set(reached)
     sides: dict[str, set[tuple[int, bool]]] = {}
-    todo, seen = [forward], set()
+    todo, seen = [methods[e] for e in entries if e in methods], set()
     while todo:
         fn = todo.pop()
         if fn.name.value in seen:
             continue
         seen.add(fn.name.value)
+        if any(dotted(c.func) == "self" for c in a.findall(fn, m.Call())):
+            todo.append(forward)  # self(x) in a method: its forward
         for attr in a.findall(fn, m.Attribute()):
             d = dotted(attr)
             if d and d.startswith("self.") and d.count(".") == 1:
@@ -54,7 +58,7 @@ def unused_parameters(a: Analysis, bind: cst.CSTNode) -> list[str]:
                     todo.append(methods[d[5:]])
                 if any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for w in _withs_around(a, attr, fn) for i in w.items):
                     no_grad.add(d)
-                if fn is forward:
+                if fn.name.value in entries:
                     side = _branch_of(a, attr, fn)
                     if side is None:
                         always.add(d)

@@ -5,14 +5,12 @@ is built, and refuses (on GPUs) a module that is not yet on its one device. So t
 after the last statement that still changes the model (placement, initialisation, freezing,
 torch.compile, SyncBatchNorm, a new submodule; loaded weights are the same on every rank and do
 not move it) and before its first training forward. A change the wrap cannot be moved after (in
-the training loop, in a function called later) is reported, not guessed around. Every other use that needs the plain module (copies,
-tracing, the model's own attributes) goes through `.module`, unless the name was bound again to
-an unwrapped model since.
+the training loop, in a function called later) is reported, not guessed around. The model keeps
+its name (the plain module) and the wrapper gets one of its own (ddpify/analysis/routes.py), so
+uses that are not training forwards neither need the wrap before them nor move it.
 """
 
 from __future__ import annotations
-
-import re
 
 import libcst as cst
 
@@ -21,7 +19,6 @@ from ddpify.analysis.core import Analysis
 from ddpify.analysis.model_uses import rebound_unwrapped
 from ddpify.analysis.tree import _flatten_targets, _inside, _path, call_args, code, dotted
 
-OWN_CHANGE = re.compile(r"init|reset|freeze|prune|fuse|tie_weights", re.I)
 PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
 # method on the model (or a submodule) -> kind of change
 METHODS = {
@@ -40,6 +37,8 @@ UNSAFE_AFTER_WRAP = {"move", "init", "freeze", "structure", "syncbn"}
 # loaded weights are the same on every rank, before or after the wrap (there through .module):
 # they do not move it (with --amp apex, amp state must be restored after amp.initialize)
 NEUTRAL = {"load"}
+# nn.Module's own methods that change nothing DDP holds (the model's class may not override them)
+MODULE_API = {"train", "eval", "forward", "parameters", "named_parameters", "state_dict", "modules", "children", "zero_grad"}
 RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_"}
 FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
 WHAT = {
@@ -103,8 +102,8 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
     if isinstance(f, cst.Attribute):
         base = _resolve(a, _path(f.value), c, name)
         attr = f.attr.value
-        if base == name and attr not in METHODS and OWN_CHANGE.search(attr) and attr in a.functions:
-            return "freeze" if "freeze" in attr else "init"  # the model's own init_weights()
+        if base == name and attr not in METHODS and attr not in MODULE_API and attr in a.functions:
+            return _own_method_change(a, f.value, attr)  # the model's own init_weights(), not init_hidden()
         if attr in METHODS and _under(base, name):
             if METHODS[attr] == "move" and base != name:
                 return None  # a submodule's buffer or a tensor copy, not the model's placement
@@ -121,6 +120,30 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
         arg = _resolve(a, _path(pos[0].value), c, name) if pos else None
         if _under(arg, name) and arg != name:
             return "inplace" if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT else "init"
+    return None
+
+
+def _own_method_change(a: Analysis, ref: cst.CSTNode | None, attr: str, depth: int = 0) -> str | None:
+    """What the model's own method `attr` does to it: its body read, not its name (`init_hidden`
+    that only returns fresh zeros changes nothing), in the model's class where ddpify can tell
+    which that is, else in any class of the script that defines it."""
+    from ddpify.analysis.loss_flow import model_class
+
+    cls = model_class(a, ref) if ref is not None else None
+    kinds: list[str] = []
+    for meth in a.functions.get(attr, []):
+        if a.class_of(meth) is None or (cls is not None and a.class_of(meth) is not cls):
+            continue
+        kinds += [k for _, k in changes_in(a, meth.body, "self") if k not in ("attr", "rebind", "load")]
+        for c in a.findall(meth.body, m.Call()):
+            d = dotted(c.func) or ""
+            if depth < 3 and d.startswith("self.") and d.count(".") == 1 and d[5:] in a.functions and d[5:] != attr:
+                inner = _own_method_change(a, None, d[5:], depth + 1)
+                if inner:
+                    kinds.append(inner)
+    for k in ("freeze", "init", "structure", "move", "syncbn", "inplace"):
+        if k in kinds:
+            return k
     return None
 
 
@@ -228,6 +251,82 @@ def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
     return None
 
 
+def changes(a: Analysis, stmt: cst.CSTNode, name: str) -> bool:
+    """stmt changes the model (the wrap must come after it), whatever else it does with it:
+    directly or through a part, rebinding the name (`model = prepare(model)`), through a
+    function of the script it is handed to, or (for `self.X`) a method of the class."""
+    if any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
+        return True
+    if holder_changes(a, stmt, name):
+        return True
+    for c in a.findall(stmt, m.Call()):
+        fname = dotted(c.func)
+        if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+            if any(k not in NEUTRAL for k in _helper_changes(a, c, name, 0)):
+                return True
+        elif name.startswith("self.") and fname and fname.startswith("self.") and fname.count(".") == 1:
+            meth = _method_of(a, c)
+            if meth is not None and changes(a, meth.body, name):
+                return True
+    return False
+
+
+def holder_changes(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.Call, str]]:
+    """For a part `self.X` of the object whose method holds node: what node does to the whole
+    object that changes its parts too (`self.to(device)`, `self.apply(init)`)."""
+    if not name.startswith("self.") or name.count(".") != 1:
+        return []
+    out = []
+    for c in a.findall(node, m.Call(func=m.Attribute())):
+        attr = c.func.attr.value  # type: ignore[attr-defined]
+        if dotted(c.func.value) == "self" and attr in METHODS and METHODS[attr] not in NEUTRAL | {"structure"}:  # type: ignore[attr-defined]
+            out.append((c, METHODS[attr]))
+    return out
+
+
+def instance_changes(a: Analysis, name: str, cls: cst.ClassDef) -> list[tuple[cst.Call, str]]:
+    """Changes made to instances of cls from outside it, after its __init__ has run: `gan =
+    GAN().to(device)`, `gan.cuda()` move the parts (`self.gen`) __init__ built."""
+    if not name.startswith("self."):
+        return []
+    instances: set[str] = set()
+    out: list[tuple[cst.Call, str]] = []
+    for c in a.calls:
+        if (dotted(c.func) or "").rsplit(".", 1)[-1] != cls.name.value or a.class_of(c) is cls:
+            continue
+        par = a.parent.get(c)
+        if isinstance(par, cst.Attribute) and par.attr.value in METHODS and isinstance(a.parent.get(par), cst.Call):
+            kind = METHODS[par.attr.value]
+            if kind not in NEUTRAL | {"structure"}:
+                out.append((a.parent[par], kind))  # type: ignore[arg-type]
+        for t in getattr(par, "targets", []):
+            if (d := dotted(t.target)) is not None:
+                instances.add(d)
+    for c in a.calls:
+        f = c.func
+        if isinstance(f, cst.Attribute) and dotted(f.value) in instances and f.attr.value in METHODS and a.class_of(c) is not cls:
+            kind = METHODS[f.attr.value]
+            if kind not in NEUTRAL | {"structure"}:
+                out.append((c, kind))
+    return out
+
+
+def _helper_changes(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
+    """Kinds of change a function of the script makes to the model handed to it (also when it
+    runs the model too), through the functions it hands it on to."""
+    kinds: list[str] = []
+    fname = dotted(call.func) or ""
+    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
+        param = _param_for(fn, call, name)
+        if param is None or depth > 3:
+            continue
+        kinds += [k for _, k in changes_in(a, fn.body, param) if k != "rebind"]
+        for c in a.findall(fn.body, m.Call()):
+            if any(dotted(x.value) == param for x in c.args) and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions:
+                kinds += _helper_changes(a, c, param, depth + 1)
+    return kinds
+
+
 def _method_of(a: Analysis, call: cst.Call) -> cst.FunctionDef | None:
     """The method of the caller's own class that `self.meth(...)` calls."""
     fn = a.function_of(call)
@@ -275,14 +374,15 @@ def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
 
 
 # -- changes the wrap cannot go after ---------------------------------------------------------
-def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tuple[cst.CSTNode, str]]:
-    """Changes DDP cannot take once it holds the model, that run after the wrap: later in the
-    function of the wrap (the training loop included), in functions that get the model after
-    it, and, for `self.model`, in the other methods of its class."""
+def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool = False) -> list[tuple[cst.CSTNode, str]]:
+    """Changes DDP cannot take once it holds the model, that run after the wrap (after anchor,
+    or from anchor on where the wrap goes before it): later in the function of the wrap (the
+    training loop included), in functions that get the model after it, and, for `self.model`,
+    in the other methods of its class."""
     out: list[tuple[cst.CSTNode, str]] = []
     afn = a.function_of(anchor)
     scope = afn.body if afn is not None else a.module
-    aend = a.pos[anchor].end.line
+    aend = a.pos[anchor].start.line - 1 if before else a.pos[anchor].end.line
     end = _training_end(a, afn)
     # `model.to(device)` again each epoch: the same placement, a no-op for DDP
     parts = model_parts(a, name)  # `backbone` in `model = nn.Sequential(backbone, head)`
@@ -298,6 +398,7 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
             for node, kind in changes_in(a, s, part):
                 if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
                     out.append((node, kind))
+        out.extend((node, kind) for node, kind in holder_changes(a, s, name) if kind in UNSAFE_AFTER_WRAP)
         for c in a.findall(s, m.Call()):
             fname = dotted(c.func)
             if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
@@ -313,7 +414,9 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement) -> list[tupl
                 callers = a.callers(meth)
                 if callers and all(a.function_of(c) is afn and a.pos[c].end.line <= aend for c in callers):
                     continue  # set-up methods __init__ calls before the wrap
-                out.extend((n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+                out.extend((n, k) for n, k in changes_in(a, meth.body, name) + holder_changes(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+        if cls is not None and afn.name.value == "__init__":
+            out.extend((n, k) for n, k in instance_changes(a, name, cls) if k in UNSAFE_AFTER_WRAP)
     seen: set[int] = set()
     uniq = []
     for n, k in out:

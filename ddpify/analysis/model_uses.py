@@ -1,6 +1,7 @@
-"""Uses of a wrapped model that need the plain module: names bound again to an unwrapped model,
-calls that copy or trace it (deepcopy, AveragedModel, jit.trace, add_graph), instances that hold
-it (trainer.model), and models run through a container that holds them (no wrap can be placed)."""
+"""Uses of a model that decide whether and how it can be wrapped: a name bound again to a new
+model after the wrap (`model = Net(); model.load_state_dict(best)`: the wrapper no longer holds
+it), and models run through a container that holds them (no wrapper can be named there). Every
+other use keeps the plain module under its own name (routes.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.core import Analysis
-from ddpify.analysis.tree import _path, call_args, code, dotted, reads_name
-
-PLAIN_MODULE_CALLS = (
-    "copy.deepcopy",
-    "torch.optim.swa_utils.AveragedModel",
-    "torch.jit.trace",
-    "torch.jit.script",
-    "torch.onnx.export",
-    "torch.fx.symbolic_trace",
-)
-PLAIN_MODULE_METHODS = ("add_graph",)  # SummaryWriter.add_graph(model, x)
-
+from ddpify.analysis.tree import _path, code, dotted, reads_name
 
 # -- uses after the wrap -------------------------------------------------------------------------
 def rebound_unwrapped(a: Analysis, name: str, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -48,25 +38,6 @@ def _keeps_wrapper(value: cst.BaseExpression | None, name: str) -> bool:
     return reads_name(value, name)  # not `model = avg.model`: another module
 
 
-def plain_module_args(a: Analysis, call: cst.Call) -> list[cst.Arg]:
-    """Arguments of call that must be the plain module if they are the wrapped model."""
-    pos, _ = call_args(call)
-    if not pos:
-        return []
-    if a.is_call(call, *PLAIN_MODULE_CALLS):
-        return [pos[0]]
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in PLAIN_MODULE_METHODS:
-        return [pos[0]]
-    # getattr(model, "_orig_mod", model): the default is the model too
-    if (
-        isinstance(call.func, cst.Name) and call.func.value == "getattr" and len(pos) == 3
-        and isinstance(pos[1].value, cst.SimpleString) and pos[1].value.evaluated_value == "_orig_mod"
-        and dotted(pos[2].value) == dotted(pos[0].value)
-    ):
-        return [pos[2]]
-    return []
-
-
 # -- models the wrap cannot name -------------------------------------------------------------------
 def container_models(a: Analysis) -> list[tuple[cst.Call, str]]:
     """Optimizers over a model held in a dict or list (`nets["G"].parameters()`): ddpify does not
@@ -77,46 +48,6 @@ def container_models(a: Analysis) -> list[tuple[cst.Call, str]]:
             base = c.func.value  # type: ignore[attr-defined]
             if isinstance(base, cst.Subscript) or (_path(base) or "").find(".[]") >= 0:
                 out.append((call, code(base)))
-    return out
-
-
-def instance_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, cst.CSTNode]:
-    """`self.model` wrapped in Trainer.__init__: `trainer = Trainer(...)` makes `trainer.model`
-    the wrapped model too, from that assignment on (a callback saving trainer.model.state_dict())."""
-    out: dict[str, cst.CSTNode] = {}
-    for name, anchor in wrapped.items():
-        fn = a.function_of(anchor)
-        cls = a.class_of(fn) if fn is not None and fn.name.value == "__init__" else None
-        if not name.startswith("self.") or cls is None:
-            continue
-        for asg in a.assigns:
-            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or not isinstance(asg.targets[0].target, cst.Name):
-                continue
-            if isinstance(asg.value, cst.Call) and (dotted(asg.value.func) or "").rsplit(".", 1)[-1] == cls.name.value:
-                out[f"{asg.targets[0].target.value}.{name[5:]}"] = asg
-    return out
-
-
-def local_aliases(a: Analysis, wrapped: dict[str, cst.CSTNode]) -> dict[str, cst.CSTNode]:
-    """`model, config = self.model, self.config` in a method of the class whose __init__ wraps
-    self.model: `model` is the wrapper from that assignment on, in that method (minGPT's run())."""
-    out: dict[str, cst.CSTNode] = {}
-    for name, anchor in wrapped.items():
-        init = a.function_of(anchor)
-        cls = a.class_of(init) if init is not None and init.name.value == "__init__" else None
-        if not name.startswith("self.") or cls is None:
-            continue
-        for asg in a.assigns:
-            fn = a.function_of(asg)
-            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or fn is None or fn is init or a.class_of(fn) is not cls:
-                continue
-            target, value = asg.targets[0].target, asg.value
-            pairs = [(target, value)]
-            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
-                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-            for t, v in pairs:
-                if isinstance(t, cst.Name) and dotted(v) == name:
-                    out[t.value] = asg
     return out
 
 

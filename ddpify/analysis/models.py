@@ -88,6 +88,7 @@ class ModelsMixin:
         return names
 
     def _find_optimizers_and_models(self) -> None:
+        self._model_sites: list[tuple[cst.FunctionDef | None, str]] = []  # model.configure_optimizers() here
         assigned = self._assigned_names()
         for call in self.calls:
             qn = self.call_qualname(call)
@@ -130,9 +131,10 @@ class ModelsMixin:
                             self.optimizers.setdefault(target, value)
                             # model.configure_optimizers(): `self` there is `model` here
                             receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
-                            if receiver and "self" in self._param_sources(value) and receiver not in self.models:
-                                if self.class_of(fn) is not None and receiver != "self":
+                            if receiver and "self" in self._param_sources(value) and self.class_of(fn) is not None and receiver != "self":
+                                if receiver not in self.models:
                                     self.models.append(receiver)
+                                self._model_sites.append((self.function_of(call), receiver))
 
     def _propagate(self, names: list[str]) -> dict[cst.CSTNode, set[str]]:
         """Scope -> names bound to one of `names`, following arguments into functions."""
@@ -187,7 +189,7 @@ class ModelsMixin:
             self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
             for c in self.dataparallel_calls
             if call_args(c)[0]
-        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates)
+        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates) or (fn, name) in self._model_sites
 
     def is_optimizer_ref(self, node: cst.CSTNode) -> bool:
         name = dotted(node)
@@ -221,10 +223,10 @@ class ModelsMixin:
                     continue
                 params = [p.name.value for p in init.params.params][1:]
                 pos, kw = call_args(call)
-                param = next((params[i] for i, a in enumerate(pos) if dotted(a.value) == name and i < len(params)), None)
-                param = param or next((k for k, a in kw.items() if dotted(a.value) == name and k in params), None)
+                param = next((params[i] for i, a in enumerate(pos) if _unplaced(a.value) == name and i < len(params)), None)
+                param = param or next((k for k, a in kw.items() if _unplaced(a.value) == name and k in params), None)
                 star = init.params.star_kwarg
-                key = next((k for k, a in kw.items() if dotted(a.value) == name), None) if isinstance(star, cst.Param) else None
+                key = next((k for k, a in kw.items() if _unplaced(a.value) == name), None) if isinstance(star, cst.Param) else None
                 if param is None and key is None:
                     continue
                 for asg in self.findall(init, m.Assign()):
@@ -244,3 +246,10 @@ class ModelsMixin:
                     continue
                 break
         return self.models != before
+
+
+def _unplaced(node: cst.CSTNode) -> str | None:
+    """The name handed on, through placement calls: `base.to(device)` -> "base"."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("to", "cuda", "float", "half", "double", "bfloat16", "cpu"):
+        node = node.func.value
+    return dotted(node)

@@ -20,6 +20,7 @@ from ddpify.transforms.optimize_optimizer import FusedOptimizerTransform
 from ddpify.transforms.optimize_static_graph import StaticGraphTransform
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.rank0 import Rank0Transform
+from ddpify.transforms.routing import RoutingTransform
 from ddpify.transforms.sampler import SamplerTransform
 from ddpify.transforms.seeds import SeedsTransform
 from ddpify.transforms.unwrap import UnwrapTransform
@@ -32,6 +33,7 @@ PIPELINE = (
     InputPipelineTransform,
     WrappingTransform,
     ApexTransform,
+    RoutingTransform,
     UnwrapTransform,
     PrecisionTransform,
     AccumulationTransform,

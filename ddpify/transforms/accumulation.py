@@ -6,6 +6,7 @@ from __future__ import annotations
 import ddpify.match as m
 
 from ddpify.analysis import code
+from ddpify.analysis.tree import _inside
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
@@ -35,16 +36,30 @@ class AccumulationTransform(Transform):
             names = {n.value for n in a.findall(test, m.Name())}
             if any(a._assigns(s, n) for s in region for n in names):
                 continue
-            models = [n for n in step.models if self._wrapped(ctx, n)]
-            if len(models) != 1:
+            wrappers = self._wrappers(ctx, step)
+            if len(wrappers) != 1:
                 continue
             ctxlib = ctx.name("contextlib")
-            header = ctx.expr(f"{ctxlib}.nullcontext() if {code(test)} else {models[0]}.no_sync()")
+            header = ctx.expr(f"{ctxlib}.nullcontext() if {code(test)} else {wrappers[0]}.no_sync()")
             ctx.edits.wraps.append((step.forward_first, step.stmt, header))
-            ctx.finding(step.stmt, "DDP050", f"micro-steps that do not step the optimizer run under {models[0]}.no_sync(): one all-reduce per optimizer step", True)
+            ctx.finding(step.stmt, "DDP050", f"micro-steps that do not step the optimizer run under {wrappers[0]}.no_sync(): one all-reduce per optimizer step", True)
 
-    def _wrapped(self, ctx: Context, name: str) -> bool:
-        if name in ctx.wrapped:
-            return True
-        bindings = ctx.a._propagate(sorted(ctx.wrapped))
-        return any(name in names for names in bindings.values())
+    @staticmethod
+    def _wrappers(ctx: Context, step) -> list[str]:
+        """The DDP wrappers the step's training forwards run through, as named in the step."""
+        from ddpify.transforms.routing import wrapper_at
+
+        a = ctx.a
+        body = list(step.block.body)
+        region = body[body.index(step.forward_first) : body.index(step.stmt) + 1]
+        out: list[str] = []
+        for name, r in ctx.routes.items():
+            for tf, _node, holder in r.direct:  # type: ignore[attr-defined]
+                if any(tf.call is s or _inside(a, tf.call, s) for s in region):
+                    w = wrapper_at(ctx.wrappers[name], holder)
+                    if w not in out:
+                        out.append(w)
+            for tf, param in r.holder_forwards:  # type: ignore[attr-defined]
+                if any(tf.call is s or _inside(a, tf.call, s) for s in region) and param not in out:
+                    out.append(param)
+        return out

@@ -84,8 +84,8 @@ class ApexTransform(Transform):
         extra = f", num_losses={len(steps)}" if len(steps) > 1 else ""
         ctx.edits.after[point].append(ctx.stmt(f'{lhs} = {amp}.initialize({args}, opt_level="{ctx.opts.opt_level}"{extra})\n'))
         for name in models:
-            ctx.edits.after[point].append(ctx.stmt(f"{name} = {names['ApexDDP']}({name})\n"))
-            ctx.wrapped[name] = point  # later concerns reach the model through .module after this
+            ctx.edits.after[point].append(ctx.stmt(f"{ctx.wrappers.get(name, name)} = {names['ApexDDP']}({name})\n"))
+            ctx.wrapped[name] = point  # the training forwards run through the wrapper (routing.py)
         first_bind = entries[0][1]
         ctx.finding(first_bind, "DDP093", f"amp.initialize({', '.join(models + optimizers)}, opt_level=\"{ctx.opts.opt_level}\") once the optimizer exists, before apex's DistributedDataParallel", True)
         for name, bind, _ in entries:
@@ -167,7 +167,7 @@ class ApexTransform(Transform):
         for name, bind, anchor in entries:
             if ctx.opts.sync_bn:
                 ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"))
-            ctx.edits.after[anchor].append(ctx.stmt(f'{name} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'))
+            ctx.edits.after[anchor].append(ctx.stmt(f'{ctx.wrappers.get(name, name)} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'))
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
         ctx.finding(entries[0][1], "DDP096", f"--amp apex not applied: {why}; wrapped in torch's DistributedDataParallel without mixed precision", False)
 

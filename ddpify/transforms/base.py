@@ -47,6 +47,10 @@ class Context:
         self.imports_needed: list[str] = []
         self.helpers: set[str] = set()  # generated helper blocks: "amp", "rank0_decides"
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
+        self.wrap_before: set[str] = set()  # models wrapped before ctx.wrapped's statement (a parameter used at once)
+        self.wrappers: dict[str, str] = {}  # model name -> the wrapper's own name there ("ddp_model", "self.ddp_model")
+        self.routes: dict[str, object] = {}  # model name -> its training forwards' Route (ddpify/analysis/routes.py)
+        self.helper_texts: list[str] = []  # generated helper definitions the set-up block ends with
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
         self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)

@@ -1,5 +1,7 @@
 """Checkpoints and files read back: loads wait at a barrier (rank 0 may still be writing)
-and map storage onto the rank's own device; a whole pickled model is saved unwrapped."""
+and map storage onto the rank's own device. What is saved needs no change: the model keeps its
+name for the plain module (the DDP wrapper has a name of its own), so state dicts carry no
+`module.` prefix and a whole pickled model loads without a process group."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP070", "state-dict-unwrapped", "state dict saved from the unwrapped model (no 'module.' prefix)", fix=True, check="saved")
 declare("DDP071", "load-after-barrier", "checkpoint loaded after a barrier, onto the rank's own device", fix=True, check="ranks")
 declare("DDP072", "read-back-barrier", "file written by rank 0 and read back by every rank: barrier before the read", fix=True, check="ranks")
 
@@ -44,11 +45,6 @@ class CheckpointTransform(Transform):
                     continue
                 self._barrier_before(ctx, a.statement(call), "rank 0 may still be writing it")
                 ctx.finding(call, "DDP071", f"checkpoint loaded after a barrier, onto {where}", True)
-            elif a.is_call(call, "torch.save"):
-                pos, _ = call_args(call)
-                if pos and dotted(pos[0].value) in ctx.wrapped:
-                    ctx.edits.replace(pos[0].value, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
-                    ctx.finding(call, "DDP070", "the unwrapped model is saved, so it loads without DDP", True)
         self._read_back(ctx)
 
     def _barrier_before(self, ctx: Context, stmt: cst.CSTNode, why: str) -> None:

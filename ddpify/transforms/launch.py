@@ -244,6 +244,7 @@ class LaunchTransform(Transform):
             text += IN_FLOAT32
         if "rank0_seed" in ctx.helpers:
             text += RANK0_SEED
+        text += "".join(ctx.helper_texts)  # the concerns' own (wrapping.py: ForwardTo)
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

@@ -25,16 +25,18 @@ def code_of(ctx: Context, name: str) -> ModelCode | str:
 
 
 def ddp_call(ctx: Context, name: str) -> tuple[list[cst.BaseStatement], int, cst.Call] | None:
-    """(the statements planned after the wrap point, the index of `name = DDP(name, ...)` there, its call)."""
+    """(the statements planned after the wrap point, the index of `ddp_name = DDP(name, ...)` there, its call)."""
     anchor = ctx.wrapped.get(name)
-    if anchor is None or anchor not in ctx.edits.after:
+    where = ctx.edits.before if name in ctx.wrap_before else ctx.edits.after
+    if anchor is None or anchor not in where:
         return None
-    stmts = ctx.edits.after[anchor]
+    stmts = where[anchor]
     for i, st in enumerate(stmts):
         if isinstance(st, cst.SimpleStatementLine) and isinstance(st.body[0], cst.Assign):
             value = st.body[0].value
             pos, kw = call_args(value) if isinstance(value, cst.Call) else ([], {})
-            if pos and dotted(pos[0].value) == name and dotted(value.func) == ctx._alias["DDP"]:
+            target = dotted(st.body[0].targets[0].target)
+            if pos and target == ctx.wrappers.get(name, name) and dotted(value.func) == ctx._alias["DDP"]:
                 return stmts, i, value
     return None
 
@@ -52,6 +54,7 @@ def add_ddp_kwarg(ctx: Context, name: str, keyword: str, value: str) -> bool:
 def before_wrap(ctx: Context, name: str, text: str) -> None:
     """A statement after the model's last change, before its DDP wrap (and after earlier ones of --optimize)."""
     anchor = ctx.wrapped[name]
+    where = ctx.edits.before if name in ctx.wrap_before else ctx.edits.after
     found = ddp_call(ctx, name)
-    at = found[1] if found else len(ctx.edits.after[anchor])
-    ctx.edits.after[anchor].insert(at, ctx.stmt(text))
+    at = found[1] if found else len(where[anchor])
+    where[anchor].insert(at, ctx.stmt(text))

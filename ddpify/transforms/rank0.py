@@ -179,8 +179,8 @@ class Rank0Transform(Transform):
                 continue
             if (a.pos[c].start.line, a.pos[c].start.column) < (first.line, first.column) and not self._pure(c):
                 return False
-        # the hoisted copy is built from the original text: no other edit may sit inside it
-        if any(node is c or self._within(a, node, c) for c in inner for node in ctx.edits.expr):
+        # the hoisted copy carries the edits planned inside it so far (train(ddp_model, ...))
+        if any(node is c for c in inner for node in ctx.edits.expr):
             return False
         names: list[str] = []
         taken = {n.value for n in a.findall(a.module, m.Name())}
@@ -191,7 +191,7 @@ class Rank0Transform(Transform):
                 name, k = f"{base}_result_{k}", k + 1
             taken.add(name)
             names.append(name)
-            ctx.edits.before[stmt].append(ctx.stmt(f"{name} = {code(c)}\n"))
+            ctx.edits.before[stmt].append(ctx.stmt(f"{name} = {code(_edited(ctx, c))}\n"))
             ctx.edits.replace(c, cst.Name(name))
         ctx.finding(call, "DDP060", f"{reason} on global rank 0 only; {', '.join(names)} computed on every rank first (it runs the model or a collective)", True)
         return True
@@ -349,3 +349,11 @@ def _root(node: cst.CSTNode) -> str | None:
     while isinstance(node, (cst.Attribute, cst.Subscript)):
         node = node.value
     return dotted(node)
+
+
+def _edited(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
+    """node with the expression edits planned inside it so far."""
+    from ddpify.edits import Applier
+
+    applier = Applier(ctx.edits)
+    return node.visit(applier) if applier.dirty is None else applier._visit(node)
