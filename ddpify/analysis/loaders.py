@@ -159,7 +159,7 @@ class LoadersMixin:
         return reads_name(loop.iter, name)
 
     def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
-        """(for-loop or iter() call, name used there) for every place `name` (or a
+        """(for-loop, comprehension or iter() call, name used there) for every place `name` (or a
         parameter bound to it) is iterated."""
         bound = self._propagate([name])
         # pbar = tqdm(loader): iterating the wrapper iterates the loader, whose
@@ -205,6 +205,13 @@ class LoadersMixin:
                 if self.loop_iterates(loop, n):
                     sites.append((loop, wrapped.get(n, n)))
                     break
+        # [step(x, y) for x, y in loader]: a comprehension is a pass over the loader too
+        for comp in self._bytype.get(cst.CompFor, []):
+            fn = self.function_of(comp)
+            names = bound.get(fn, set()) | {n for n in bound.get(None, set()) if fn is origin or self.global_visible(n, comp, origin)}  # type: ignore[arg-type]
+            used = next((n for n in sorted(names, key=lambda n: ("." in n, n)) if reads_name(comp.iter, n)), None)
+            if used is not None:
+                sites.append((comp, wrapped.get(used, used)))
         for call in self.calls:
             if m.matches(call.func, m.Name("iter")) and call.args and dotted(call.args[0].value) is not None:
                 fn = self.function_of(call)

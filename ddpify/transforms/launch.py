@@ -88,6 +88,16 @@ def ddp_setup():
 
     atexit.register(time.sleep, 0.2)
 '''
+# Ends ddp_setup()'s body (SETUP, SETUP_CPU): ranks other than 0 print nothing, whatever writes
+# to stdout (print, sys.stdout.write bars in helper modules, logging handlers, C code), as one
+# rule at run time rather than a guard per call; stderr stays, so every rank's errors show.
+QUIET_STDOUT = '''\
+    if RANK != 0:  # only rank 0 writes to stdout; every rank keeps stderr for its errors
+        import sys
+
+        sys.stdout.flush()
+        {os}.dup2({os}.open({os}.devnull, {os}.O_WRONLY), 1)
+'''
 DECIDES = '''\
 
 
@@ -225,6 +235,7 @@ class LaunchTransform(Transform):
             if "scaler" in ctx.helpers:
                 text += SCALER
         text += SETUP_CPU if ctx.cpu_only else SETUP
+        text += QUIET_STDOUT
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
         if "shard_stream" in ctx.helpers:

@@ -186,7 +186,7 @@ class SamplerTransform(Transform):
     def _epoch_sites(self, ctx: Context, sites, done: set[tuple[int, str]], severity: str) -> None:
         a = ctx.a
         for site, used in sites:
-            stmt = a.statement(site) if isinstance(site, cst.Call) else site
+            stmt = site if isinstance(site, cst.For) else a.statement(site)  # iter(loader), a comprehension
             loops = self._epoch_loops(ctx, site, used)
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
@@ -248,7 +248,7 @@ class SamplerTransform(Transform):
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
         """(epoch loop, loader expression there) around an iteration site."""
         a = ctx.a
-        if isinstance(site, cst.Call):  # iter(loader)
+        if not isinstance(site, cst.For):  # iter(loader), a comprehension
             site = a.statement(site)
         loop = a.enclosing_loop(site)
         if loop is not None:
