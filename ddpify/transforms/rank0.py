@@ -9,8 +9,10 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis.tree import _inside
 from ddpify.analysis.writes import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.transforms.dataprep import rank0_alone
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -43,8 +45,14 @@ class Rank0Transform(Transform):
         csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
         guarded: set[cst.BaseStatement] = set()
         unguarded: list[tuple[cst.Call, str]] = []  # file writes in statements a guard cannot hold
+        # data preparation that rank 0 alone runs, whole (dataprep.py puts the barrier after it):
+        # what it and the functions only it calls write needs no guard of its own
+        whole, self._prep_only = rank0_alone(ctx)
+        for stmt in whole:
+            guarded.add(stmt)
+            ctx.edits.guarded.add(stmt)
         for call in a.calls:
-            if not ctx.editable(call):
+            if not ctx.editable(call) or self._rank0_already(a, call, whole):
                 continue
             if a.is_call(call, *TQDM):
                 self._quiet_bar(ctx, call)
@@ -77,6 +85,18 @@ class Rank0Transform(Transform):
             if not self._in_guarded(a, call, guarded):
                 ctx.finding(call, "DDP064", f"{reason} writes a file on every rank, and this statement cannot be put under a guard as it is: write it as its own statement under `if RANK == 0:`", False)
         ctx.edits.guard_test = ctx.expr("RANK == 0")
+
+    def _rank0_already(self, a, node: cst.CSTNode, whole) -> bool:
+        """node runs on rank 0 alone already: in a statement guarded whole, or in a function of the
+        script that only such statements call."""
+        if any(_inside(a, node, w) for w in whole):
+            return True
+        fn = a.function_of(node)
+        while fn is not None:
+            if fn.name.value in self._prep_only:
+                return True
+            fn = a.function_of(fn)
+        return False
 
     def _tracker(self, a, node: cst.CSTNode, name: str | None) -> bool:
         """name is, where node is, a tracker that exists on rank 0 only."""
@@ -295,7 +315,7 @@ class Rank0Transform(Transform):
         file of a logging.FileHandler / basicConfig(filename=...)."""
         a = ctx.a
         for call in a.calls:
-            if not ctx.editable(call) or self._in_guarded(a, call, guarded):
+            if not ctx.editable(call) or self._in_guarded(a, call, guarded) or self._rank0_already(a, call, ()):
                 continue
             mode = ctx.effects.open_mode(call)
             if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
