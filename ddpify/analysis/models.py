@@ -26,7 +26,80 @@ class ModelsMixin:
             return True
         if OPTIM_RE.search(last) and self._param_sources(call):
             return True
+        # chosen by name and given the parameters: getattr(torch.optim, name)(...), a table
+        # OPTIMIZERS[name](...), a helper returning an optimizer, a factory handed torch.optim
+        if self._param_sources(call) and (self._makes_optimizer(call.func) or any(self._optim_module(x.value) for x in call.args)):
+            return True
         return False
+
+    def _optim_module(self, node: cst.CSTNode) -> bool:
+        """node names a module of optimizers (torch.optim, apex.optimizers, ...)."""
+        return isinstance(node, (cst.Name, cst.Attribute)) and any(
+            (q + ".").startswith(OPTIM_PREFIXES) and q.rstrip(".") in {p.rstrip(".") for p in OPTIM_PREFIXES} for q in self.qualified(node))
+
+    def _makes_optimizer(self, func: cst.BaseExpression, depth: int = 0) -> bool:
+        """Calling func builds an optimizer: an optimizer class, getattr(<optimizer module>, name),
+        an entry of a table of them (a dict or list of classes, lambdas or partials), a lambda or
+        a function of the script that returns one, or a name bound to any of these."""
+        if depth > 4:
+            return False
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            for q in self.qualified(func):
+                if any(q.startswith(p) for p in OPTIM_PREFIXES) and OPTIM_RE.search(q.rsplit(".", 1)[-1]) and not SCHED_RE.search(q):
+                    return True
+        if isinstance(func, cst.Call):
+            pos, kw = call_args(func)
+            if m.matches(func.func, m.Name("getattr")) and pos:
+                return self._optim_module(pos[0].value)
+            if self.is_call(func, "functools.partial") and pos:  # partial(torch.optim.SGD, lr=0.1)
+                return self._makes_optimizer(pos[0].value, depth + 1)
+            return False
+        if isinstance(func, cst.Lambda):
+            return isinstance(func.body, cst.Call) and self._is_optimizer_call_shape(func.body, depth)
+        if isinstance(func, cst.Subscript):  # OPTIMIZERS[name]
+            return any(self._makes_optimizer(v, depth + 1) for v in self._table_values(func.value))
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            name = dotted(func)
+            fn = self.function_of(func)
+            values = self._local_values(fn, name) if isinstance(func, cst.Name) else []
+            if isinstance(func, cst.Name) and not values and fn is not None:
+                values = self._local_values(None, name)
+            if any(self._makes_optimizer(v, depth + 1) for v in values):
+                return True
+            for f in self.functions.get((name or "").rsplit(".", 1)[-1], []):  # def make_optimizer(params): return Adam(params)
+                for ret in self.findall(f, m.Return()):
+                    if self.function_of(ret) is not f or ret.value is None:
+                        continue
+                    rets = self._local_values(f, ret.value.value) if isinstance(ret.value, cst.Name) else [ret.value]
+                    if any(isinstance(r, cst.Call) and self._is_optimizer_call_shape(r, depth) for r in rets):
+                        return True
+        return False
+
+    def _is_optimizer_call_shape(self, call: cst.Call, depth: int) -> bool:
+        """call builds an optimizer, whatever parameters it is given (a lambda's or helper's own)."""
+        qn = self.call_qualname(call)
+        if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+            return False
+        return self._makes_optimizer(call.func, depth + 1)
+
+    def _table_values(self, table: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The entries of a dict or list literal bound to `table` (in its scope or the module)."""
+        if isinstance(table, (cst.Dict, cst.List, cst.Tuple)):
+            values = [table]
+        elif isinstance(table, cst.Name):
+            values = self._local_values(self.function_of(table), table.value) or self._local_values(None, table.value)
+        elif isinstance(table, cst.Attribute) and dotted(table) and dotted(table).startswith("self."):
+            values = [v for a in self.assigns if isinstance(a, cst.Assign) and len(a.targets) == 1
+                      and dotted(a.targets[0].target) == dotted(table) for v in [a.value]]
+        else:
+            values = []
+        out: list[cst.BaseExpression] = []
+        for v in values:
+            if isinstance(v, cst.Dict):
+                out += [e.value for e in v.elements if isinstance(e, cst.DictElement)]
+            elif isinstance(v, (cst.List, cst.Tuple)):
+                out += [e.value for e in v.elements]
+        return out
 
     def _param_sources(self, call: cst.Call) -> list[str]:
         """Modules whose parameters reach this optimizer call, following names bound in
