@@ -60,3 +60,79 @@ def test_other_uses_of_the_parameters_are_not_optimizers(other):
     src = MODEL + "def describe(ps):\n    return len(list(ps))\n\n\n" + other + "\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n" + LOOP
     a = Analysis(cst.parse_module(src))
     assert a.models == ["net"] and list(a.optimizers) == ["opt"], (a.models, a.optimizers)
+
+
+TRAIN_PY = '''\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Trainer:
+    def __init__(self, net):
+        self.net = net
+        self.opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def fit(self, loader):
+        for epoch in range(2):
+            for xb, yb in loader:
+                loss = nn.functional.cross_entropy(self.net(xb), yb)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+            print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8, shuffle=True)
+    net = Net()
+    Trainer(net).fit(loader)
+'''
+INFER_PY = '''\
+import torch
+
+from train import Net
+
+if __name__ == "__main__":
+    net = Net()
+    net.load_state_dict(torch.load("net.pt"))
+    with torch.no_grad():
+        print(net(torch.randn(3, 4)).argmax(1))
+'''
+
+
+def test_a_script_that_only_imports_the_model_class_is_not_a_training_program(tmp_path):
+    from ddpify.project import convert_project
+
+    (tmp_path / "train.py").write_text(TRAIN_PY)
+    (tmp_path / "infer.py").write_text(INFER_PY)
+    res = convert_project(str(tmp_path / "infer.py"))
+    assert res.status == "not-training"
+    assert all(not r.changed for r in res.files)
+    assert [f.code for r in res.files for f in r.findings] == ["DDP099"]  # nothing said about train.py
+    # an entry that runs the training script's Trainer is a training program
+    (tmp_path / "run.py").write_text(INFER_PY.replace("from train import Net", "from train import Net, Trainer").replace(
+        "    net.load_state_dict", "    Trainer(net).fit([(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))])\n    net.load_state_dict"))
+    assert convert_project(str(tmp_path / "run.py")).status != "not-training"
+
+
+def test_the_directory_converts_the_training_script_and_leaves_the_inference_script(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(TRAIN_PY)
+    (tmp_path / "infer.py").write_text(INFER_PY)
+    run = subprocess.run([sys.executable, "-m", "ddpify", "--check", "."], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr  # train.py would change; nothing blocks
+    assert "infer.py:1:1: DDP099" in run.stderr and "would convert train.py" in run.stderr, run.stderr
+    assert "[blocking]" not in run.stderr

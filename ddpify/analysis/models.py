@@ -222,6 +222,8 @@ class ModelsMixin:
                 bound.setdefault(scope, set()).add(name)
             for call in self.calls:
                 fname = dotted(call.func)
+                if not fname and isinstance(call.func, cst.Attribute):
+                    fname = "." + call.func.attr.value  # Trainer(net).fit(loader): a method of a built object
                 if not fname:
                     continue
                 defs = self.functions.get(fname.rsplit(".", 1)[-1], [])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 import ddpify.match as m
+from ddpify.analysis.tree import _inside
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 NOT_LOCAL = ("site-packages", "dist-packages", "__pypackages__", "node_modules")
@@ -239,15 +240,40 @@ class ProjectMixin:
 
     def unused_in_project(self, node) -> bool:
         """node is in a plain function of an imported module that nothing in the project calls
-        (`utils.load_celebA` of a data set this program never loads): not this program's code."""
+        (`utils.load_celebA` of a data set this program never loads), or in a class of one that
+        nothing names (a training script's Trainer, when the entry only imports its model class):
+        not this program's code."""
         fn = self.function_of(node)
-        if fn is None or self.region_of(fn) == 0 or self.class_of(fn) is not None:
+        while fn is not None and self.function_of(fn) is not None:
+            fn = self.function_of(fn)  # a closure runs when its function does
+        if fn is None or self.region_of(fn) == 0:
             return False
+        cls = self.class_of(fn)
+        if cls is not None:
+            while self.class_of(cls) is not None:
+                cls = self.class_of(cls)
+            if self._builds_by_name():
+                return False  # getattr(module, config["type"])(...) may build any class
+            name = cls.name.value
+            return not any(n.value == name and n is not cls.name and not _inside(self, n, cls)
+                           for n in self.findall(self.module, m.Name(name)))
         name = fn.name.value
         return not self.callers(fn) and not any(
             n.value == name and n is not fn.name and not isinstance(self.parent.get(n), cst.Attribute)
             for n in self.findall(self.module, m.Name(name))
         )
+
+    def _builds_by_name(self) -> bool:
+        """The program picks classes by a name it computes: getattr(x, name) with a name that is
+        not a literal, eval(...), globals()[...]."""
+        found = self.__dict__.get("_by_name")
+        if found is None:
+            found = any(
+                (m.matches(c.func, m.Name("getattr")) and len(c.args) > 1 and not isinstance(c.args[1].value, cst.SimpleString))
+                or m.matches(c.func, m.Name("eval") | m.Name("globals") | m.Name("locals") | m.Name("vars"))
+                for c in self.calls)
+            self._by_name = found
+        return found
 
     def _local_module(self, name: str) -> bool:
         """`utils.f`: utils names a local module of the project (its import's placeholder)."""
