@@ -136,3 +136,44 @@ def test_the_directory_converts_the_training_script_and_leaves_the_inference_scr
     assert run.returncode == 1, run.stderr  # train.py would change; nothing blocks
     assert "infer.py:1:1: DDP099" in run.stderr and "would convert train.py" in run.stderr, run.stderr
     assert "[blocking]" not in run.stderr
+
+
+TRACKED = '''\
+import os
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.tensorboard import SummaryWriter
+
+x = torch.randn(64, 3)
+loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)
+model = nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+writer = SummaryWriter("runs/a")
+'''
+
+
+@pytest.mark.parametrize("use, where", [
+    ("out = writer.log_dir\n", "top"),
+    ("out = os.path.join(writer.get_logdir(), 'x.pt')\n", "top"),
+    ("        out = writer.log_dir + str(epoch)\n", "loop"),
+])
+def test_a_value_read_from_a_tracker_ddpify_made_rank0_only_is_sent_from_rank0(use, where):
+    loop = "for epoch in range(2):\n    for xb, yb in loader:\n        loss = nn.functional.mse_loss(model(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+    src = TRACKED + (use + loop if where == "top" else loop + use) + "torch.save(model.state_dict(), out)\n"
+    res = convert_source(src, Options())
+    assert not res.blocking, [f.message for f in res.blocking]
+    assert "rank0_value(lambda: writer." in res.source and "def rank0_value(read):" in res.source
+    assert [f.fixed for f in res.findings if f.code == "DDP063"] == [True]
+
+
+def test_a_tracker_read_in_a_lambda_is_still_refused_with_its_reason():
+    src = TRACKED + "names = []\ncb = lambda e: names.append(writer.log_dir)\nfor epoch in range(2):\n    for xb, yb in loader:\n        loss = nn.functional.mse_loss(model(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n    cb(epoch)\n"
+    res = convert_source(src, Options())
+    assert [f.code for f in res.blocking] == ["DDP063"] and "a lambda" in res.blocking[0].message
+
+
+def test_a_tracker_used_only_where_rank0_runs_needs_nothing():
+    src = TRACKED + "def report(path):\n    torch.save({'dir': writer.log_dir}, path)\n\n\nfor epoch in range(2):\n    for xb, yb in loader:\n        loss = nn.functional.mse_loss(model(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\nreport('r.pt')\n"
+    res = convert_source(src, Options())
+    assert not res.blocking and "rank0_value" not in res.source, [f.message for f in res.findings if f.code == "DDP063"]

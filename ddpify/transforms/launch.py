@@ -212,6 +212,16 @@ def in_float32(op):
     return run
 '''
 
+RANK0_VALUE = '''\
+
+
+def rank0_value(read):
+    """read() on rank 0, where the tracker exists (None elsewhere), and its value on every rank."""
+    box = [read() if RANK == 0 else None]
+    {dist}.broadcast_object_list(box, src=0)
+    return box[0]
+'''
+
 RANK0_SEED = '''\
 
 
@@ -250,6 +260,8 @@ class LaunchTransform(Transform):
             text += IN_FLOAT32
         if "rank0_seed" in ctx.helpers:
             text += RANK0_SEED
+        if "rank0_value" in ctx.helpers:
+            text += RANK0_VALUE
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

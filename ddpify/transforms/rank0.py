@@ -19,7 +19,7 @@ from ddpify.rules import declare
 declare("DDP060", "rank0-guard", "rank-0 guard added", fix=True, check="rank0-writes")
 declare("DDP061", "unguarded-collective", "not guarded: the statement runs a collective or the model, so every rank must run it")
 declare("DDP062", "progress-bar-rank0", "progress bar disabled on ranks other than 0", fix=True, check="rank0-writes")
-declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used unguarded on every rank (None on other ranks)", severity="blocking")
+declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used on every rank: a value read from it is sent from rank 0 (rank0_value); where it cannot be, a blocking finding", severity="blocking", fix=True, check="rank0-writes")
 declare("DDP064", "unguardable-write", "a file write on every rank that ddpify cannot guard: every rank would write the file", severity="blocking")
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
@@ -130,7 +130,66 @@ class Rank0Transform(Transform):
                 ctx.edits.guarded.add(stmt)
                 ctx.finding(attr, "DDP060", f"{code(attr)} on global rank 0 only ({base} exists there only)", True)
                 continue
-            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank: put it under `if {base} is not None:`", False)
+            if self._rank0_caller(ctx, stmt):
+                continue  # only rank 0 runs it, where the tracker exists
+            why = self._from_rank0(ctx, attr, base)
+            if why is None:
+                continue
+            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank, "
+                        f"where ddpify cannot send rank 0's value ({why}): read it once where every rank passes, "
+                        f"or put this use under `if {base} is not None:`", False)
+
+    def _from_rank0(self, ctx: Context, attr: cst.Attribute, base: str) -> str | None:
+        """A value read from a tracker ddpify made rank-0-only (`log_dir = writer.log_dir`,
+        `name = f"model-{run.id}.pt"`): rank 0 reads it and sends it to every rank
+        (rank0_value(lambda: ...), one broadcast), so every rank goes on with the value the one
+        process had. Only where every rank runs the statement as often as the others: not per
+        item, not in a function handed over as a value (a callback), not in a `while` loop that
+        trains nothing (a `for` loop runs as often on every rank; a loop that trains does too,
+        its backward being a collective). None when done, else why not."""
+        a = ctx.a
+        expr: cst.CSTNode = attr
+        while True:
+            par = a.parent.get(expr)
+            if isinstance(par, cst.Call) and par.func is expr or isinstance(par, (cst.Subscript, cst.Attribute)) and par.value is expr:
+                expr = par
+            else:
+                break
+        stmt = a.statement(expr)
+        if stmt is None or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) or not ctx.editable(stmt):
+            return "a statement ddpify cannot change here"
+        if a.runs_per_item(stmt):
+            return "code that runs per item or is handed over as a value (a Dataset's method, a callback)"
+        if any(isinstance(n, cst.Lambda) for n in _ancestors(a, expr, stmt)):
+            return "a lambda, which may run any number of times on each rank"
+        loop = a.enclosing_loop(stmt)
+        while loop is not None:
+            if isinstance(loop, cst.While) and not any(_inside(a, st.stmt, loop) for st in a.steps):
+                return "a `while` loop that may run a different number of times on each rank"
+            loop = a.enclosing_loop(loop)
+        if a.runs_model(expr) or a.runs_collective(expr):
+            return "the value runs the model or a collective"
+        ctx.helpers.add("rank0_value")
+        ctx.edits.replace(expr, lambda n: cst.Call(func=cst.Name("rank0_value"), args=[cst.Arg(cst.Lambda(params=cst.Parameters(), body=n))]))
+        ctx.finding(attr, "DDP063", f"{code(expr)} read on global rank 0, where {base} exists, and sent to every rank (rank0_value: one broadcast)", True)
+        return None
+
+    @staticmethod
+    def _rank0_caller(ctx: Context, stmt: cst.CSTNode) -> bool:
+        """stmt runs on rank 0 alone: its function is called only from statements guarded to rank 0
+        (or from functions called only so)."""
+        a = ctx.a
+        fn = a.function_of(stmt)
+        seen: set[int] = set()
+
+        def only_rank0(f, depth=0) -> bool:
+            if f is None or depth > 6 or id(f) in seen:
+                return False
+            seen.add(id(f))
+            calls = a.callers(f)
+            return bool(calls) and all(any(c is g or _inside(a, c, g) for g in ctx.edits.guarded) or only_rank0(a.function_of(c), depth + 1) for c in calls)
+
+        return only_rank0(fn)
 
     def _tracker_statement(self, ctx: Context, stmt: cst.CSTNode, base: str) -> bool:
         """A statement that only feeds the tracker, so rank 0 alone may run it: one call whose
@@ -354,6 +413,13 @@ class Rank0Transform(Transform):
                 return True
             cur = a.parent.get(cur)
         return False
+
+
+def _ancestors(a, node: cst.CSTNode, stop: cst.CSTNode):
+    cur = a.parent.get(node)
+    while cur is not None and cur is not stop:
+        yield cur
+        cur = a.parent.get(cur)
 
 
 def _root(node: cst.CSTNode) -> str | None:
