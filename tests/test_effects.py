@@ -285,8 +285,12 @@ def test_statement_that_only_feeds_a_tracker_runs_on_rank_0(use):
     assert f"    if RANK == 0:\n        {use}\n" in res.source
 
 
+def test_tracker_value_kept_is_sent_from_rank0():
+    res = convert(TRACKED.format(use="logdir = writer.log_dir"))  # the value is kept: other ranks need it
+    assert "logdir = rank0_value(lambda: writer.log_dir)" in res.source and res.status == "converted"
+
+
 @pytest.mark.parametrize("use", [
-    "logdir = writer.log_dir",  # the value is kept: other ranks would need it
     'writer.file_writer.add_text("n", str(train_epoch(writer, step)))',  # runs the model
     'writer.file_writer.add_text("n", str(next(iter(loader))))',  # moves an iterator
 ])

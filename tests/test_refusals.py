@@ -177,3 +177,72 @@ def test_a_tracker_used_only_where_rank0_runs_needs_nothing():
     src = TRACKED + "def report(path):\n    torch.save({'dir': writer.log_dir}, path)\n\n\nfor epoch in range(2):\n    for xb, yb in loader:\n        loss = nn.functional.mse_loss(model(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\nreport('r.pt')\n"
     res = convert_source(src, Options())
     assert not res.blocking and "rank0_value" not in res.source, [f.message for f in res.findings if f.code == "DDP063"]
+
+
+def _subset_sampler(rank: int, world: int):
+    torch = pytest.importorskip("torch")
+    from ddpify.transforms.launch import SUBSET_SAMPLER
+
+    scope = {"torch": torch, "RANK": rank, "WORLD_SIZE": world}
+    exec(SUBSET_SAMPLER.format(torch="torch"), scope)
+    return scope["DistributedSubsetSampler"]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_distributed_subset_sampler_shares_out_the_subset(world):
+    subset = list(range(100, 131))  # 31 indices of a larger data set
+    draws = []
+    for rank in range(world):
+        s = _subset_sampler(rank, world)(subset)
+        s.set_epoch(4)
+        draws.append(list(s))
+        assert len(draws[-1]) == len(s) == -(-len(subset) // world)  # as many on every rank
+    every = [i for d in draws for i in d]
+    assert set(every) == set(subset)  # the whole subset, nothing outside it
+    assert len(every) - len(set(every)) == len(every) - len(subset)  # only padding repeats
+    again = _subset_sampler(0, world)(subset)
+    again.set_epoch(5)
+    assert list(again) != draws[0] or world == 3  # another epoch, another order
+
+
+def test_loader_factories_and_subclasses_are_followed():
+    src = MODEL.replace("loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\n", """
+class Shuffled(DataLoader):
+    def __init__(self, ds, **kw):
+        super().__init__(ds, shuffle=True, **kw)
+
+
+def make(kind):
+    return Shuffled(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8) if kind else None
+
+
+loader = make(1)
+""") + "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n" + LOOP
+    res = convert_source(src, Options())
+    assert not res.blocking, [f.message for f in res.blocking]
+    assert "super().__init__(ds, sampler=DistributedSampler(ds), **" in res.source
+    assert "loader.sampler.set_epoch(epoch)" in res.source
+
+
+def test_a_loader_built_from_keywords_alone_is_sharded():
+    src = MODEL.replace("loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)",
+                        "cfg = dict(dataset=TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\nloader = DataLoader(**cfg)")
+    res = convert_source(src + "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n" + LOOP, Options())
+    assert 'DataLoader(**{**cfg, "shuffle": False}, sampler=DistributedSampler(cfg["dataset"], shuffle=cfg.get("shuffle", False))' in res.source or \
+        'sampler=DistributedSampler(cfg["dataset"], shuffle=cfg.get("shuffle", False))' in res.source, res.source
+
+
+def test_loaders_from_a_module_picked_by_eval(tmp_path):
+    from ddpify.project import convert_project
+
+    (tmp_path / "datasets.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def blobs(bs):\n    x = torch.randn(40, 2)\n    return DataLoader(TensorDataset(x, x[:, :1]), batch_size=bs, shuffle=True)\n")
+    (tmp_path / "train.py").write_text("import datasets\n" + MODEL.replace(
+        "loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\n",
+        "NAME = 'blobs'\nloader = eval('datasets.' + NAME)(8)\n").replace("nn.Linear(3, 1)", "nn.Linear(2, 1)")
+        + "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n" + LOOP)
+    res = convert_project(str(tmp_path / "train.py"))
+    assert res.status == "converted", [f.message for f in res.blocking]
+    out = {r.path.rsplit("/", 1)[-1]: r.output for r in res.files}
+    assert "sampler=DistributedSampler(" in out["datasets.py"] and "loader.sampler.set_epoch(epoch)" in out["train.py"]

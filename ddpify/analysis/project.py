@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ class LocalImport:
     path: str  # the local file it reaches first (a package's __init__.py before its submodule)
     paths: list[str]  # every local file it imports, in import order
     modules: list[str] = field(default_factory=list)  # names it binds to a local module (`import utils`)
+    module_files: list[str] = field(default_factory=list)  # the file each of those names is
 
 
 @dataclass
@@ -133,10 +135,20 @@ def _resolve(node: ast.stmt, here: str, bases: list[str], root: str) -> list[str
 def _module_names(node: ast.stmt, files: list[str]) -> list[str]:
     """Names an import binds to a local module: `import utils`, `import pkg.mod` (pkg),
     `from pkg import mod`; not the classes and functions `from mod import f` binds."""
+    return [name for name, _ in _module_bindings(node, files)]
+
+
+def _module_bindings(node: ast.stmt, files: list[str]) -> list[tuple[str, str]]:
+    """(name, local file it is) for each name an import binds to a local module: `import pkg.mod
+    as m` binds m to pkg/mod.py, `import pkg.mod` binds pkg to pkg/__init__.py."""
+    def named(end: str, last: bool) -> str:
+        found = [f for f in files if (os.path.basename(os.path.dirname(f)) if f.endswith("__init__.py") else os.path.basename(f)[:-3]) == end]
+        return (found[-1] if last else found[0]) if found else ""
+
     if isinstance(node, ast.Import):
-        return [a.asname or a.name.split(".")[0] for a in node.names]
+        return [(a.asname, named(a.name.rsplit(".", 1)[-1], True)) if a.asname else (a.name.split(".")[0], named(a.name.split(".")[0], False)) for a in node.names]
     ends = {os.path.basename(f)[:-3] if not f.endswith("__init__.py") else os.path.basename(os.path.dirname(f)) for f in files}
-    return [a.asname or a.name for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
+    return [(a.asname or a.name, named(a.name, True)) for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
 
 
 def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
@@ -155,7 +167,8 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]
             if files:
-                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, _module_names(node, files)))
+                bound = _module_bindings(node, files)
+                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, [n for n, _ in bound], [f for _, f in bound]))
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
@@ -274,6 +287,15 @@ class ProjectMixin:
                 for c in self.calls)
             self._by_name = found
         return found
+
+    def module_region(self, node) -> int | None:
+        """The file (region) of the project a name bound to a local module names (`import
+        data_loader.data_loaders as module_data`: module_data), where known; else None."""
+        for q in self.qualified(node):
+            mt = re.match(r"__ddpify_import_\d+_(\d+)__$", q)
+            if mt:
+                return int(mt.group(1))
+        return None
 
     def _local_module(self, name: str) -> bool:
         """`utils.f`: utils names a local module of the project (its import's placeholder)."""

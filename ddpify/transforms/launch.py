@@ -173,6 +173,35 @@ class DistributedWeightedSampler({torch}.utils.data.Sampler):
 '''
 
 
+SUBSET_SAMPLER = '''\
+
+
+class DistributedSubsetSampler({torch}.utils.data.Sampler):
+    """SubsetRandomSampler across ranks: the subset's indices shuffled alike on every rank
+    (seed + epoch) and shared out as DistributedSampler shares a data set (padded, so every rank
+    draws as many); set_epoch(epoch) reshuffles."""
+
+    def __init__(self, indices, generator=None, seed=0):
+        self.indices = list(indices)
+        self.num_samples = -(-len(self.indices) // WORLD_SIZE)
+        self.seed = seed  # the same on every rank (a generator of the script's would differ)
+        self.epoch = 0
+
+    def __iter__(self):
+        g = {torch}.Generator().manual_seed(self.seed + self.epoch)
+        order = {torch}.randperm(len(self.indices), generator=g).tolist()
+        total = self.num_samples * WORLD_SIZE
+        order = (order * -(-total // max(len(order), 1)))[:total]
+        return iter([self.indices[i] for i in order[RANK::WORLD_SIZE]])
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+'''
+
+
 RANK_SHARE = '''\
 
 
@@ -252,6 +281,8 @@ class LaunchTransform(Transform):
             text += SHARD
         if "weighted_sampler" in ctx.helpers:
             text += WEIGHTED
+        if "subset_sampler" in ctx.helpers:
+            text += SUBSET_SAMPLER
         if "rank_share" in ctx.helpers:
             text += RANK_SHARE
         if "rank_rows" in ctx.helpers:

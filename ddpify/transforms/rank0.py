@@ -169,6 +169,12 @@ class Rank0Transform(Transform):
             loop = a.enclosing_loop(loop)
         if a.runs_model(expr) or a.runs_collective(expr):
             return "the value runs the model or a collective"
+        # what rank 0 alone would evaluate must have no effect the other ranks need
+        other = next((c for c in a.findall(expr, m.Call()) if not _on(c.func, base) and not self._pure(c)), None)
+        if other is not None:
+            return f"it also runs {code(other.func)}(...), which every rank must run"
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr) and stmt.body[0].value is expr:
+            return "a call whose value is not kept: nothing to send"
         ctx.helpers.add("rank0_value")
         ctx.edits.replace(expr, lambda n: cst.Call(func=cst.Name("rank0_value"), args=[cst.Arg(cst.Lambda(params=cst.Parameters(), body=n))]))
         ctx.finding(attr, "DDP063", f"{code(expr)} read on global rank 0, where {base} exists, and sent to every rank (rank0_value: one broadcast)", True)
@@ -427,3 +433,13 @@ def _root(node: cst.CSTNode) -> str | None:
     while isinstance(node, (cst.Attribute, cst.Subscript)):
         node = node.value
     return dotted(node)
+
+
+def _on(node: cst.CSTNode, base: str) -> bool:
+    """node is reached from `base` (writer.get_logdir().rstrip, self.writer.file_writer.flush)."""
+    while node is not None:
+        name = dotted(node)
+        if name is not None and (name == base or name.startswith(base + ".")):
+            return True
+        node = node.func if isinstance(node, cst.Call) else getattr(node, "value", None) if isinstance(node, (cst.Attribute, cst.Subscript)) else None
+    return False

@@ -11,6 +11,7 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
+from ddpify.transforms.subset import distribute_subset
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -57,14 +58,17 @@ class SamplerTransform(Transform):
             if "sampler" in kw and "batch_sampler" not in kw and distribute_replacement(ctx, ld, kw["sampler"].value):
                 ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): False}  # type: ignore[attr-defined]
                 return False  # no set_epoch: the draws go on from each rank's generator
+            if "sampler" in kw and "batch_sampler" not in kw and ld.role == "train" and distribute_subset(ctx, ld, kw["sampler"], a.loaders):
+                ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): True}  # type: ignore[attr-defined]
+                return True
             ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
             return False
-        if ld.dataset is None:
+        star = [x for x in call.args if x.star == "**"]
+        if ld.dataset is None and not star:
             return False
-        if self._iterable(ctx, ld.dataset):
+        if ld.dataset is not None and self._iterable(ctx, ld.dataset):
             shard_stream(ctx, ld)  # no sampler, so no set_epoch: not in ctx.sharded
             return False
-        star = [x for x in call.args if x.star == "**"]
         drop_pos_shuffle = None
         if "shuffle" in kw:
             shuffle = kw["shuffle"].value
@@ -77,7 +81,9 @@ class SamplerTransform(Transform):
             shuffle = cst.Name("False")
         ds_expr = ld.dataset
         hoisted = None
-        if dotted(ds_expr) is None:
+        if ds_expr is None:  # DataLoader(**kwargs): the data set is one of them
+            ds_text = f'{code(star[0].value)}["dataset"]'
+        elif dotted(ds_expr) is None:
             stmt = ld.stmt
             if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
                 ctx.finding(call, "DDP022", "dataset built inline where ddpify cannot name it: assign it to a variable first", False)
@@ -154,17 +160,18 @@ class SamplerTransform(Transform):
         done: set[tuple[int, str]] = getattr(ctx, "_epoch_loops_done", set())
         ctx._epoch_loops_done = done  # type: ignore[attr-defined]
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
-        outer = a.enclosing_loop(ld.stmt)
+        home = a.statement(ld.home)  # where the loader is bound (a subclass: where it is built)
+        outer = a.enclosing_loop(home)
         if isinstance(outer, cst.For) and ld.target and isinstance(outer.target, cst.Name):
-            ctx.edits.after[ld.stmt].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
+            ctx.edits.after[home].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
             return
         if not ld.target:
             ctx.finding(ld.call, "DDP027", "epoch loop not found for this loader: call <loader>.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
             return
         before = len(done)
-        returned = a.returned_as(ld.call)  # `return DataLoader(...), ...`: the caller's names
-        sites = [] if returned else a.loader_iteration_sites(ld.target, a.function_of(ld.stmt))
+        returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
+        sites = [] if returned else a.loader_iteration_sites(ld.target, a.function_of(home))
         for name, caller in returned:
             sites += a.loader_iteration_sites(name, caller)
         if not sites:
@@ -178,7 +185,7 @@ class SamplerTransform(Transform):
     @staticmethod
     def _returned(a, ld: Loader):
         """(name, caller) for `train_loader = DataLoader(...)` that its function returns."""
-        par = a.parent.get(ld.call)
+        par = a.parent.get(ld.home)
         if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name):
             return a.returned_as(par.targets[0].target)
         return []
