@@ -246,3 +246,25 @@ def test_loaders_from_a_module_picked_by_eval(tmp_path):
     assert res.status == "converted", [f.message for f in res.blocking]
     out = {r.path.rsplit("/", 1)[-1]: r.output for r in res.files}
     assert "sampler=DistributedSampler(" in out["datasets.py"] and "loader.sampler.set_epoch(epoch)" in out["train.py"]
+
+
+def test_set_epoch_where_the_pass_is_one_call_away():
+    """The epoch loop calls a method of a built object (trainer.train_epoch()), a loader built
+    inline as an argument (fit(model, DataLoader(...))), a comprehension over the loader."""
+    base = MODEL.replace("loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\n", "")
+    step = "        loss = nn.functional.mse_loss(net(xb), yb)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+    cases = {
+        "trainer.loader.sampler.set_epoch(epoch)": "class T:\n    def __init__(self, loader):\n        self.loader = loader\n\n    def one(self):\n        for xb, yb in self.loader:\n"
+        + step.replace("        ", "            ") + "\n\ntrainer = T(DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True))\n"
+        "for epoch in range(2):\n    trainer.one()\n",
+        "    loader.sampler.set_epoch(epoch)": "def fit(loader):\n    for epoch in range(2):\n        for xb, yb in loader:\n" + step.replace("        ", "            ")
+        + "\n\nfit(DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True))\n",
+        "    train_loader.sampler.set_epoch(epoch)": "def step_on(xb, yb):\n" + step.replace("        ", "    ") + "    return loss.item()\n\n\n"
+        "train_loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\n"
+        "for epoch in range(2):\n    losses = [step_on(xb, yb) for xb, yb in train_loader]\n",
+    }
+    for expected, body in cases.items():
+        src = base + "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n" + body
+        res = convert_source(src, Options())
+        assert not res.blocking, (body, [f.message for f in res.blocking])
+        assert expected in res.source, res.source

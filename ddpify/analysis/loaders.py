@@ -33,6 +33,9 @@ class Loader:
     site: cst.Call | None = None
     cls: str | None = None
     others: list[str] = field(default_factory=list)
+    # the function whose parameter `target` is, for a loader built as an argument
+    # (fit(model, DataLoader(...)), Trainer(DataLoader(...)))
+    scope: cst.FunctionDef | None = None
 
     @property
     def home(self) -> cst.Call:
@@ -50,7 +53,10 @@ class LoadersMixin:
             target = self._loader_target(call)
             pos, kw = call_args(call)
             dataset = pos[0].value if pos else (kw["dataset"].value if "dataset" in kw else None)
-            loaders.append(Loader(call=call, stmt=stmt, target=target, role="eval", dataset=dataset))
+            scope = None
+            if target is None:
+                target, scope = self._argument_target(call) or (None, None)
+            loaders.append(Loader(call=call, stmt=stmt, target=target, role="eval", dataset=dataset, scope=scope))
         loaders += self._subclass_loaders()
         for ld in loaders:
             ld.role = self._loader_role(ld, loaders)
@@ -101,6 +107,27 @@ class LoadersMixin:
                 ld.others = [t for c, t in targets if c is not ld.site]
             out.append(ld)
         return out
+
+    def _argument_target(self, value: cst.CSTNode) -> tuple[str, cst.FunctionDef] | None:
+        """(parameter, function) that `value`, an argument of a call of one of the program's
+        functions or classes (its __init__), is bound to there."""
+        arg = self.parent.get(value)
+        call = self.parent.get(arg)
+        if not isinstance(arg, cst.Arg) or not isinstance(call, cst.Call) or arg.star:
+            return None
+        name = dotted(call.func) or (call.func.attr.value if isinstance(call.func, cst.Attribute) else "")
+        last = name.rsplit(".", 1)[-1]
+        cls = self.classes.get(last)
+        defs = [f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"] if cls is not None else self.functions.get(last, [])
+        if len(defs) != 1:
+            return None
+        fn = defs[0]
+        params = [p.name.value for p in fn.params.params]
+        if arg.keyword is not None:
+            return (arg.keyword.value, fn) if arg.keyword.value in params else None
+        i = [x for x in call.args if x.keyword is None].index(arg)
+        i += 1 if params and params[0] in ("self", "cls") and (cls is not None or "." in name) else 0
+        return (params[i], fn) if i < len(params) else None
 
     def _loader_target_of(self, call: cst.Call) -> str | None:
         names = self.returned_as(call)
@@ -353,7 +380,7 @@ class LoadersMixin:
             ):
                 return True
         # handed on: Trainer(model, loader) keeps it as self.loader, a method iterates that
-        for site, _ in self.loader_iteration_sites(ld.target, self.function_of(ld.home)):
+        for site, _ in self.loader_iteration_sites(ld.target, ld.scope or self.function_of(ld.home)):
             loop = site if isinstance(site, cst.For) else self.enclosing_loop(self.statement(site))
             if loop is not None and any(_inside(self, s.stmt, loop) for s in self.steps):
                 return True
@@ -369,7 +396,11 @@ class LoadersMixin:
     def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop, comprehension or iter() call, name used there) for every place `name` (or a
         parameter bound to it) is iterated."""
-        bound = self._propagate([name])
+        if origin is not None and name in {p.name.value for p in origin.params.params}:
+            bound = self._propagate([name], origin)  # a parameter: fit(model, DataLoader(...))
+            bound.setdefault(origin, set()).add(name)
+        else:
+            bound = self._propagate([name])
         # pbar = tqdm(loader): iterating the wrapper iterates the loader, whose
         # name (not the wrapper's) is what the sampler hangs off
         wrapped: dict[str, str] = {}

@@ -207,10 +207,11 @@ class ModelsMixin:
                                 if self.class_of(fn) is not None and receiver != "self":
                                     self.models.append(receiver)
 
-    def _propagate(self, names: list[str]) -> dict[cst.CSTNode, set[str]]:
-        """Scope -> names bound to one of `names`, following arguments into functions."""
+    def _propagate(self, names: list[str], start: cst.CSTNode | None = None) -> dict[cst.CSTNode, set[str]]:
+        """Scope -> names bound to one of `names` (in the function `start`, the module by
+        default), following arguments into functions."""
         bound: dict[cst.CSTNode, set[str]] = {}
-        work = [(None, n) for n in names]
+        work = [(start, n) for n in names]
         seen: set[tuple[int, str]] = set()
         while work:
             scope, name = work.pop()
@@ -239,7 +240,8 @@ class ModelsMixin:
                     for k, arg in kw.items():
                         if dotted(arg.value) == name and k in params:
                             work.append((fn, k))
-        bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
+        if start is None:
+            bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
         return bound
 
     def is_model_ref(self, node: cst.CSTNode) -> bool:

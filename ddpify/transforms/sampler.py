@@ -171,7 +171,7 @@ class SamplerTransform(Transform):
             return
         before = len(done)
         returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
-        sites = [] if returned else a.loader_iteration_sites(ld.target, a.function_of(home))
+        sites = [] if returned else a.loader_iteration_sites(ld.target, ld.scope or a.function_of(home))
         for name, caller in returned:
             sites += a.loader_iteration_sites(name, caller)
         if not sites:
@@ -290,8 +290,12 @@ class SamplerTransform(Transform):
 
     @staticmethod
     def _arg_for(call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
+        if used.startswith("self.") and isinstance(call.func, cst.Attribute):
+            # trainer.train_epoch() iterates self.loader: at the call site that is trainer.loader
+            receiver = code(call.func.value)
+            return used if receiver == "self" else (f"{receiver}.{used[5:]}" if dotted(call.func.value) else None)
         if used not in params:
-            return used  # a global or self attribute: same name at the call site
+            return used  # a global: same name at the call site
         arg = LoopsMixin.argument_for(call, fn, used)
         return code(arg) if arg is not None else None
 
