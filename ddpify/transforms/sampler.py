@@ -18,7 +18,7 @@ from ddpify.rules import declare
 declare("DDP020", "distributed-sampler", "DistributedSampler added to the training DataLoader", fix=True, check="data-sharding")
 declare("DDP021", "set-epoch", "sampler.set_epoch(epoch) added at the top of the epoch loop", fix=True, check="epoch-shuffle")
 declare("DDP022", "own-sampler", "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand", severity="blocking")
-declare("DDP024", "no-training-loader", "no training DataLoader found: the training data would not be sharded", severity="blocking")
+declare("DDP024", "no-training-loader", "no training DataLoader found, and no batch source ddpify can follow: the training data would not be sharded", severity="blocking")
 declare("DDP025", "eval-loader-unsharded", "evaluation DataLoader left unsharded: every rank evaluates the full set")
 declare("DDP026", "batch-size-per-process", "batch_size is per process: the global batch is batch_size x WORLD_SIZE")
 declare("DDP027", "epoch-loop-not-found", "epoch loop not found: call sampler.set_epoch(epoch) by hand", severity="blocking")
@@ -32,7 +32,9 @@ class SamplerTransform(Transform):
         train = [ld for ld in a.loaders if ld.role == "train"]
         if a.steps and not train and not getattr(ctx, "batches_done", False):
             node = a.steps[0].backward
-            ctx.finding(node, "DDP024", "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand", False)
+            ctx.finding(node, "DDP024", "no training DataLoader found, and ddpify cannot follow where this step's batches come from "
+                        "(not random draws, slices of pre-loaded tensors or a list of batches it can see): it cannot give each rank "
+                        "its share; shard them by RANK/WORLD_SIZE by hand", False)
         ctx.sharded = []  # type: ignore[attr-defined]
         for ld in a.loaders:
             if not ctx.editable(ld.call):
