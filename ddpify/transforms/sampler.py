@@ -164,6 +164,11 @@ class SamplerTransform(Transform):
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
         home = a.statement(ld.home)  # where the loader is bound (a subclass: where it is built)
         outer = a.enclosing_loop(home)
+        if ld.scope is not None and outer is not None:
+            ctx.finding(ld.call, "DDP027", "this loader is built inside a call, anew for each pass in a loop, so no statement can reach "
+                        "its sampler before the pass: build it before the call (`loader = DataLoader(...)`) and call "
+                        "loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
+            return
         if isinstance(outer, cst.For) and ld.target and isinstance(outer.target, cst.Name):
             ctx.edits.after[home].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
@@ -221,6 +226,12 @@ class SamplerTransform(Transform):
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
                     ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+                elif isinstance(loop, cst.While) and ctx.editable_header(loop):
+                    # `while epoch < EPOCHS:` counting by hand: its counter, else the sampler's own count
+                    counter = self._epoch_counter(a, loop)
+                    counter = counter if counter and self._counts_in(a, loop, counter) else f"{expr}.sampler.epoch + 1"
+                    ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({counter})\n"))
+                    ctx.finding(loop, "DDP021", f"sampler.set_epoch({counter}) added at the top of this epoch loop so each epoch reshuffles differently", True)
                 else:
                     ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, severity)
 
@@ -236,6 +247,12 @@ class SamplerTransform(Transform):
             return not loops  # no caller runs it in a loop either
         # directly in the loop's body (not under try/if): the loop is the epoch loop
         return not (isinstance(loop, cst.For) and a.parent.get(a.block(stmt)) is loop)
+
+    @staticmethod
+    def _counts_in(a, loop: cst.CSTNode, name: str) -> bool:
+        """name goes up by a step inside loop (`epoch += 1`)."""
+        return any(isinstance(x.target, cst.Name) and x.target.value == name and isinstance(x.operator, cst.AddAssign)
+                   for x in a.findall(loop, m.AugAssign()))
 
     @staticmethod
     def _epoch_counter(a, stmt: cst.CSTNode) -> str | None:
@@ -299,7 +316,7 @@ class SamplerTransform(Transform):
         if used not in params:
             return used  # a global: same name at the call site
         arg = LoopsMixin.argument_for(call, fn, used)
-        return code(arg) if arg is not None else None
+        return code(arg) if arg is not None and dotted(arg) is not None else None  # a name the loop can reach
 
 
 def _unique(a, base: str) -> str:
