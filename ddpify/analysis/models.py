@@ -118,6 +118,11 @@ class ModelsMixin:
                 base = dotted(c.func.value)  # type: ignore[attr-defined]
                 if base and base not in found:
                     found.append(base)
+            # learner.params(): a method of the program that returns self.net.parameters()
+            for c in self.findall(node, m.Call()):
+                for base in self._returned_param_sources(c):
+                    if base not in found:
+                        found.append(base)
             for ref in self.findall(node, m.Name()):
                 name = ref.value
                 if name in seen_names:
@@ -127,6 +132,60 @@ class ModelsMixin:
                     work.append(value)
         self._param_cache[id(call)] = found
         return found
+
+    def _holder_object(self, name: str, near: cst.CSTNode) -> bool:
+        """name is bound to an instance of a class of the program that is no nn.Module (a
+        Learner holding self.net): its attribute is the model, not the holder."""
+        values = self._local_values(self.function_of(near), name) or self._local_values(None, name)
+        if not values:
+            return False
+        for v in values:
+            if not isinstance(v, cst.Call):
+                return False
+            cls = self.classes.get((dotted(v.func) or "").rsplit(".", 1)[-1])
+            if cls is None or any(self._module_base(b.value) for b in cls.bases):
+                return False
+        return True
+
+    def _module_base(self, base: cst.BaseExpression, depth: int = 0) -> bool:
+        """base is nn.Module, a torch module class, or a class of the program that derives from one
+        (or one ddpify cannot read: counted as a module)."""
+        q = self.qualified(base)
+        if any(x.startswith("torch.nn") or x.startswith(("pytorch_lightning", "lightning", "timm", "transformers")) for x in q):
+            return True
+        cls = self.classes.get((dotted(base) or "").rsplit(".", 1)[-1])
+        if cls is None:
+            return (dotted(base) or "") not in ("object", "")
+        return depth < 6 and any(self._module_base(b.value, depth + 1) for b in cls.bases)
+
+    def _returned_param_sources(self, call: cst.Call) -> list[str]:
+        """Modules whose parameters a call of one of the program's functions or methods returns,
+        as the caller names them: `learner.params()` returning `self.net.parameters()` gives
+        learner.net; `trainable(model)` returning `model.parameters()` filtered gives model."""
+        name = dotted(call.func)
+        if not name or name.rsplit(".", 1)[-1] in ("parameters", "named_parameters"):
+            return []
+        out: list[str] = []
+        receiver = name.rsplit(".", 1)[0] if "." in name else None
+        for fn in self.functions.get(name.rsplit(".", 1)[-1], []):
+            if self.class_of(fn) is None and receiver and not self._local_module(name):
+                continue
+            params = [p.name.value for p in fn.params.params]
+            for ret in self.findall(fn, m.Return()):
+                if self.function_of(ret) is not fn or ret.value is None:
+                    continue
+                for c in self.findall(ret.value, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+                    base = dotted(c.func.value)  # type: ignore[attr-defined]
+                    if not base:
+                        continue
+                    head, _, rest = base.partition(".")
+                    if head == "self" and receiver and self.class_of(fn) is not None and rest:
+                        out.append(f"{receiver}.{rest}")
+                    elif head in params and head != "self":
+                        arg = self.argument_for(call, fn, head)
+                        if arg is not None and dotted(arg):
+                            out.append(dotted(arg) + (f".{rest}" if rest else ""))
+        return out
 
     def _local_values(self, fn: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
         """Values assigned to a plain name in scope fn (module level when None)."""
@@ -179,7 +238,7 @@ class ModelsMixin:
                 chosen = src
                 for k in range(1, len(parts)):
                     prefix = ".".join(parts[:k])
-                    if prefix in assigned and prefix != "self":
+                    if prefix in assigned and prefix != "self" and not self._holder_object(prefix, call):
                         chosen = prefix
                         break
                 # `self.parameters()` inside the model's own method: the caller's receiver is the model
