@@ -134,3 +134,45 @@ def test_ddp116_updates_gated_by_the_episode_differ_per_rank(tmp_path, forkrun):
         assert run.returncode == 0, run.stderr[-2000:]
         counts.append(int(re.search(r"steps (\d+)", run.stdout).group(1)))
     assert counts[0] != counts[1], counts
+
+
+@pytest.mark.parametrize("name, code", [("90_own_batch_sampler", "DDP022"), ("91_chained_streams", "DDP023")])
+def test_ddp022_ddp023_a_loader_it_cannot_shard_feeds_every_rank_everything(name, code, tmp_path, forkrun):
+    d = FIX / name
+    assert codes(blocking((d / "input.py").read_text())) == [code]
+    (tmp_path / "train.py").write_text(partial(d))
+    _, checks = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
+    assert checks["data-sharding"].status == "FAIL", checks["data-sharding"].figure
+
+
+def _per_rank_value(out: dict, tag: str) -> list[str]:
+    return [re.search(rf"{tag} (\S+)", out.get(r, "")).group(1) for r in range(2)]
+
+
+def test_ddp146_a_draw_among_the_imports_differs_per_rank(tmp_path, forkrun):
+    d = FIX / "194_draw_among_imports_refused"
+    assert codes(blocking((d / "input.py").read_text())) == ["DDP146"]
+    src = partial(d) + '\nimport sys\nprint("PROJ", float(PROJECTION.sum()), file=sys.stderr)\n'
+    (tmp_path / "train.py").write_text(src)
+    cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
+    a, b = _per_rank_value(cand.outputs, "PROJ")
+    assert a != b  # each rank drew its own projection
+
+
+def test_ddp147_an_unseeded_generator_of_the_script_differs_per_rank(tmp_path, forkrun):
+    d = FIX / "205_own_generator_under_flag"
+    assert codes(blocking((d / "input.py").read_text())) == ["DDP147"]
+    (tmp_path / "train.py").write_text(partial(d) + '\nimport sys\nprint("DATA", float(x.sum()), file=sys.stderr)\n')
+    cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun, args=["--fresh-data"])
+    a, b = _per_rank_value(cand.outputs, "DATA")
+    assert a != b  # each rank trained on data of its own
+
+
+def test_ddp005_the_output_would_read_an_undefined_name(tmp_path, forkrun):
+    d = FIX / "200_loader_rebuilt_per_call_refused"
+    found = blocking((d / "input.py").read_text())
+    assert codes(found) == ["DDP005"]
+    name = re.search(r"would read (\w+)", found[0].message).group(1)
+    (tmp_path / "train.py").write_text(partial(d))
+    cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
+    assert f"NameError: name '{name}' is not defined" in cand.outputs.get(0, ""), cand.outputs.get(0, "")[-2000:]

@@ -329,6 +329,9 @@ class BatchesMixin:
                 values += more
                 work += more
         seeded = {fam for fam in ("numpy", "random") if any(self.is_call(c, f"{fam}.random.seed" if fam == "numpy" else "random.seed") for c in self.calls)}
+        # unseeded draws before training are seeded from rank 0's seed at the set-up (seeds.py,
+        # DDP145): what they draw is the same on every rank
+        seeded |= set(self.unseeded_draws().draws)
         for v in values:
             if isinstance(v, (cst.BaseNumber, cst.BaseString, cst.Dict)):
                 return f"`{name}` is `{code(v)}`, not an index of rows: ddpify cannot tell which rows the loss reads"
