@@ -186,6 +186,10 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
 
 
 KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the entry's set-up, as in one file
+# helpers the set-up block defines for the code that needs them (transforms/launch.py): the entry
+# keeps one only where it uses it, as the modules do
+HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_rows",
+           "in_float32", "rank0_seed", "rank0_value"}
 
 
 def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
@@ -201,6 +205,7 @@ def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[
             top = names[i][0]
             text = _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
             simple = isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
+            simple = simple or (isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in HELPERS)
             if not keep[i] or not simple or not top or top & KEPT or text in original or "__ddpify_import_" in text:
                 continue
             if not any(keep[j] and top & names[j][2] for j in range(len(body)) if j != i):

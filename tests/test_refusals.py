@@ -268,3 +268,33 @@ def test_set_epoch_where_the_pass_is_one_call_away():
         res = convert_source(src, Options())
         assert not res.blocking, (body, [f.message for f in res.blocking])
         assert expected in res.source, res.source
+
+
+def test_loaders_returned_as_one_tuple_and_picked_by_index():
+    """dloader = get_loaders(); Trainer(dloader) keeps self.train_loader = data_loader[0]."""
+    src = MODEL.replace("loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)\n", """
+def get_loaders():
+    train = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)
+    valid = DataLoader(TensorDataset(x[:8], x[:8].sum(1, keepdim=True)), batch_size=8)
+    return train, valid
+
+
+class T:
+    def __init__(self, data_loader):
+        self.train_loader = data_loader[0]
+        self.valid_loader = data_loader[1]
+
+    def fit(self):
+        for epoch in range(2):
+            for xb, yb in self.train_loader:
+                loss = nn.functional.mse_loss(net(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+dloader = get_loaders()
+""") + "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nT(dloader).fit()\n"
+    res = convert_source(src, Options())
+    assert not res.blocking, [f.message for f in res.blocking]
+    assert "self.train_loader.sampler.set_epoch(epoch)" in res.source

@@ -285,6 +285,28 @@ class LoadersMixin:
         names = self.returned_as(call)
         return names[0][0] if names else None
 
+    def returned_whole(self, value: cst.CSTNode) -> list[tuple[str, cst.FunctionDef | None, int]]:
+        """(name, caller, position) where `return a, b` lands whole in one name of the caller
+        (`loaders = get_loaders()`): value is the position-th element there."""
+        fn = self.function_of(value)
+        if fn is None:
+            return []
+        name = dotted(value) if isinstance(value, cst.Name) else None
+        idx = None
+        for ret in self.findall(fn, m.Return()):
+            if self.function_of(ret) is fn and isinstance(ret.value, cst.Tuple):
+                for i, item in enumerate(e.value for e in ret.value.elements):
+                    if item is value or (name is not None and dotted(item) == name):
+                        idx = i
+        if idx is None:
+            return []
+        out = []
+        for call in self.callers(fn):
+            asg = self.parent.get(call)
+            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and dotted(asg.targets[0].target):
+                out.append((dotted(asg.targets[0].target), self.function_of(call), idx))
+        return out
+
     def returned_as(self, value: cst.CSTNode) -> list[tuple[str, cst.FunctionDef | None]]:
         """Where a returned value lands in the callers: `return a, b` and `x, y = f()` give
         (y, caller) for b. `value` is the returned expression, or any occurrence of a plain name
@@ -393,9 +415,10 @@ class LoadersMixin:
     def loop_iterates(self, loop: cst.For, name: str) -> bool:
         return reads_name(loop.iter, name)
 
-    def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None) -> list[tuple[cst.CSTNode, str]]:
+    def loader_iteration_sites(self, name: str, origin: cst.CSTNode | None = None, element: int | None = None) -> list[tuple[cst.CSTNode, str]]:
         """(for-loop, comprehension or iter() call, name used there) for every place `name` (or a
-        parameter bound to it) is iterated."""
+        parameter bound to it) is iterated. element: `name` holds a tuple of loaders and the loader
+        is its element-th (`loaders = get_loaders()`, later `self.train_loader = loaders[0]`)."""
         if origin is not None and name in {p.name.value for p in origin.params.params}:
             bound = self._propagate([name], origin)  # a parameter: fit(model, DataLoader(...))
             bound.setdefault(origin, set()).add(name)
@@ -428,6 +451,19 @@ class LoadersMixin:
             for k, arg in kw.items():
                 if dotted(arg.value) in names and k in params:
                     bound.setdefault(init, set()).add(k)
+        if element is not None:
+            # the tuple's element: what is bound to name[element], wherever name reaches
+            holders, bound = bound, {}
+            for asg in self.assigns:
+                if not (isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.value, cst.Subscript)):
+                    continue
+                sub, fn = asg.value, self.function_of(asg)
+                idx = sub.slice[0].slice if len(sub.slice) == 1 else None
+                if not (isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer) and int(idx.value.value) == element):
+                    continue
+                target = dotted(asg.targets[0].target)
+                if target and dotted(sub.value) in holders.get(fn, set()) | holders.get(None, set()):
+                    bound.setdefault(None if target.startswith("self.") else fn, set()).add(target)  # type: ignore[arg-type]
         # self.loader = loader in a method: the class's methods reach it as self.loader
         for asg in self.assigns:
             if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.value, cst.Name):

@@ -185,6 +185,13 @@ class SamplerTransform(Transform):
             # train_loader = DataLoader(...); return train_loader, ... : follow it to the caller
             for name, caller in self._returned(a, ld):
                 sites += a.loader_iteration_sites(name, caller)
+        if not sites:
+            # loaders = get_loaders(); ... self.train_loader = loaders[0]: the tuple's element
+            par = a.parent.get(ld.home)
+            values = [ld.home] + ([par.targets[0].target] if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name) else [])
+            for value in values:
+                for name, caller, idx in a.returned_whole(value):
+                    sites += a.loader_iteration_sites(name, caller, element=idx)
         self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
         if len(done) == before and not sites:
             ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
