@@ -461,8 +461,13 @@ def convert_command(
         for d in sorted({os.path.dirname(os.path.realpath(j.path)) for j in job_list if not j.stdin and not j.error}):
             fileio.clean_stale_temps(d)
 
+    every_job = job_list
     projects, job_list = _split_projects(job_list, explicit=paths)
-    reports = _run(job_list, settings, jobs) + (_process_projects(projects, settings) if projects else [])
+    project_reports = _process_projects(projects, settings) if projects else []
+    # the modules of an entry that trains nothing (an inference script importing the model class
+    # from the training script) are files of their own again, converted one at a time
+    loose = _loose_members(every_job, project_reports)
+    reports = _run(job_list + loose, settings, jobs) + [r for r in project_reports if not any(r.path == _display(j.path, j) for j in loose)]
     reports.sort(key=lambda r: (not r.stdin, r.path))
     if as_json:
         click.echo(json.dumps(json_document(reports, settings), indent=2))
@@ -507,6 +512,14 @@ def _split_projects(job_list: list[Job], explicit: tuple[str, ...]) -> tuple[lis
     entry_paths = {os.path.realpath(j.path) for j, _ in entries}
     rest = [j for j in job_list if j.stdin or os.path.realpath(j.path) not in members | entry_paths]
     return [[j] for j, _ in entries], rest
+
+
+def _loose_members(every_job: list[Job], reports: list["Report"]) -> list[Job]:
+    """The jobs of the modules of projects whose entry trains nothing, that no training project
+    holds (a file named on the command line or found in a directory)."""
+    idle = {os.path.realpath(r.path) for r in reports if r.member and r.status == "not-training" and r.outcome == "unchanged"}
+    busy = {os.path.realpath(r.path) for r in reports if r.status != "not-training"}
+    return [j for j in every_job if not j.stdin and os.path.realpath(j.path) in idle - busy]
 
 
 def _display(path: str, entry: Job) -> str:

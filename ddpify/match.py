@@ -77,7 +77,10 @@ Continue = _factory("Continue")
 CompIf = _factory("CompIf")
 CompFor = _factory("CompFor")
 Subscript = _factory("Subscript")
+AssignTarget = _factory("AssignTarget")
 NamedExpr = _factory("NamedExpr")
+Global = _factory("Global")
+Nonlocal = _factory("Nonlocal")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

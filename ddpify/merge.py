@@ -18,7 +18,7 @@ BEGIN = "def __ddpify_begin_{}__(): pass\n"
 END = "def __ddpify_end_{}__(): pass\n"
 IMPORT = "import __ddpify_import_{}__\n"
 MARK_RE = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
-PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)__(?: as .*)?[ \t]*\r?\n", re.M)
+PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)(?:_\d+)?__(?: as .*)?[ \t]*\r?\n", re.M)
 HEADER_NOTE = "# ddpify: ranks read from torchrun's environment (import-safe); the process group is set up by the entry script\n"
 
 
@@ -41,26 +41,29 @@ def merge(files: list[ModuleFile]) -> _Merged:
     restore: dict[int, str] = {}
     counter = [0]
 
-    def placeholder(lines: list[str], start: int, end: int, modules: list[str] = ()) -> str:
+    index = {f.path: k for k, f in enumerate(files)}
+
+    def placeholder(lines: list[str], start: int, end: int, modules: list[str] = (), paths: list[str] = ()) -> str:
         counter[0] += 1
         restore[counter[0]] = "".join(lines[start - 1 : end])
-        if modules:  # `import utils`: utils.f() still names the module's f for the analysis
-            mod = f"__ddpify_import_{counter[0]}__"
-            return f"import {', '.join(f'{mod} as {name}' for name in modules)}\n"
+        if modules:  # `import utils`: utils.f() still names the module's f for the analysis,
+            # and the placeholder the file it is (getattr(module_data, name)(...) builds its classes)
+            names = [f"__ddpify_import_{counter[0]}_{index[p]}__" if p in index else f"__ddpify_import_{counter[0]}__" for p in list(paths) + [""] * (len(modules) - len(paths))]
+            return f"import {', '.join(f'{mod} as {name}' for mod, name in zip(names, modules))}\n"
         return IMPORT.format(counter[0])
 
     def pieces(mod: ModuleFile) -> list[tuple[str, int]]:
         """(text, original first line) runs of the file with its placeholders in."""
         lines = _lines(mod.text)
-        spans = [(i.line, i.end, i.modules) for i in mod.imports]
+        spans = [(i.line, i.end, i.modules, i.module_files) for i in mod.imports]
         if mod is not files[0] and mod.main_guard is not None:
-            spans.append((*mod.main_guard, []))
+            spans.append((*mod.main_guard, [], []))
         out: list[tuple[str, int]] = []
         at = 1
-        for start, end, modules in sorted(spans):
+        for start, end, modules, paths in sorted(spans):
             if start > at:
                 out.append(("".join(lines[at - 1 : start - 1]), at))
-            out.append((placeholder(lines, start, end, modules), start))
+            out.append((placeholder(lines, start, end, modules, paths), start))
             at = end + 1
         if at <= len(lines):
             out.append(("".join(lines[at - 1 :]), at))
@@ -183,6 +186,10 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
 
 
 KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the entry's set-up, as in one file
+# helpers the set-up block defines for the code that needs them (transforms/launch.py): the entry
+# keeps one only where it uses it, as the modules do
+HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_rows",
+           "in_float32", "rank0_seed", "rank0_value"}
 
 
 def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
@@ -198,6 +205,7 @@ def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[
             top = names[i][0]
             text = _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
             simple = isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
+            simple = simple or (isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in HELPERS)
             if not keep[i] or not simple or not top or top & KEPT or text in original or "__ddpify_import_" in text:
                 continue
             if not any(keep[j] and top & names[j][2] for j in range(len(body)) if j != i):

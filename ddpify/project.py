@@ -13,7 +13,8 @@ Findings come back with the line of the file they concern.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
@@ -26,7 +27,7 @@ from ddpify.rules import declare
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP100", "project-lazy-import", "project mode: training code in a local module it cannot follow (imported inside a function)", severity="blocking")
 declare("DDP101", "project-shared-module", "project mode: a module shared by several entry scripts would be converted differently for each", severity="blocking")
-declare("DDP102", "project-module-is-script", "project mode: a module that is also a script (`if __name__ == \"__main__\":`) runs the training loop converted for the entry", severity="blocking")
+declare("DDP102", "project-module-is-script", "project mode: a module that is also a script (`if __name__ == \"__main__\":`) whose block would fail on code converted for the entry", severity="blocking")
 
 
 @dataclass
@@ -67,7 +68,9 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     options = options or Options()
     root, files = local_modules(entry, read)
     merged = merge(files)
-    result = convert_source(merged.text, options, path=entry)
+    # converted in full even where a finding blocks: whether a module's own __main__ block runs
+    # code the conversion changes (DDP102) is read from the outputs; nothing is written here
+    result = convert_source(merged.text, replace(options, partial=True), path=entry)
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
@@ -77,21 +80,28 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))
                 per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
-    for k, mod in enumerate(files[1:], start=1):
-        line = _script_reaching_training(mod)
-        if line:
-            name = os.path.basename(mod.path)
-            per_file[k].append(Finding(line, 1, "DDP102", f"{name} is also a script, and its `if __name__ == \"__main__\":` block runs its training code, which project mode converts for {os.path.basename(entry)}: `python {name}` would then run it without a DistributedSampler or process group of its own. Move that block into a script of its own (and convert that one too), or convert by hand", False))
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
-    if result.changed and (options.partial or not any(f.blocking for fs in per_file for f in fs)):
-        # a tree the split cannot take apart is a bug: ConversionError, and no file is written
-        outputs = split(result.source, merged, files)
-        # each file on its own: a name another of the project's files binds is not defined here
-        for k, (mod, out) in enumerate(zip(files, outputs)):
-            if out != mod.text:
-                per_file[k] = sorted(set(per_file[k]) | set(_kept(undefined_findings(mod.text, out), mod.text, options)))
+    blocked = any(f.blocking for fs in per_file for f in fs)
+    if result.changed:
+        try:
+            outputs = split(result.source, merged, files)
+        except ConversionError:
+            if options.partial or not blocked:
+                raise  # a tree the split cannot take apart is a bug, and no file is written
+        else:
+            if options.partial or not blocked:
+                # each file on its own: a name another of the project's files binds is not defined here
+                for k, (mod, out) in enumerate(zip(files, outputs)):
+                    if out != mod.text:
+                        per_file[k] = sorted(set(per_file[k]) | set(_kept(undefined_findings(mod.text, out), mod.text, options)))
+    for k, mod in enumerate(files[1:], start=1):
+        found = _script_running_changes(mod, outputs[k])
+        if found:
+            line, what = found
+            name = os.path.basename(mod.path)
+            per_file[k] += _kept([Finding(line, 1, "DDP102", f"{name} is also a script, and `python {name}` would fail: its `if __name__ == \"__main__\":` block runs {what}. Move that block into a script of its own (and convert that one too), or convert by hand", False)], mod.text, options)
     if any(f.blocking for fs in per_file for f in fs) and not options.partial:
         status = "refused"  # a wrong program is worse than none: every file stays as it is
         per_file = [[f for f in fs if f.blocking] for fs in per_file]
@@ -101,18 +111,68 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     ])
 
 
-def _script_reaching_training(mod: ModuleFile) -> int:
-    """Line of a module's main guard that calls one of the module's functions or classes holding
-    a backward(), or 0."""
+def _script_running_changes(mod: ModuleFile, output: str) -> tuple[int, str] | None:
+    """(line of the guard, why) when a module's own `if __name__ == "__main__":` block would fail
+    on code the conversion changed: a function or class of the module it reaches (through the
+    module's own functions) that now calls `loader.sampler.set_epoch(...)` while the block builds
+    its own loader (not converted: no DistributedSampler), or reads `model.module` of a model it
+    does not wrap itself; or top-level code, which runs before the block sets up a group, that
+    now needs one. Other changes (rank-0 guards, autocast, a wrap: the block then sets up a group
+    of one, merge.py) keep the script working, and a demo block that only uses what the
+    conversion left as it is (a model's smoke test, a loss's gradient check) is no reason to
+    refuse: the entry imports the module, and importing it runs no such block."""
     import ast
 
-    if mod.main_guard is None or ".backward(" not in mod.text:
-        return 0
-    training = {n.name for n in ast.walk(mod.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and ".backward(" in (ast.get_source_segment(mod.text, n) or "")}
+    if mod.main_guard is None or output == mod.text:
+        return None
+    try:
+        new = ast.parse(output)
+    except SyntaxError:
+        return None
+
+    def parts(tree: ast.Module, text: str) -> tuple[dict[str, str], list[str]]:
+        defs, others = {}, []
+        for n in tree.body:
+            seg = ast.get_source_segment(text, n) or ""
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[n.name] = seg
+            elif "__main__" not in seg:
+                others.append(seg)
+        return defs, others
+
+    old_defs, old_others = parts(mod.tree, mod.text)
+    new_defs, new_others = parts(new, output)
+    line = mod.main_guard[0]
+    added = [seg for seg in new_others if seg not in old_others]
+    needs_group = next((seg for seg in added if re.search(r"\bDistributedSampler\(|\bDDP\(|\bdist\.\w+\(", seg)), None)
+    if needs_group:
+        return line, f"after the module's top-level code, which now needs a process group before the block can set one up (`{needs_group.splitlines()[0]}`)"
     guard = next(n for n in mod.tree.body if getattr(n, "lineno", 0) == mod.main_guard[0])
-    called = {n.func.id for n in ast.walk(guard) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return mod.main_guard[0] if called & training or ".backward(" in (ast.get_source_segment(mod.text, guard) or "") else 0
+    nodes = {n.name: n for n in mod.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    reached: list[str] = []
+    work: list[ast.AST] = [guard]
+    while work:
+        for n in ast.walk(work.pop()):
+            if isinstance(n, ast.Name) and n.id in nodes and n.id not in reached:
+                reached.append(n.id)
+                work.append(nodes[n.id])
+    builds_loader = "DataLoader(" in (ast.get_source_segment(mod.text, guard) or "") or any(
+        "DataLoader(" in old_defs[n] for n in reached if new_defs.get(n) == old_defs[n])
+    for name in reached:
+        before, after = old_defs[name], new_defs.get(name, old_defs[name])
+        if after == before:
+            continue
+        fresh = [ln for ln in after.splitlines() if ln not in before.splitlines()]
+        epoch = next((mt.group(0) for ln in fresh for mt in [re.search(r"[\w.]+\.sampler\.set_epoch\(", ln)] if mt), None)
+        if epoch and builds_loader:
+            return line, (f"`{name}`, which now calls `{epoch}...)` as converted for the entry, while the loader the block "
+                          "builds is left as it is, with no DistributedSampler (AttributeError)")
+        wrapped = {mt.group(1) for ln in fresh for mt in [re.search(r"([\w.]+) = DDP\(", ln)] if mt}
+        plain = next((mt.group(1) for ln in fresh for mt in [re.search(r"([\w.]+)\.module\b", ln)] if mt and mt.group(1) not in wrapped), None)
+        if plain:
+            return line, (f"`{name}`, which now reads `{plain}.module` as converted for the entry, where the model is wrapped "
+                          "in DDP, while the block passes a plain model (AttributeError)")
+    return None
 
 
 def _trains(path: str) -> bool:

@@ -36,13 +36,13 @@ def test_every_blocking_code_has_a_refused_fixture():
     for d in FIXTURES + PROJECTS:  # project fixtures (project mode) too
         for line in (d / "expected.txt").read_text().splitlines():
             if "[blocking]" in line:
-                seen.setdefault(line.split()[1], d.name)
+                seen.setdefault(line.split()[1], d)
     # the converter's codes only (lint's examples are lint findings); DDP098 blocks when a skip
     # comment drops the wrap or the sampler
     converter = {c for c in BLOCKING if rules.get(c).tool != "lint"}
     assert converter | {"DDP098"} <= set(seen), sorted(converter - set(seen))
-    for name in seen.values():
-        assert is_refused(ROOT / "fixtures" / name)
+    for d in seen.values():
+        assert is_refused(d)
 
 
 def test_severity_defaults_and_overrides():
@@ -68,8 +68,9 @@ def test_refused_file_is_untouched_and_exit_2(here):
     assert Path("train.py").read_text() == NO_LOADER
     lines = res.stderr.splitlines()
     assert lines[0] == (
-        "train.py:23:9: DDP024 [blocking] no training DataLoader found: every rank sees the same data; "
-        "shard it by RANK/WORLD_SIZE by hand"
+        "train.py:23:9: DDP024 [blocking] no training DataLoader found, and ddpify cannot follow where this step's "
+        "batches come from (not random draws, slices of pre-loaded tensors or a list of batches it can see): it "
+        "cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand"
     )
     assert lines[1].startswith("train.py: refused: 1 blocking finding above would make the output a wrong DDP program")
     assert "the file was left unchanged" in lines[1] and "# ddpify: ignore[CODE]" in lines[1]
@@ -152,7 +153,7 @@ def test_json_output(here):
     assert files["a.py"]["outcome"] == "refused" and files["a.py"]["blocking"] is True
     assert files["a.py"]["findings"] == [{
         "line": 23, "col": 9, "code": "DDP024", "severity": "blocking", "fixed": False,
-        "message": "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand",
+        "message": "no training DataLoader found, and ddpify cannot follow where this step's batches come from (not random draws, slices of pre-loaded tensors or a list of batches it can see): it cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand",
     }]
     assert files["b.py"]["outcome"] == "changed" and not files["b.py"]["blocking"]
     assert {f["severity"] for f in files["b.py"]["findings"]} == {"note"}

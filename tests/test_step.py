@@ -184,10 +184,22 @@ train_loader = DataLoader(Shards(), batch_size=4)
 
 
 def test_sampler_with_no_distributed_equivalent_is_refused():
-    src = STREAM_HEAD + '''from torch.utils.data import SubsetRandomSampler, TensorDataset
+    src = STREAM_HEAD + '''from torch.utils.data import Sampler, TensorDataset
+
+
+class EveryOther(Sampler):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(0, self.n, 2))
+
+    def __len__(self):
+        return self.n // 2
+
 
 ds = TensorDataset(torch.randn(8, 4), torch.rand(8, 1))
-train_loader = DataLoader(ds, batch_size=4, sampler=SubsetRandomSampler(range(6)))
+train_loader = DataLoader(ds, batch_size=4, sampler=EveryOther(8))
 ''' + STREAM_STEP
     result = convert_source(src, CPU_OK)
     assert "DDP022" in _codes(result, fixed=False)

@@ -190,6 +190,10 @@ def test_which_writes_are_outside_the_run():
     assert outside_write(f"{tmp}/tmpk3x_9qa1/ckpt.pt", "__main__", True) is None
     assert outside_write(f"{tmp}/outputs/arr.npy", "numpy.lib.npyio", False) is None
     assert outside_write("/data/run/figures/loss.png", "matplotlib.backends.backend_agg", False) is None
+    # a library's write (np.memmap, h5py) into the working directory is the script's, also where
+    # that directory is a temporary one (verify's own copies, a test's tmp_path)
+    assert outside_write(f"{tmp}/tmpk3x_9qa1/cache.dat", "numpy._core.memmap", False)
+    assert outside_write(f"{tmp}/tmpk3x_9qa1/cache.dat", "numpy._core.memmap", False, (f"{tmp}/tmpk3x_9qa1",)) is None
 
 
 def test_a_missing_file_is_explained_only_by_its_own_call(tmp_path):

@@ -66,11 +66,18 @@ class BatchesMixin:
                 if self._is_forward_call(c):
                     continue
                 name = dotted(c.func)
-                if not name or ("." in name and not name.startswith("self.")):
+                if not name:
+                    continue
+                method = "." in name and not name.startswith("self.")
+                if method and (self._local_module(name) or self.is_model_ref(c.func.value)):
+                    method = False if self._local_module(name) else None
+                if method is None:
                     continue
                 for fn in self.functions.get(name.rsplit(".", 1)[-1], []):
                     if fn.name.value in ("forward", "__init__"):
                         continue
+                    if method and self.class_of(fn) is None:
+                        continue  # buffer.sample(...) reaches a method of the program's classes only
                     work.append((fn.body, d + 1))
         return out
 
@@ -204,8 +211,41 @@ class BatchesMixin:
         if not draws:
             return None
         src = BatchSource("random", loop, loop, families={self.draw_family(c) for c in draws})
-        src.problem = self._random_problem(loop, reached, draws)
+        src.problem = self._random_problem(loop, reached, draws) or self._data_gate(first, loop)
         return src
+
+    def _data_gate(self, first: cst.CSTNode, loop: cst.CSTNode) -> str | None:
+        """A `while` or `if` around the step whose test reads what the loop computes from its data
+        (`while not done:` of an episode, `if done:` at its end): with per-rank data the ranks
+        would run different numbers of steps."""
+        gates = []
+        cur = self.parent.get(first)
+        while cur is not None:
+            if isinstance(cur, (cst.If, cst.While)):
+                gates.append(cur)
+            if cur is loop:
+                break
+            cur = self.parent.get(cur)
+        plain = {"len", "range", "int", "float", "min", "max", "abs", "round", "bool"}
+        for gate in gates:
+            names = {n.value for n in self.findall(gate.test, m.Name())}
+            for asg in self.findall(loop, m.Assign() | m.AugAssign()):
+                targets = {dotted(el) for t in asg.targets for el in _flatten_targets(t.target)} if isinstance(asg, cst.Assign) else {dotted(asg.target)}
+                if not targets & names:
+                    continue
+                calls = [c for c in self.findall(asg.value, m.Call()) if dotted(c.func) not in plain]
+                if not calls:
+                    continue
+                test = code(gate.test)
+                if isinstance(gate, cst.While):
+                    return (f"the training steps run in `while {test}:`, which ends when the data says so "
+                            f"({code(calls[0].func)}(...)): once each rank draws its own data, the ranks would run different numbers "
+                            "of steps and DDP's gradient all-reduce would wait forever; give every rank the same number of updates "
+                            "(e.g. collect, then update a fixed number of times), or train on one process")
+                return (f"`if {test}:` decides from the data ({code(calls[0].func)}(...)) whether a training step runs: once each rank "
+                        "draws its own data, the ranks would run different numbers of steps and DDP's gradient all-reduce would wait "
+                        "forever; give every rank the same number of updates, or train on one process")
+        return None
 
     def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> tuple[list[cst.CSTNode], set[str]]:
         """What computes the forward's inputs: the forward statement and, going back through
@@ -289,6 +329,9 @@ class BatchesMixin:
                 values += more
                 work += more
         seeded = {fam for fam in ("numpy", "random") if any(self.is_call(c, f"{fam}.random.seed" if fam == "numpy" else "random.seed") for c in self.calls)}
+        # unseeded draws before training are seeded from rank 0's seed at the set-up (seeds.py,
+        # DDP145): what they draw is the same on every rank
+        seeded |= set(self.unseeded_draws().draws)
         for v in values:
             if isinstance(v, (cst.BaseNumber, cst.BaseString, cst.Dict)):
                 return f"`{name}` is `{code(v)}`, not an index of rows: ddpify cannot tell which rows the loss reads"

@@ -74,11 +74,11 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.model_bindings = self._propagate(self.models)
         self.forward_functions = self._functions_matching(self._is_forward_call)
         self.collective_functions = self._functions_matching(self._is_collective_call)
-        self.steps = self._find_steps()
+        self.steps = self._program_steps()
         if self._hand_to_classes():  # the model is a trainer's self.model: find its forwards again
             self.model_bindings = self._propagate(self.models)
             self.forward_functions = self._functions_matching(self._is_forward_call)
-            self.steps = self._find_steps()
+            self.steps = self._program_steps()
         self.loaders = [ld for ld in self._find_loaders() if not self.unused_in_project(ld.call)]
         self.main_guard = self._find_main_guard()
         self.existing_amp = any(
@@ -86,3 +86,12 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
                          "torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler")
             for c in self.calls
         )
+
+    def _program_steps(self):
+        """The training steps this program runs: in a project, a step in code of an imported
+        module that nothing runs (an inference script importing the model class from the
+        training script) is not one."""
+        steps = self._find_steps()
+        if self.several_files():
+            steps = [s for s in steps if not self.unused_in_project(s.stmt)]
+        return steps

@@ -46,7 +46,23 @@ class LoopsMixin:
                 if "." in name and not name.startswith(("self.", "cls.")) and self.class_of(fn) is None and not self._local_module(name):
                     continue
                 out.append(call)
+        if self.class_of(fn) is None and self.function_of(fn) is None:
+            # getattr(datasets, args.dataset)(...) / eval("datasets." + name)(...) may call any
+            # function of that module of the program
+            out += self._factory_calls().get(self.region_of(fn), [])
         return out
+
+    def _factory_calls(self) -> dict[int, list[cst.Call]]:
+        """Calls that pick a function or class of a module of the program by a computed name, by file."""
+        found = self.__dict__.get("_by_factory")
+        if found is None:
+            found = {}
+            for call in self.calls:
+                region = self._factory_region(call.func, None, None)
+                if region is not None:
+                    found.setdefault(region, []).append(call)
+            self._by_factory = found
+        return found
 
     @staticmethod
     def argument_for(call: cst.Call, fn: cst.FunctionDef, param: str) -> cst.BaseExpression | None:

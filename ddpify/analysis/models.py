@@ -26,7 +26,80 @@ class ModelsMixin:
             return True
         if OPTIM_RE.search(last) and self._param_sources(call):
             return True
+        # chosen by name and given the parameters: getattr(torch.optim, name)(...), a table
+        # OPTIMIZERS[name](...), a helper returning an optimizer, a factory handed torch.optim
+        if self._param_sources(call) and (self._makes_optimizer(call.func) or any(self._optim_module(x.value) for x in call.args)):
+            return True
         return False
+
+    def _optim_module(self, node: cst.CSTNode) -> bool:
+        """node names a module of optimizers (torch.optim, apex.optimizers, ...)."""
+        return isinstance(node, (cst.Name, cst.Attribute)) and any(
+            (q + ".").startswith(OPTIM_PREFIXES) and q.rstrip(".") in {p.rstrip(".") for p in OPTIM_PREFIXES} for q in self.qualified(node))
+
+    def _makes_optimizer(self, func: cst.BaseExpression, depth: int = 0) -> bool:
+        """Calling func builds an optimizer: an optimizer class, getattr(<optimizer module>, name),
+        an entry of a table of them (a dict or list of classes, lambdas or partials), a lambda or
+        a function of the script that returns one, or a name bound to any of these."""
+        if depth > 4:
+            return False
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            for q in self.qualified(func):
+                if any(q.startswith(p) for p in OPTIM_PREFIXES) and OPTIM_RE.search(q.rsplit(".", 1)[-1]) and not SCHED_RE.search(q):
+                    return True
+        if isinstance(func, cst.Call):
+            pos, kw = call_args(func)
+            if m.matches(func.func, m.Name("getattr")) and pos:
+                return self._optim_module(pos[0].value)
+            if self.is_call(func, "functools.partial") and pos:  # partial(torch.optim.SGD, lr=0.1)
+                return self._makes_optimizer(pos[0].value, depth + 1)
+            return False
+        if isinstance(func, cst.Lambda):
+            return isinstance(func.body, cst.Call) and self._is_optimizer_call_shape(func.body, depth)
+        if isinstance(func, cst.Subscript):  # OPTIMIZERS[name]
+            return any(self._makes_optimizer(v, depth + 1) for v in self._table_values(func.value))
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            name = dotted(func)
+            fn = self.function_of(func)
+            values = self._local_values(fn, name) if isinstance(func, cst.Name) else []
+            if isinstance(func, cst.Name) and not values and fn is not None:
+                values = self._local_values(None, name)
+            if any(self._makes_optimizer(v, depth + 1) for v in values):
+                return True
+            for f in self.functions.get((name or "").rsplit(".", 1)[-1], []):  # def make_optimizer(params): return Adam(params)
+                for ret in self.findall(f, m.Return()):
+                    if self.function_of(ret) is not f or ret.value is None:
+                        continue
+                    rets = self._local_values(f, ret.value.value) if isinstance(ret.value, cst.Name) else [ret.value]
+                    if any(isinstance(r, cst.Call) and self._is_optimizer_call_shape(r, depth) for r in rets):
+                        return True
+        return False
+
+    def _is_optimizer_call_shape(self, call: cst.Call, depth: int) -> bool:
+        """call builds an optimizer, whatever parameters it is given (a lambda's or helper's own)."""
+        qn = self.call_qualname(call)
+        if SCHED_RE.search(qn) or "lr_scheduler" in qn:
+            return False
+        return self._makes_optimizer(call.func, depth + 1)
+
+    def _table_values(self, table: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The entries of a dict or list literal bound to `table` (in its scope or the module)."""
+        if isinstance(table, (cst.Dict, cst.List, cst.Tuple)):
+            values = [table]
+        elif isinstance(table, cst.Name):
+            values = self._local_values(self.function_of(table), table.value) or self._local_values(None, table.value)
+        elif isinstance(table, cst.Attribute) and dotted(table) and dotted(table).startswith("self."):
+            values = [v for a in self.assigns if isinstance(a, cst.Assign) and len(a.targets) == 1
+                      and dotted(a.targets[0].target) == dotted(table) for v in [a.value]]
+        else:
+            values = []
+        out: list[cst.BaseExpression] = []
+        for v in values:
+            if isinstance(v, cst.Dict):
+                out += [e.value for e in v.elements if isinstance(e, cst.DictElement)]
+            elif isinstance(v, (cst.List, cst.Tuple)):
+                out += [e.value for e in v.elements]
+        return out
 
     def _param_sources(self, call: cst.Call) -> list[str]:
         """Modules whose parameters reach this optimizer call, following names bound in
@@ -45,6 +118,11 @@ class ModelsMixin:
                 base = dotted(c.func.value)  # type: ignore[attr-defined]
                 if base and base not in found:
                     found.append(base)
+            # learner.params(): a method of the program that returns self.net.parameters()
+            for c in self.findall(node, m.Call()):
+                for base in self._returned_param_sources(c):
+                    if base not in found:
+                        found.append(base)
             for ref in self.findall(node, m.Name()):
                 name = ref.value
                 if name in seen_names:
@@ -54,6 +132,60 @@ class ModelsMixin:
                     work.append(value)
         self._param_cache[id(call)] = found
         return found
+
+    def _holder_object(self, name: str, near: cst.CSTNode) -> bool:
+        """name is bound to an instance of a class of the program that is no nn.Module (a
+        Learner holding self.net): its attribute is the model, not the holder."""
+        values = self._local_values(self.function_of(near), name) or self._local_values(None, name)
+        if not values:
+            return False
+        for v in values:
+            if not isinstance(v, cst.Call):
+                return False
+            cls = self.classes.get((dotted(v.func) or "").rsplit(".", 1)[-1])
+            if cls is None or any(self._module_base(b.value) for b in cls.bases):
+                return False
+        return True
+
+    def _module_base(self, base: cst.BaseExpression, depth: int = 0) -> bool:
+        """base is nn.Module, a torch module class, or a class of the program that derives from one
+        (or one ddpify cannot read: counted as a module)."""
+        q = self.qualified(base)
+        if any(x.startswith("torch.nn") or x.startswith(("pytorch_lightning", "lightning", "timm", "transformers")) for x in q):
+            return True
+        cls = self.classes.get((dotted(base) or "").rsplit(".", 1)[-1])
+        if cls is None:
+            return (dotted(base) or "") not in ("object", "")
+        return depth < 6 and any(self._module_base(b.value, depth + 1) for b in cls.bases)
+
+    def _returned_param_sources(self, call: cst.Call) -> list[str]:
+        """Modules whose parameters a call of one of the program's functions or methods returns,
+        as the caller names them: `learner.params()` returning `self.net.parameters()` gives
+        learner.net; `trainable(model)` returning `model.parameters()` filtered gives model."""
+        name = dotted(call.func)
+        if not name or name.rsplit(".", 1)[-1] in ("parameters", "named_parameters"):
+            return []
+        out: list[str] = []
+        receiver = name.rsplit(".", 1)[0] if "." in name else None
+        for fn in self.functions.get(name.rsplit(".", 1)[-1], []):
+            if self.class_of(fn) is None and receiver and not self._local_module(name):
+                continue
+            params = [p.name.value for p in fn.params.params]
+            for ret in self.findall(fn, m.Return()):
+                if self.function_of(ret) is not fn or ret.value is None:
+                    continue
+                for c in self.findall(ret.value, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+                    base = dotted(c.func.value)  # type: ignore[attr-defined]
+                    if not base:
+                        continue
+                    head, _, rest = base.partition(".")
+                    if head == "self" and receiver and self.class_of(fn) is not None and rest:
+                        out.append(f"{receiver}.{rest}")
+                    elif head in params and head != "self":
+                        arg = self.argument_for(call, fn, head)
+                        if arg is not None and dotted(arg):
+                            out.append(dotted(arg) + (f".{rest}" if rest else ""))
+        return out
 
     def _local_values(self, fn: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
         """Values assigned to a plain name in scope fn (module level when None)."""
@@ -107,7 +239,7 @@ class ModelsMixin:
                 chosen = src
                 for k in range(1, len(parts)):
                     prefix = ".".join(parts[:k])
-                    if prefix in assigned and prefix != "self":
+                    if prefix in assigned and prefix != "self" and not self._holder_object(prefix, call):
                         chosen = prefix
                         break
                 # `self.parameters()` inside the model's own method: the caller's receiver is the model
@@ -136,10 +268,11 @@ class ModelsMixin:
                                     self.models.append(receiver)
                                 self._model_sites.append((self.function_of(call), receiver))
 
-    def _propagate(self, names: list[str]) -> dict[cst.CSTNode, set[str]]:
-        """Scope -> names bound to one of `names`, following arguments into functions."""
+    def _propagate(self, names: list[str], start: cst.CSTNode | None = None) -> dict[cst.CSTNode, set[str]]:
+        """Scope -> names bound to one of `names` (in the function `start`, the module by
+        default), following arguments into functions."""
         bound: dict[cst.CSTNode, set[str]] = {}
-        work = [(None, n) for n in names]
+        work = [(start, n) for n in names]
         seen: set[tuple[int, str]] = set()
         while work:
             scope, name = work.pop()
@@ -151,6 +284,8 @@ class ModelsMixin:
                 bound.setdefault(scope, set()).add(name)
             for call in self.calls:
                 fname = dotted(call.func)
+                if not fname and isinstance(call.func, cst.Attribute):
+                    fname = "." + call.func.attr.value  # Trainer(net).fit(loader): a method of a built object
                 if not fname:
                     continue
                 defs = self.functions.get(fname.rsplit(".", 1)[-1], [])
@@ -166,7 +301,8 @@ class ModelsMixin:
                     for k, arg in kw.items():
                         if dotted(arg.value) == name and k in params:
                             work.append((fn, k))
-        bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
+        if start is None:
+            bound.setdefault(None, set()).update(names)  # type: ignore[arg-type]
         return bound
 
     def is_model_ref(self, node: cst.CSTNode) -> bool:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 import ddpify.match as m
+from ddpify.analysis.tree import _inside
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 NOT_LOCAL = ("site-packages", "dist-packages", "__pypackages__", "node_modules")
@@ -29,6 +31,7 @@ class LocalImport:
     path: str  # the local file it reaches first (a package's __init__.py before its submodule)
     paths: list[str]  # every local file it imports, in import order
     modules: list[str] = field(default_factory=list)  # names it binds to a local module (`import utils`)
+    module_files: list[str] = field(default_factory=list)  # the file each of those names is
 
 
 @dataclass
@@ -132,10 +135,20 @@ def _resolve(node: ast.stmt, here: str, bases: list[str], root: str) -> list[str
 def _module_names(node: ast.stmt, files: list[str]) -> list[str]:
     """Names an import binds to a local module: `import utils`, `import pkg.mod` (pkg),
     `from pkg import mod`; not the classes and functions `from mod import f` binds."""
+    return [name for name, _ in _module_bindings(node, files)]
+
+
+def _module_bindings(node: ast.stmt, files: list[str]) -> list[tuple[str, str]]:
+    """(name, local file it is) for each name an import binds to a local module: `import pkg.mod
+    as m` binds m to pkg/mod.py, `import pkg.mod` binds pkg to pkg/__init__.py."""
+    def named(end: str, last: bool) -> str:
+        found = [f for f in files if (os.path.basename(os.path.dirname(f)) if f.endswith("__init__.py") else os.path.basename(f)[:-3]) == end]
+        return (found[-1] if last else found[0]) if found else ""
+
     if isinstance(node, ast.Import):
-        return [a.asname or a.name.split(".")[0] for a in node.names]
+        return [(a.asname, named(a.name.rsplit(".", 1)[-1], True)) if a.asname else (a.name.split(".")[0], named(a.name.split(".")[0], False)) for a in node.names]
     ends = {os.path.basename(f)[:-3] if not f.endswith("__init__.py") else os.path.basename(os.path.dirname(f)) for f in files}
-    return [a.asname or a.name for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
+    return [(a.asname or a.name, named(a.name, True)) for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
 
 
 def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
@@ -154,7 +167,8 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]
             if files:
-                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, _module_names(node, files)))
+                bound = _module_bindings(node, files)
+                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, [n for n, _ in bound], [f for _, f in bound]))
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
@@ -239,15 +253,49 @@ class ProjectMixin:
 
     def unused_in_project(self, node) -> bool:
         """node is in a plain function of an imported module that nothing in the project calls
-        (`utils.load_celebA` of a data set this program never loads): not this program's code."""
+        (`utils.load_celebA` of a data set this program never loads), or in a class of one that
+        nothing names (a training script's Trainer, when the entry only imports its model class):
+        not this program's code."""
         fn = self.function_of(node)
-        if fn is None or self.region_of(fn) == 0 or self.class_of(fn) is not None:
+        while fn is not None and self.function_of(fn) is not None:
+            fn = self.function_of(fn)  # a closure runs when its function does
+        if fn is None or self.region_of(fn) == 0:
             return False
+        cls = self.class_of(fn)
+        if cls is not None:
+            while self.class_of(cls) is not None:
+                cls = self.class_of(cls)
+            if self._builds_by_name():
+                return False  # getattr(module, config["type"])(...) may build any class
+            name = cls.name.value
+            return not any(n.value == name and n is not cls.name and not _inside(self, n, cls)
+                           for n in self.findall(self.module, m.Name(name)))
         name = fn.name.value
         return not self.callers(fn) and not any(
             n.value == name and n is not fn.name and not isinstance(self.parent.get(n), cst.Attribute)
             for n in self.findall(self.module, m.Name(name))
         )
+
+    def _builds_by_name(self) -> bool:
+        """The program picks classes by a name it computes: getattr(x, name) with a name that is
+        not a literal, eval(...), globals()[...]."""
+        found = self.__dict__.get("_by_name")
+        if found is None:
+            found = any(
+                (m.matches(c.func, m.Name("getattr")) and len(c.args) > 1 and not isinstance(c.args[1].value, cst.SimpleString))
+                or m.matches(c.func, m.Name("eval") | m.Name("globals") | m.Name("locals") | m.Name("vars"))
+                for c in self.calls)
+            self._by_name = found
+        return found
+
+    def module_region(self, node) -> int | None:
+        """The file (region) of the project a name bound to a local module names (`import
+        data_loader.data_loaders as module_data`: module_data), where known; else None."""
+        for q in self.qualified(node):
+            mt = re.match(r"__ddpify_import_\d+_(\d+)__$", q)
+            if mt:
+                return int(mt.group(1))
+        return None
 
     def _local_module(self, name: str) -> bool:
         """`utils.f`: utils names a local module of the project (its import's placeholder)."""

@@ -264,18 +264,23 @@ class Effects:
         return (isinstance(call.func, cst.Attribute) and call.func.attr.value == "extractall") or self.a.is_call(call, *EXTRACTORS)
 
     def _writes(self, c: cst.Call) -> bool:
-        if self.downloads(c) or self.writer(c) is not None:
+        if self.downloads(c) or self.writer(c) is not None or self.other_opener(c):
             return True
         mode = self.open_mode(c)
         return mode is not None and bool(WRITE_MODE.search(mode))
 
+    def writing_functions(self) -> set[str]:
+        """Names of the functions of this file that download, extract or write files, themselves
+        or through the functions they call."""
+        if self._writing_functions is None:
+            self._writing_functions = self.a._functions_matching(self._writes)
+        return self._writing_functions
+
     def prepares(self, node: cst.CSTNode) -> bool:
         """node downloads, extracts or writes files (data preparation), per the tables, itself
         or through a function of this file it calls."""
-        a = self.a
-        if self._writing_functions is None:
-            self._writing_functions = a._functions_matching(self._writes)
-        return any(self._writes(c) or a._calls_function_in(c, self._writing_functions) for c in a.findall(node, m.Call()))
+        writing = self.writing_functions()
+        return any(self._writes(c) or self.a._calls_function_in(c, writing) for c in self.a.findall(node, m.Call()))
 
 
 def same_file(written: str, read: str) -> bool:

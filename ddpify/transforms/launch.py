@@ -93,6 +93,16 @@ def ddp_setup():
 
     atexit.register(time.sleep, 0.2)
 '''
+# Ends ddp_setup()'s body (SETUP, SETUP_CPU): ranks other than 0 print nothing, whatever writes
+# to stdout (print, sys.stdout.write bars in helper modules, logging handlers, C code), as one
+# rule at run time rather than a guard per call; stderr stays, so every rank's errors show.
+QUIET_STDOUT = '''\
+    if RANK != 0:  # only rank 0 writes to stdout; every rank keeps stderr for its errors
+        import sys
+
+        sys.stdout.flush()
+        {os}.dup2({os}.open({os}.devnull, {os}.O_WRONLY), 1)
+'''
 DECIDES = '''\
 
 
@@ -168,6 +178,35 @@ class DistributedWeightedSampler({torch}.utils.data.Sampler):
 '''
 
 
+SUBSET_SAMPLER = '''\
+
+
+class DistributedSubsetSampler({torch}.utils.data.Sampler):
+    """SubsetRandomSampler across ranks: the subset's indices shuffled alike on every rank
+    (seed + epoch) and shared out as DistributedSampler shares a data set (padded, so every rank
+    draws as many); set_epoch(epoch) reshuffles."""
+
+    def __init__(self, indices, generator=None, seed=0):
+        self.indices = list(indices)
+        self.num_samples = -(-len(self.indices) // WORLD_SIZE)
+        self.seed = seed  # the same on every rank (a generator of the script's would differ)
+        self.epoch = 0
+
+    def __iter__(self):
+        g = {torch}.Generator().manual_seed(self.seed + self.epoch)
+        order = {torch}.randperm(len(self.indices), generator=g).tolist()
+        total = self.num_samples * WORLD_SIZE
+        order = (order * -(-total // max(len(order), 1)))[:total]
+        return iter([self.indices[i] for i in order[RANK::WORLD_SIZE]])
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+'''
+
+
 RANK_SHARE = '''\
 
 
@@ -207,6 +246,16 @@ def in_float32(op):
     return run
 '''
 
+RANK0_VALUE = '''\
+
+
+def rank0_value(read):
+    """read() on rank 0, where the tracker exists (None elsewhere), and its value on every rank."""
+    box = [read() if RANK == 0 else None]
+    {dist}.broadcast_object_list(box, src=0)
+    return box[0]
+'''
+
 RANK0_SEED = '''\
 
 
@@ -230,12 +279,15 @@ class LaunchTransform(Transform):
             if "scaler" in ctx.helpers:
                 text += SCALER
         text += SETUP_CPU if ctx.cpu_only else SETUP
+        text += QUIET_STDOUT
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
         if "shard_stream" in ctx.helpers:
             text += SHARD
         if "weighted_sampler" in ctx.helpers:
             text += WEIGHTED
+        if "subset_sampler" in ctx.helpers:
+            text += SUBSET_SAMPLER
         if "rank_share" in ctx.helpers:
             text += RANK_SHARE
         if "rank_rows" in ctx.helpers:
@@ -245,6 +297,8 @@ class LaunchTransform(Transform):
         if "rank0_seed" in ctx.helpers:
             text += RANK0_SEED
         text += "".join(ctx.helper_texts)  # the concerns' own (wrapping.py: ForwardTo)
+        if "rank0_value" in ctx.helpers:
+            text += RANK0_VALUE
         # a leading statement keeps the block's first comment out of the module header
         block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
         if ctx.preamble:

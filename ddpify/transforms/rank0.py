@@ -9,15 +9,17 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis.tree import _inside
 from ddpify.analysis.writes import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.transforms.dataprep import rank0_alone
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP060", "rank0-guard", "rank-0 guard added", fix=True, check="rank0-writes")
 declare("DDP061", "unguarded-collective", "not guarded: the statement runs a collective or the model, so every rank must run it")
 declare("DDP062", "progress-bar-rank0", "progress bar disabled on ranks other than 0", fix=True, check="rank0-writes")
-declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used unguarded on every rank (None on other ranks)", severity="blocking")
+declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used on every rank: a value read from it is sent from rank 0 (rank0_value); where it cannot be, a blocking finding", severity="blocking", fix=True, check="rank0-writes")
 declare("DDP064", "unguardable-write", "a file write on every rank that ddpify cannot guard: every rank would write the file", severity="blocking")
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
@@ -43,8 +45,14 @@ class Rank0Transform(Transform):
         csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
         guarded: set[cst.BaseStatement] = set()
         unguarded: list[tuple[cst.Call, str]] = []  # file writes in statements a guard cannot hold
+        # data preparation that rank 0 alone runs, whole (dataprep.py puts the barrier after it):
+        # what it and the functions only it calls write needs no guard of its own
+        whole, self._prep_only = rank0_alone(ctx)
+        for stmt in whole:
+            guarded.add(stmt)
+            ctx.edits.guarded.add(stmt)
         for call in a.calls:
-            if not ctx.editable(call):
+            if not ctx.editable(call) or self._rank0_already(a, call, whole):
                 continue
             if a.is_call(call, *TQDM):
                 self._quiet_bar(ctx, call)
@@ -78,6 +86,18 @@ class Rank0Transform(Transform):
                 ctx.finding(call, "DDP064", f"{reason} writes a file on every rank, and this statement cannot be put under a guard as it is: write it as its own statement under `if RANK == 0:`", False)
         ctx.edits.guard_test = ctx.expr("RANK == 0")
 
+    def _rank0_already(self, a, node: cst.CSTNode, whole) -> bool:
+        """node runs on rank 0 alone already: in a statement guarded whole, or in a function of the
+        script that only such statements call."""
+        if any(_inside(a, node, w) for w in whole):
+            return True
+        fn = a.function_of(node)
+        while fn is not None:
+            if fn.name.value in self._prep_only:
+                return True
+            fn = a.function_of(fn)
+        return False
+
     def _tracker(self, a, node: cst.CSTNode, name: str | None) -> bool:
         """name is, where node is, a tracker that exists on rank 0 only."""
         fn = a.function_of(node)
@@ -110,7 +130,72 @@ class Rank0Transform(Transform):
                 ctx.edits.guarded.add(stmt)
                 ctx.finding(attr, "DDP060", f"{code(attr)} on global rank 0 only ({base} exists there only)", True)
                 continue
-            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank: put it under `if {base} is not None:`", False)
+            if self._rank0_caller(ctx, stmt):
+                continue  # only rank 0 runs it, where the tracker exists
+            why = self._from_rank0(ctx, attr, base)
+            if why is None:
+                continue
+            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank, "
+                        f"where ddpify cannot send rank 0's value ({why}): read it once where every rank passes, "
+                        f"or put this use under `if {base} is not None:`", False)
+
+    def _from_rank0(self, ctx: Context, attr: cst.Attribute, base: str) -> str | None:
+        """A value read from a tracker ddpify made rank-0-only (`log_dir = writer.log_dir`,
+        `name = f"model-{run.id}.pt"`): rank 0 reads it and sends it to every rank
+        (rank0_value(lambda: ...), one broadcast), so every rank goes on with the value the one
+        process had. Only where every rank runs the statement as often as the others: not per
+        item, not in a function handed over as a value (a callback), not in a `while` loop that
+        trains nothing (a `for` loop runs as often on every rank; a loop that trains does too,
+        its backward being a collective). None when done, else why not."""
+        a = ctx.a
+        expr: cst.CSTNode = attr
+        while True:
+            par = a.parent.get(expr)
+            if isinstance(par, cst.Call) and par.func is expr or isinstance(par, (cst.Subscript, cst.Attribute)) and par.value is expr:
+                expr = par
+            else:
+                break
+        stmt = a.statement(expr)
+        if stmt is None or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) or not ctx.editable(stmt):
+            return "a statement ddpify cannot change here"
+        if a.runs_per_item(stmt):
+            return "code that runs per item or is handed over as a value (a Dataset's method, a callback)"
+        if any(isinstance(n, cst.Lambda) for n in _ancestors(a, expr, stmt)):
+            return "a lambda, which may run any number of times on each rank"
+        loop = a.enclosing_loop(stmt)
+        while loop is not None:
+            if isinstance(loop, cst.While) and not any(_inside(a, st.stmt, loop) for st in a.steps):
+                return "a `while` loop that may run a different number of times on each rank"
+            loop = a.enclosing_loop(loop)
+        if a.runs_model(expr) or a.runs_collective(expr):
+            return "the value runs the model or a collective"
+        # what rank 0 alone would evaluate must have no effect the other ranks need
+        other = next((c for c in a.findall(expr, m.Call()) if not _on(c.func, base) and not self._pure(c)), None)
+        if other is not None:
+            return f"it also runs {code(other.func)}(...), which every rank must run"
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr) and stmt.body[0].value is expr:
+            return "a call whose value is not kept: nothing to send"
+        ctx.helpers.add("rank0_value")
+        ctx.edits.replace(expr, lambda n: cst.Call(func=cst.Name("rank0_value"), args=[cst.Arg(cst.Lambda(params=cst.Parameters(), body=n))]))
+        ctx.finding(attr, "DDP063", f"{code(expr)} read on global rank 0, where {base} exists, and sent to every rank (rank0_value: one broadcast)", True)
+        return None
+
+    @staticmethod
+    def _rank0_caller(ctx: Context, stmt: cst.CSTNode) -> bool:
+        """stmt runs on rank 0 alone: its function is called only from statements guarded to rank 0
+        (or from functions called only so)."""
+        a = ctx.a
+        fn = a.function_of(stmt)
+        seen: set[int] = set()
+
+        def only_rank0(f, depth=0) -> bool:
+            if f is None or depth > 6 or id(f) in seen:
+                return False
+            seen.add(id(f))
+            calls = a.callers(f)
+            return bool(calls) and all(any(c is g or _inside(a, c, g) for g in ctx.edits.guarded) or only_rank0(a.function_of(c), depth + 1) for c in calls)
+
+        return only_rank0(fn)
 
     def _tracker_statement(self, ctx: Context, stmt: cst.CSTNode, base: str) -> bool:
         """A statement that only feeds the tracker, so rank 0 alone may run it: one call whose
@@ -303,7 +388,7 @@ class Rank0Transform(Transform):
         file of a logging.FileHandler / basicConfig(filename=...)."""
         a = ctx.a
         for call in a.calls:
-            if not ctx.editable(call) or self._in_guarded(a, call, guarded):
+            if not ctx.editable(call) or self._in_guarded(a, call, guarded) or self._rank0_already(a, call, ()):
                 continue
             mode = ctx.effects.open_mode(call)
             if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
@@ -344,6 +429,13 @@ class Rank0Transform(Transform):
         return False
 
 
+def _ancestors(a, node: cst.CSTNode, stop: cst.CSTNode):
+    cur = a.parent.get(node)
+    while cur is not None and cur is not stop:
+        yield cur
+        cur = a.parent.get(cur)
+
+
 def _root(node: cst.CSTNode) -> str | None:
     """run for run.config.update, run.summary["best"]: the name an attribute chain starts at."""
     while isinstance(node, (cst.Attribute, cst.Subscript)):
@@ -357,3 +449,13 @@ def _edited(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
 
     applier = Applier(ctx.edits)
     return node.visit(applier) if applier.dirty is None else applier._visit(node)
+
+
+def _on(node: cst.CSTNode, base: str) -> bool:
+    """node is reached from `base` (writer.get_logdir().rstrip, self.writer.file_writer.flush)."""
+    while node is not None:
+        name = dotted(node)
+        if name is not None and (name == base or name.startswith(base + ".")):
+            return True
+        node = node.func if isinstance(node, cst.Call) else getattr(node, "value", None) if isinstance(node, (cst.Attribute, cst.Subscript)) else None
+    return False

@@ -11,13 +11,14 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
+from ddpify.transforms.subset import distribute_subset
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP020", "distributed-sampler", "DistributedSampler added to the training DataLoader", fix=True, check="data-sharding")
 declare("DDP021", "set-epoch", "sampler.set_epoch(epoch) added at the top of the epoch loop", fix=True, check="epoch-shuffle")
 declare("DDP022", "own-sampler", "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand", severity="blocking")
-declare("DDP024", "no-training-loader", "no training DataLoader found: the training data would not be sharded", severity="blocking")
+declare("DDP024", "no-training-loader", "no training DataLoader found, and no batch source ddpify can follow: the training data would not be sharded", severity="blocking")
 declare("DDP025", "eval-loader-unsharded", "evaluation DataLoader left unsharded: every rank evaluates the full set")
 declare("DDP026", "batch-size-per-process", "batch_size is per process: the global batch is batch_size x WORLD_SIZE")
 declare("DDP027", "epoch-loop-not-found", "epoch loop not found: call sampler.set_epoch(epoch) by hand", severity="blocking")
@@ -31,7 +32,9 @@ class SamplerTransform(Transform):
         train = [ld for ld in a.loaders if ld.role == "train"]
         if a.steps and not train and not getattr(ctx, "batches_done", False):
             node = a.steps[0].backward
-            ctx.finding(node, "DDP024", "no training DataLoader found: every rank sees the same data; shard it by RANK/WORLD_SIZE by hand", False)
+            ctx.finding(node, "DDP024", "no training DataLoader found, and ddpify cannot follow where this step's batches come from "
+                        "(not random draws, slices of pre-loaded tensors or a list of batches it can see): it cannot give each rank "
+                        "its share; shard them by RANK/WORLD_SIZE by hand", False)
         ctx.sharded = []  # type: ignore[attr-defined]
         for ld in a.loaders:
             if not ctx.editable(ld.call):
@@ -57,14 +60,17 @@ class SamplerTransform(Transform):
             if "sampler" in kw and "batch_sampler" not in kw and distribute_replacement(ctx, ld, kw["sampler"].value):
                 ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): False}  # type: ignore[attr-defined]
                 return False  # no set_epoch: the draws go on from each rank's generator
+            if "sampler" in kw and "batch_sampler" not in kw and ld.role == "train" and distribute_subset(ctx, ld, kw["sampler"], a.loaders):
+                ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): True}  # type: ignore[attr-defined]
+                return True
             ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
             return False
-        if ld.dataset is None:
+        star = [x for x in call.args if x.star == "**"]
+        if ld.dataset is None and not star:
             return False
-        if self._iterable(ctx, ld.dataset):
+        if ld.dataset is not None and self._iterable(ctx, ld.dataset):
             shard_stream(ctx, ld)  # no sampler, so no set_epoch: not in ctx.sharded
             return False
-        star = [x for x in call.args if x.star == "**"]
         drop_pos_shuffle = None
         if "shuffle" in kw:
             shuffle = kw["shuffle"].value
@@ -77,7 +83,9 @@ class SamplerTransform(Transform):
             shuffle = cst.Name("False")
         ds_expr = ld.dataset
         hoisted = None
-        if dotted(ds_expr) is None:
+        if ds_expr is None:  # DataLoader(**kwargs): the data set is one of them
+            ds_text = f'{code(star[0].value)}["dataset"]'
+        elif dotted(ds_expr) is None:
             stmt = ld.stmt
             if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
                 ctx.finding(call, "DDP022", "dataset built inline where ddpify cannot name it: assign it to a variable first", False)
@@ -154,23 +162,37 @@ class SamplerTransform(Transform):
         done: set[tuple[int, str]] = getattr(ctx, "_epoch_loops_done", set())
         ctx._epoch_loops_done = done  # type: ignore[attr-defined]
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
-        outer = a.enclosing_loop(ld.stmt)
+        home = a.statement(ld.home)  # where the loader is bound (a subclass: where it is built)
+        outer = a.enclosing_loop(home)
+        if ld.scope is not None and outer is not None:
+            ctx.finding(ld.call, "DDP027", "this loader is built inside a call, anew for each pass in a loop, so no statement can reach "
+                        "its sampler before the pass: build it before the call (`loader = DataLoader(...)`) and call "
+                        "loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
+            return
         if isinstance(outer, cst.For) and ld.target and isinstance(outer.target, cst.Name):
-            ctx.edits.after[ld.stmt].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
+            ctx.edits.after[home].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
             return
         if not ld.target:
-            ctx.finding(ld.call, "DDP027", "epoch loop not found for this loader: call <loader>.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
+            ctx.finding(ld.call, "DDP027", "this loader has no name (it is built where it is used), so no statement can reach its sampler before a pass: "
+                        "bind it first (`loader = DataLoader(...)`) and call loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
             return
         before = len(done)
-        returned = a.returned_as(ld.call)  # `return DataLoader(...), ...`: the caller's names
-        sites = [] if returned else a.loader_iteration_sites(ld.target, a.function_of(ld.stmt))
+        returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
+        sites = [] if returned else a.loader_iteration_sites(ld.target, ld.scope or a.function_of(home))
         for name, caller in returned:
             sites += a.loader_iteration_sites(name, caller)
         if not sites:
             # train_loader = DataLoader(...); return train_loader, ... : follow it to the caller
             for name, caller in self._returned(a, ld):
                 sites += a.loader_iteration_sites(name, caller)
+        if not sites:
+            # loaders = get_loaders(); ... self.train_loader = loaders[0]: the tuple's element
+            par = a.parent.get(ld.home)
+            values = [ld.home] + ([par.targets[0].target] if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name) else [])
+            for value in values:
+                for name, caller, idx in a.returned_whole(value):
+                    sites += a.loader_iteration_sites(name, caller, element=idx)
         self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
         if len(done) == before and not sites:
             ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
@@ -178,7 +200,7 @@ class SamplerTransform(Transform):
     @staticmethod
     def _returned(a, ld: Loader):
         """(name, caller) for `train_loader = DataLoader(...)` that its function returns."""
-        par = a.parent.get(ld.call)
+        par = a.parent.get(ld.home)
         if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name):
             return a.returned_as(par.targets[0].target)
         return []
@@ -186,7 +208,7 @@ class SamplerTransform(Transform):
     def _epoch_sites(self, ctx: Context, sites, done: set[tuple[int, str]], severity: str) -> None:
         a = ctx.a
         for site, used in sites:
-            stmt = a.statement(site) if isinstance(site, cst.Call) else site
+            stmt = site if isinstance(site, cst.For) else a.statement(site)  # iter(loader), a comprehension
             loops = self._epoch_loops(ctx, site, used)
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
@@ -212,6 +234,12 @@ class SamplerTransform(Transform):
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
                     ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+                elif isinstance(loop, cst.While) and ctx.editable_header(loop):
+                    # `while epoch < EPOCHS:` counting by hand: its counter, else the sampler's own count
+                    counter = self._epoch_counter(a, loop)
+                    counter = counter if counter and self._counts_in(a, loop, counter) else f"{expr}.sampler.epoch + 1"
+                    ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({counter})\n"))
+                    ctx.finding(loop, "DDP021", f"sampler.set_epoch({counter}) added at the top of this epoch loop so each epoch reshuffles differently", True)
                 else:
                     ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, severity)
 
@@ -227,6 +255,12 @@ class SamplerTransform(Transform):
             return not loops  # no caller runs it in a loop either
         # directly in the loop's body (not under try/if): the loop is the epoch loop
         return not (isinstance(loop, cst.For) and a.parent.get(a.block(stmt)) is loop)
+
+    @staticmethod
+    def _counts_in(a, loop: cst.CSTNode, name: str) -> bool:
+        """name goes up by a step inside loop (`epoch += 1`)."""
+        return any(isinstance(x.target, cst.Name) and x.target.value == name and isinstance(x.operator, cst.AddAssign)
+                   for x in a.findall(loop, m.AugAssign()))
 
     @staticmethod
     def _epoch_counter(a, stmt: cst.CSTNode) -> str | None:
@@ -248,7 +282,7 @@ class SamplerTransform(Transform):
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
         """(epoch loop, loader expression there) around an iteration site."""
         a = ctx.a
-        if isinstance(site, cst.Call):  # iter(loader)
+        if not isinstance(site, cst.For):  # iter(loader), a comprehension
             site = a.statement(site)
         loop = a.enclosing_loop(site)
         if loop is not None:
@@ -283,10 +317,14 @@ class SamplerTransform(Transform):
 
     @staticmethod
     def _arg_for(call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
+        if used.startswith("self.") and isinstance(call.func, cst.Attribute):
+            # trainer.train_epoch() iterates self.loader: at the call site that is trainer.loader
+            receiver = code(call.func.value)
+            return used if receiver == "self" else (f"{receiver}.{used[5:]}" if dotted(call.func.value) else None)
         if used not in params:
-            return used  # a global or self attribute: same name at the call site
+            return used  # a global: same name at the call site
         arg = LoopsMixin.argument_for(call, fn, used)
-        return code(arg) if arg is not None else None
+        return code(arg) if arg is not None and dotted(arg) is not None else None  # a name the loop can reach
 
 
 def _unique(a, base: str) -> str:

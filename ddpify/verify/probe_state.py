@@ -207,7 +207,7 @@ class Probe:
         direct, by_user, where, _ = self.callers(1)
         if where is None:
             return None  # a library's own cache or log, not something the script asked for
-        why = V.outside_write(full, direct, by_user)
+        why = V.outside_write(full, direct, by_user, (cwd, os.path.dirname(os.path.realpath(MAIN_FILE)) if MAIN_FILE else ""))
         if why is not None:  # a compiler's cache, a tracker's media: not an output of the script
             other = self.record["outside_writes"]
             other["n"] += 1

@@ -34,9 +34,10 @@ _HERE = os.path.dirname(os.path.realpath(__file__))
 _TEMP = os.path.realpath(tempfile.gettempdir())
 
 
-def outside_write(full: str, caller_module: str, by_user: bool) -> str | None:
+def outside_write(full: str, caller_module: str, by_user: bool, homes: tuple[str, ...] = ()) -> str | None:
     """Why a write is not one of the script's outputs (a library's cache, a tracker's temporary
-    media), or None when it is."""
+    media), or None when it is. `homes`: the working directory and the script's folder, whose
+    files are the script's even where they lie in the temporary directory."""
     global _CACHES
     if _CACHES is None:
         _CACHES = cache_roots()
@@ -44,7 +45,7 @@ def outside_write(full: str, caller_module: str, by_user: bool) -> str | None:
         return f"written by {caller_module}"
     if any(full.startswith(r + os.sep) for r in _CACHES) or "/torchinductor_" in full:
         return "a cache directory"
-    if not by_user and full.startswith(_TEMP + os.sep):
+    if not by_user and full.startswith(_TEMP + os.sep) and not any(h and full.startswith(h + os.sep) for h in homes):
         rel = os.path.relpath(full, _TEMP).split(os.sep)
         if any(TEMP_NAME.fullmatch(part) or part.startswith("torchinductor") for part in rel[:-1]):
             return f"a library's temporary folder ({caller_module or '?'})"
