@@ -77,6 +77,8 @@ Continue = _factory("Continue")
 CompIf = _factory("CompIf")
 CompFor = _factory("CompFor")
 Subscript = _factory("Subscript")
+Import = _factory("Import")
+ImportFrom = _factory("ImportFrom")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

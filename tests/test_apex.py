@@ -284,10 +284,22 @@ def test_legacy_resume_from_apex_checkpoint(tmp_path: Path, forkrun):
     assert "epoch 1 loss" in out and "epoch 0 loss" not in out
 
 
-def test_legacy_with_apex_target_only_fixes_launch():
+def test_legacy_with_apex_target_only_fixes_launch_and_teardown():
+    """--amp apex keeps a legacy script's apex: only its rank flag and the teardown of its own
+    process group (a pause at exit, the group destroyed where it never was) change."""
+    import difflib
+
     for d in LEGACY:
         before = (d / "input.py").read_text().splitlines()
         after = (d / "expected_apex.py").read_text().splitlines()
-        changed = [(a, b) for a, b in zip(before, after) if a != b]
-        assert len(before) == len(after) and len(changed) == 1, changed
-        assert "--local_rank" in changed[0][0] and '"--local-rank", "--local_rank"' in changed[0][1] and "LOCAL_RANK" in changed[0][1]
+        diff = [ln for ln in difflib.unified_diff(before, after, lineterm="", n=0) if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        removed = [ln[1:] for ln in diff if ln.startswith("-")]
+        added = [ln[1:].strip() for ln in diff if ln.startswith("+")]
+        assert len(removed) == 1 and "--local_rank" in removed[0], removed
+        flag = [ln for ln in added if ln.startswith(("parser.add_argument", "FLAGS", "parser"))]
+        assert len(flag) == 1 and '"--local-rank", "--local_rank"' in flag[0] and "LOCAL_RANK" in flag[0], added
+        rest = [ln for ln in added if ln not in flag]
+        allowed = ("import atexit", "import time", "# ddpify:", "# a pause at exit", "atexit.register(time.sleep, 0.2)",
+                   "if torch.distributed.is_initialized():", "torch.distributed.destroy_process_group()")
+        assert all(ln.startswith(allowed) for ln in rest), rest
+        assert "atexit.register(time.sleep, 0.2)" in rest

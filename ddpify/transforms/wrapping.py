@@ -189,7 +189,7 @@ class WrappingTransform(Transform):
                         f"so the others would train unsynchronised; wrap {name} = DDP({name}, device_ids=[LOCAL_RANK]) by hand in each class", False)
             return
         ctx.wrapped[name] = anchor
-        if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
+        if ctx.opts.amp == "apex" and not a.apex_amp:  # apex.py places amp.initialize and apex's DDP
             ctx.apex_models.append((name, bind, anchor))
             return
         ddp = ctx.name("DDP")
