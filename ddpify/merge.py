@@ -197,7 +197,7 @@ def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[
         for i, s in enumerate(body):
             top = names[i][0]
             text = _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
-            simple = isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
+            simple = (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))) or isinstance(s, cst.FunctionDef)
             if not keep[i] or not simple or not top or top & KEPT or text in original or "__ddpify_import_" in text:
                 continue
             if not any(keep[j] and top & names[j][2] for j in range(len(body)) if j != i):

@@ -26,6 +26,8 @@ declare("DDP091", "legacy-distributed", "distributed the legacy way (apex / torc
 declare("DDP099", "not-training", "not a training script: nothing to convert")
 
 __all__ = ["ConversionError", "Result", "convert_source", "parse"]
+# words that may name a framework that distributes (analysis/apis.py), for the quick text test
+FRAMEWORKS = ("accelerate", "lightning", "Fabric", "deepspeed", "horovod")
 
 
 def parse(source: str) -> cst.Module:
@@ -73,7 +75,7 @@ def _apply_policy(source: str, result: Result, options: Options) -> Result:
 
 def _convert_source(source: str, options: Options, path: str = "<stdin>") -> Result:
     module = parse(source)
-    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank")):
+    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank", *FRAMEWORKS)):
         # no backward() and nothing distributed: not a training script, and the analysis
         # (most of the time of a pre-commit run over ordinary files) is not needed to say so
         finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
@@ -134,7 +136,8 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
         # nothing was changed: only what stays (apex parts that need its extensions) or blocks is said
         ctx.findings = [f for f in ctx.findings if f.code == "DDP097" or f.blocking]
         ctx.finding(a.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
-        if flag_only and "LOCAL_RANK" not in codegen(a.local_rank_flag):  # ddpify's own flag reads it
+        # ddpify's own flag reads LOCAL_RANK; DeepSpeed's launcher fills --local_rank itself
+        if flag_only and "LOCAL_RANK" not in codegen(a.local_rank_flag) and what.startswith("torch."):
             ctx.finding(a.local_rank_flag, "DDP091", "--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ[\"LOCAL_RANK\"]", False)
         return Result(source, False, "already-distributed", sorted(set(ctx.findings)))
     if not a.steps:

@@ -72,12 +72,15 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
         per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed, f.severity))
-    for k, mod in enumerate(files):
+    # a project left as it is (already distributed: Accelerate, DDP...; nothing that trains) is
+    # converted in no file: what would make a conversion of its modules wrong does not apply
+    untouched = result.status in ("already-distributed", "not-training")
+    for k, mod in enumerate(files if not untouched else []):
         for line, path in mod.lazy:
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))
                 per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
-    for k, mod in enumerate(files[1:], start=1):
+    for k, mod in enumerate(files[1:] if not untouched else [], start=1):
         line = _script_reaching_training(mod)
         if line:
             name = os.path.basename(mod.path)

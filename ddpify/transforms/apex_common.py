@@ -65,14 +65,7 @@ def module_name(ctx: Context, module: str) -> str:
     if not ctx.legacy and module in IMPORTS:
         return ctx.name(module)
     if module not in ctx.imports_needed:
-        ctx.imports_needed.append(module)
-        a = ctx.a
-        first = first_import(a)
-        stmt = ctx.stmt(f"import {module}\n")
-        if first is not None:
-            ctx.edits.before[first].append(stmt)
-        else:
-            ctx.edits.before[a.module.body[0]].append(stmt)
+        ctx.imports_needed.append(module)  # legacy.py imports them, before the script's first import
     return module
 
 

@@ -69,6 +69,7 @@ def load_fused_adam_state(optimizer, state):
     optimizer.load_state_dict(state)
 '''
 AUTOCAST = 'torch.autocast("cuda", dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None)'
+CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_")
 INIT_KWARGS = ("models", "optimizers", "enabled", "opt_level")  # apex's order; the rest is apex-only
 
 
@@ -85,6 +86,7 @@ class AmpToTorch:
         self.update_after: dict[int, tuple[cst.CSTNode, cst.BaseStatement]] = {}  # block -> last step statement
         self.autocast_done: set[int] = set()
         self.failed: set[str] = set()  # apex names left as they are: their import stays
+        self.unscaled: set[int] = set()  # statements SCALER.unscale_ was placed before
 
     def plan(self) -> None:
         ctx, a = self.ctx, self.a
@@ -102,9 +104,7 @@ class AmpToTorch:
                 pos, _ = call_args(call)
                 opt = code(pos[0].value) if pos else "optimizer"
                 ctx.edits.replace(call, ctx.expr(f'[p for group in {opt}.param_groups for p in group["params"]]'))
-                stmt = a.statement(call)
-                if isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
-                    ctx.edits.before[stmt].append(ctx.stmt(f"SCALER.unscale_({opt})  # clip the true gradients\n"))
+                self._unscale(a.statement(call), opt)
                 ctx.finding(call, "DDP092", "amp.master_params(opt) -> the optimizer's parameters, unscaled first (SCALER.unscale_)", True)
             elif what == "state_dict":
                 self.used = True
@@ -253,15 +253,37 @@ class AmpToTorch:
         statement that steps one of them); True when found."""
         a = self.a
         body = list(block.body)
-        want = [names.get(o, o) if names else o for o in opts]
+        pending = {names.get(o, o) if names else o for o in opts}
+        found_any = False
+        between: list[cst.BaseStatement] = []
         for s in body[body.index(unit) + 1 :]:
             found = [c for c in a.findall(s, m.Call(func=m.Attribute(attr=m.Name("step")))) if not c.args
-                     and (code(c.func.value) in want if want else a.is_optimizer_ref(c.func.value))]
+                     and (code(c.func.value) in pending if opts else a.is_optimizer_ref(c.func.value))]
+            for c in found:
+                self._step(c)
+                pending.discard(code(c.func.value))
             if found:
-                for c in found:
-                    self._step(c)
-                return True
-        return False
+                self._unscale_before_clips(between, code(found[0].func.value))
+            between.append(s)
+            found_any = found_any or bool(found)
+            if found and not pending:  # every optimizer the loss was scaled for has stepped
+                break
+        return found_any
+
+    def _unscale_before_clips(self, stmts: list[cst.BaseStatement], opt: str) -> None:
+        """Clipping after the scaled backward needs the true gradients (apex's scale_loss unscaled
+        them on exit; the GradScaler does it in SCALER.unscale_(opt))."""
+        a = self.a
+        for s in stmts:
+            for c in a.findall(s, m.Call()):
+                if a.is_call(c, *CLIP):
+                    self._unscale(a.statement(c), opt)
+
+    def _unscale(self, stmt: cst.BaseStatement, opt: str) -> None:
+        if id(stmt) in self.unscaled or not isinstance(self.a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            return
+        self.unscaled.add(id(stmt))
+        self.ctx.edits.before[stmt].append(self.ctx.stmt(f"SCALER.unscale_({opt})  # clip the true gradients\n"))
 
     def _step(self, call: cst.Call) -> None:
         ctx, a = self.ctx, self.a
@@ -316,7 +338,7 @@ class AmpToTorch:
             return
         self.autocast_done.add(id(first))
         ctx.edits.wraps.append((first, loss_stmt, ctx.expr(AUTOCAST)))
-        ctx.finding(first, "DDP092", "forward pass and loss under torch.autocast (fp16 on GPUs where amp is on, what apex amp's O1 did)", True)
+        ctx.finding(first, "DDP092", "forward pass and loss under torch.autocast (fp16 on GPUs where amp is on, as apex amp did)", True)
 
     # -- the module-level settings ------------------------------------------------------
     def emit(self) -> None:

@@ -16,7 +16,7 @@ import libcst as cst
 
 from ddpify.analysis import Analysis, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.apex_common import module_block, eq as _eq, last_import as _last_import, module_name as _module_name
+from ddpify.transforms.apex_common import eq as _eq, first_import, last_import as _last_import, module_block, module_name as _module_name
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -59,13 +59,21 @@ class LegacyLaunchTransform(Transform):
         a = ctx.a
         fix_launch(ctx)
         _teardown(ctx)
-        kept_extensions(a, ctx)
+        if ctx.opts.amp == "apex":  # with torch.amp, legacy_apex.py says what stays
+            kept_extensions(a, ctx)
         if ctx.edits.is_empty():
             return
         ctx.finding(a.legacy_api, "DDP091", f"distributed the legacy way ({_describe(a)})", False)
+        imports = [ctx.stmt(f"import {name}\n") for name in sorted(ctx.imports_needed)]
+        if imports:
+            first = first_import(a) or a.module.body[0]
+            ctx.edits.before[first].extend(imports)
         block = [*ctx.preamble, *ctx.setup_extra]
         if block:
             block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *[ln for ln in block[0].leading_lines if ln.comment]])
+            if ctx.preamble and ctx.setup_extra and not isinstance(ctx.setup_extra[0], cst.FunctionDef):
+                i = len(ctx.preamble)  # one blank line between two blocks of settings
+                block[i] = block[i].with_changes(leading_lines=[cst.EmptyLine(), *[ln for ln in block[i].leading_lines if ln.comment]])
             anchor = _last_import(a)
             if anchor is None:
                 ctx.edits.before[a.module.body[0]].extend(block)
@@ -168,7 +176,7 @@ def _teardown(ctx: Context) -> None:
             continue
         text = PAUSE.format(atexit=_module_name(ctx, "atexit"), time=_module_name(ctx, "time"))
         ctx.edits.after[stmt].extend(module_block(text))
-        ctx.finding(init, "DDP003", "a pause at exit after the script's own init_process_group, as the generated set-up has: gloo's threads free their work before Python finalizes (else a rank can abort at exit)", True)
+        ctx.finding(init, "DDP003", "a pause at exit after the script's own init_process_group (the generated set-up's teardown): gloo's threads free their work before Python exits, or a rank can abort", True)
     if any(a.is_call(c, "torch.distributed.destroy_process_group") for c in a.calls):
         return
     init = inits[0]

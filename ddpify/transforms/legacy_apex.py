@@ -58,6 +58,9 @@ class Modernise:
         amp.plan()
         plan_imports(ctx, self.alias_native, self.kept | amp.failed)
         amp.emit()
+        from ddpify.transforms.legacy import kept_extensions
+
+        kept_extensions(self.a, ctx)
 
     # names from apex.parallel / apex.optimizers / apex.normalization
     def _names(self) -> None:
