@@ -17,6 +17,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import Step, call_args, code, dotted
+from ddpify.analysis.tree import _inside
 from ddpify.transforms.apex_common import apex_q, commas, module_block
 from ddpify.transforms.base import Context
 
@@ -364,15 +365,6 @@ def _names_of(node: cst.BaseExpression) -> list[str]:
     if isinstance(node, (cst.Tuple, cst.List)):
         return [n for el in node.elements for n in _names_of(el.value)]
     return [dotted(node) or code(node)]
-
-
-def _inside(a, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-    cur = a.parent.get(node)
-    while cur is not None:
-        if cur is container:
-            return True
-        cur = a.parent.get(cur)
-    return False
 
 
 def _only_returns_after(fn: cst.FunctionDef, unit) -> bool:
