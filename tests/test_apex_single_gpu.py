@@ -386,3 +386,29 @@ def test_legacy_path_gets_the_undefined_name_check():
 def test_syncbn_only_on_cuda():
     out = (FIXTURES / "225_legacy_syncbn_own_group" / "expected.py").read_text()
     assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if torch.cuda.is_available() else model" in out
+
+
+def test_switch_in_one_file_steps_in_another_is_refused(tmp_path):
+    """Project mode copies the generated settings into each file: amp_initialize() flipped in the
+    entry would not reach the trainer module's scaled steps. Said, not converted; --amp apex keeps
+    apex's own (process-wide) state and converts."""
+    from ddpify.project import convert_project
+
+    (tmp_path / "trainer.py").write_text(
+        "from apex import amp\n\n\ndef train_epoch(model, loader, optimizer):\n    for x, y in loader:\n"
+        "        loss = ((model(x.cuda()) - y.cuda()) ** 2).mean()\n        optimizer.zero_grad()\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled:\n            scaled.backward()\n        optimizer.step()\n"
+        "    return loss.item()\n")
+    (tmp_path / "train.py").write_text(
+        "import argparse\n\nimport torch\nfrom apex import amp\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from trainer import train_epoch\n\n\ndef main():\n    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--fp16', action='store_true')\n    args = parser.parse_args()\n    torch.manual_seed(0)\n"
+        "    model = torch.nn.Linear(4, 1).cuda()\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    if args.fp16:\n        model, optimizer = amp.initialize(model, optimizer)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)\n"
+        "    for epoch in range(2):\n        print(f'epoch {epoch} loss {train_epoch(model, loader, optimizer):.4f}')\n\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    res = convert_project(str(tmp_path / "train.py"))
+    assert res.status == "refused"
+    assert [f.code for r in res.files for f in r.findings] == ["DDP096"]
+    assert convert_project(str(tmp_path / "train.py"), Options(amp="apex")).status == "converted"

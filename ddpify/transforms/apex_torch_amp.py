@@ -95,6 +95,8 @@ class AmpToTorch:
         calls = [(c, q) for c, q in calls if q is not None and q.startswith("apex.amp") and ctx.editable(c)]
         inits = [c for c, q in calls if q.endswith(".initialize")]
         self.dynamic = any(not self._static(c) for c in inits)
+        if self.dynamic and a.several_files():
+            self._one_file(inits, [c for c, q in calls if not q.endswith(".initialize")])
         for call, q in calls:
             what = q.rsplit(".", 1)[-1]
             if what == "initialize":
@@ -146,6 +148,17 @@ class AmpToTorch:
         level = kw.get("opt_level")
         enabled = kw.get("enabled")
         return (level is None or isinstance(level.value, cst.SimpleString)) and (enabled is None or m.matches(enabled.value, m.Name("True")))
+
+    def _one_file(self, inits: list[cst.Call], uses: list[cst.Call]) -> None:
+        """Project mode: each file gets its own copy of the generated settings, so the switch
+        amp_initialize() flips in one file does not reach the scaled steps of another."""
+        a = self.a
+        files = {a.region_of(c) for c in inits}
+        apart = next((c for c in uses if a.region_of(c) not in files), None)
+        if apart is not None:
+            self.ctx.finding(apart, "DDP096", "amp.initialize runs behind a switch in another file of the project than this amp call: "
+                             "the torch.amp settings it turns on would not reach this file (each file gets its own copy); "
+                             "call amp.initialize in the file that scales the loss, or convert with --amp apex", False)
 
     def _initialize(self, call: cst.Call) -> None:
         ctx, a = self.ctx, self.a
