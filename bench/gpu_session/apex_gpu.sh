@@ -15,6 +15,7 @@
 # OUTDIR defaults to $OUT. About 3-4 minutes on 2 H100s.
 set -u
 O=${1:-${OUT:-/tmp/apex_gpu}}; mkdir -p "$O"; T=$(mktemp -d)
+[ -d .apex/apex/amp ] || { echo "FAIL: no apex source tree in .apex/ (git archive 25.04 of NVIDIA/apex)" | tee "$O/summary.txt"; exit 2; }
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 OMP_NUM_THREADS=2
 NGPU=$(python3 -c 'import torch; print(max(1, min(2, torch.cuda.device_count())))')
 { date -u; nvidia-smi -L; nproc; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus used", '"$NGPU"')'; } > "$O/000_machine.log" 2>&1
@@ -43,6 +44,9 @@ echo '{"fp16": true, "opt_level": "O2"}' > "$T/fp16_o2.json"
  echo "build exit $?" >> "$O/zz_amp_C_build.log") & BUILD=$!
 (cd .apex && python3 -m pip install --no-index --no-build-isolation --no-deps . ) > "$O/zz_apex_install.log" 2>&1
 echo "apex install exit $?" >> "$O/zz_apex_install.log"
+if ! python3 -c "import torch, apex.amp" 2> /dev/null; then  # the Python-only package straight from the source tree
+  export PYTHONPATH="$PWD/.apex:${PYTHONPATH:-}"; echo "pip install failed: apex from PYTHONPATH=$PWD/.apex" >> "$O/zz_apex_install.log"
+fi
 python3 -c "import torch, apex, apex.amp, apex.parallel; print('apex', apex.__file__, 'amp and parallel import')" >> "$O/zz_apex_install.log" 2>&1
 
 one() {  # fixture target(apex|torch) args...: one torchrun run in its own working directory
