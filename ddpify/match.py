@@ -81,6 +81,9 @@ AssignTarget = _factory("AssignTarget")
 NamedExpr = _factory("NamedExpr")
 Global = _factory("Global")
 Nonlocal = _factory("Nonlocal")
+Import = _factory("Import")
+ImportFrom = _factory("ImportFrom")
+FunctionDef = _factory("FunctionDef")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

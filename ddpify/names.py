@@ -23,7 +23,7 @@ from ddpify.analysis import codegen
 GENERATED = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "AMP_DTYPE", "SCALER",
     "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state", "in_float32",
-    "rank0_seed",
+    "rank0_seed", "amp_initialize",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -35,10 +35,13 @@ OWN = {
     "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
     "load_fused_adam_state": r"state", "in_float32": r"autocast refuses it on GPUs", "rank0_seed": r"broadcast",
+    "amp_initialize": r"amp\.initialize in torch\.amp",
 }
+# set by ddpify's amp_initialize (legacy_apex.py) through `global`, starting from None / a disabled scaler
+SWITCHED = {"AMP_DTYPE": r"^None$", "SCALER": r"enabled=False"}
 
 
-DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed"}
+DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed", "amp_initialize"}
 
 
 class _Rename(cst.CSTTransformer):
@@ -73,6 +76,8 @@ def _member_or_keyword(a, node: cst.Name) -> bool:
 def _own(a, name: str) -> bool:
     """Every binding of name is a module-level definition like ddpify's."""
     scopes = [s for s, names in a.bindings.items() if name in names]
+    switch = [fn for fn in a.functions.get("amp_initialize", []) if a.function_of(fn) is None and _own(a, "amp_initialize")] if name in SWITCHED else []
+    scopes = [s for s in scopes if s not in {id(fn) for fn in switch}]
     if scopes != [None]:
         return False
     binds = a.bindings[None][name]
@@ -80,7 +85,7 @@ def _own(a, name: str) -> bool:
     values = a._local_values(None, name)
     if len(binds) != len(defs) + len(values) or not binds or (values if name in DEFINED else defs):
         return False  # ddpify defines those in DEFINED as functions, the others as variables
-    own = re.compile(OWN[name])
+    own = re.compile(OWN[name] + (f"|{SWITCHED[name]}" if switch else ""))
     return all(own.search(codegen(x)) for x in [*defs, *values])
 
 

@@ -7,15 +7,14 @@ import gc
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import LEGACY_APIS, Analysis, codegen
+from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.options import Options
 from ddpify.result import ConversionError, Result
-from ddpify.transforms import OPTIMIZE, PIPELINE, LaunchTransform
+from ddpify.transforms import LEGACY, OPTIMIZE, PIPELINE, LaunchTransform
 from ddpify.transforms.base import Context
-from ddpify.transforms.legacy import convert_legacy  # the apex / torch.distributed.launch path
 from ddpify.undefined import new_unbound_reads
 from ddpify.rules import declare
 
@@ -27,6 +26,8 @@ declare("DDP091", "legacy-distributed", "distributed the legacy way (apex / torc
 declare("DDP099", "not-training", "not a training script: nothing to convert")
 
 __all__ = ["ConversionError", "Result", "convert_source", "parse"]
+# words that may name a framework that distributes (analysis/apis.py), for the quick text test
+FRAMEWORKS = ("accelerate", "lightning", "Fabric", "deepspeed", "horovod")
 
 
 def parse(source: str) -> cst.Module:
@@ -74,7 +75,7 @@ def _apply_policy(source: str, result: Result, options: Options) -> Result:
 
 def _convert_source(source: str, options: Options, path: str = "<stdin>") -> Result:
     module = parse(source)
-    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank")):
+    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank", *FRAMEWORKS)):
         # no backward() and nothing distributed: not a training script, and the analysis
         # (most of the time of a pre-commit run over ordinary files) is not needed to say so
         finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
@@ -117,32 +118,45 @@ def _convert_module(source: str, analysis: Analysis, options: Options, path: str
 
 
 def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
-    # A --local_rank flag alone does not make a script legacy when it is distributed with today's
-    # APIs and its process group is set up elsewhere (DINO: DDP here, init_process_group in a
-    # helper module): such a script is left as it is. A torch.distributed.launch script that
-    # sets up its group here still gets the launch fix (its flag read from LOCAL_RANK).
-    # In project mode, a group set up in another file of the project counts as "elsewhere" too.
-    group = analysis._find_api(("torch.distributed.init_process_group",))
-    flag_only = (analysis.legacy_api is not None and analysis._find_api(LEGACY_APIS) is None
-                 and (group is None or (analysis.several_files() and analysis.region_of(group) != analysis.region_of(analysis.legacy_api))))
-    if analysis.legacy_api is not None and not (flag_only and analysis.distributed_api is not None):
-        return convert_legacy(source, analysis, ctx)
-    if analysis.distributed_api is not None:
-        what = analysis.call_qualname(analysis.distributed_api) if isinstance(analysis.distributed_api, cst.Call) else "a distributed API"
-        ctx.finding(analysis.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
-        if flag_only and "LOCAL_RANK" not in codegen(analysis.legacy_api):  # ddpify's own flag reads it
-            ctx.finding(analysis.legacy_api, "DDP091", "--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ[\"LOCAL_RANK\"]", False)
-        return Result(source, False, "already-distributed", sorted(ctx.findings))
-    if not analysis.steps:
+    a = analysis
+    if a.distributed_api is not None:
+        # A --local_rank flag alone does not make a script legacy when it is distributed with
+        # today's APIs and its process group is set up elsewhere (DINO: DDP here,
+        # init_process_group in a helper module; in project mode, in another file): it is left
+        # as it is. apex, or a torch.distributed.launch script that sets up its group here, is
+        # modernised by the legacy planners and goes through the same last checks.
+        group = a._find_api(("torch.distributed.init_process_group",))
+        flag_only = (a.apex_api is None and a.local_rank_flag is not None
+                     and (group is None or (a.several_files() and a.region_of(group) != a.region_of(a.local_rank_flag))))
+        if a.legacy_api is not None and not flag_only:
+            result = _run(source, a, ctx, LEGACY)
+            if result.changed:
+                return result
+        what = a.call_qualname(a.distributed_api) if isinstance(a.distributed_api, cst.Call) else "a distributed API"
+        # nothing was changed: only what stays (apex parts that need its extensions) or blocks is said
+        ctx.findings = [f for f in ctx.findings if f.code == "DDP097" or f.blocking]
+        ctx.finding(a.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
+        # ddpify's own flag reads LOCAL_RANK; DeepSpeed's launcher fills --local_rank itself
+        if flag_only and "LOCAL_RANK" not in codegen(a.local_rank_flag) and what.startswith("torch."):
+            ctx.finding(a.local_rank_flag, "DDP091", "--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ[\"LOCAL_RANK\"]", False)
+        return Result(source, False, "already-distributed", sorted(set(ctx.findings)))
+    if not a.steps:
         ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)
         return Result(source, False, "not-training", sorted(ctx.findings))
-    for transform in PIPELINE:
+    return _run(source, a, ctx, PIPELINE)
+
+
+def _run(source: str, analysis: Analysis, ctx: Context, planners) -> Result:
+    """Every path: the planners record edits on the one analysed tree, one pass applies them,
+    and every output gets the same last check (DDP005)."""
+    ctx.legacy = planners is LEGACY
+    for transform in planners:
         if transform is LaunchTransform and ctx.opts.optimize:
             for planner in OPTIMIZE:  # opt-in speed-ups, after the wrap and before launch's imports
                 planner().plan(ctx)
         transform().plan(ctx)
     if ctx.edits.is_empty():
-        return Result(source, False, "converted", sorted(ctx.findings))
+        return Result(source, False, "converted", sorted(set(ctx.findings)))
     converted = Applier(ctx.edits).apply(analysis.module)
     new = codegen(converted, converted)
     findings = sorted(set(ctx.findings)) + undefined_findings(source, new)

@@ -75,7 +75,10 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
         per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed, f.severity))
-    for k, mod in enumerate(files):
+    # a project already distributed (Accelerate, DDP, ...) is converted in no file: what would make
+    # a conversion of its modules wrong does not apply
+    untouched = result.status == "already-distributed"
+    for k, mod in enumerate(files if not untouched else []):
         for line, path in mod.lazy:
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))

@@ -1,4 +1,4 @@
-"""The apex side (issue 4): --amp apex emits the classic apex recipe; legacy apex /
+"""The apex side (issues 4, 33): --amp apex emits the classic apex recipe; legacy apex /
 torch.distributed.launch scripts are modernised to torch-native by default, or keep apex
 with --amp apex and only get their launch fixed."""
 
@@ -21,6 +21,9 @@ from ddpify import Options, convert_source
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LEGACY = sorted(p for p in FIXTURES.glob("4[0-9]_*") if (p / "expected_apex.py").exists())
 SINGLE = [FIXTURES / "43_single_gpu_for_apex"]
+# every fixture with an --amp apex output beside its default one (legacy and single-GPU apex scripts)
+APEX_TWIN = sorted(p for p in FIXTURES.iterdir() if (p / "expected_apex.py").exists())
+DISTRIBUTED_LEGACY = [*LEGACY, FIXTURES / "225_legacy_syncbn_own_group"]
 # arguments that keep a CPU run short; 41 reads its JSON config from the working directory
 RUN_ARGS = {"40_apex_classifier": ["--epochs", "2"], "41_apex_segmentation_json": [], "42_apex_two_encoders_fusedadam": ["--epochs", "2"]}
 SEG_CONFIG = {"epochs": 3, "save_every": 2, "batch_size": 8}
@@ -44,9 +47,9 @@ def test_fixture_set():
 
 
 # -- expected outputs -------------------------------------------------------------------
-@pytest.mark.parametrize("d", LEGACY, ids=lambda p: p.name)
+@pytest.mark.parametrize("d", APEX_TWIN, ids=lambda p: p.name)
 @pytest.mark.parametrize("stem,options", [("expected", Options()), ("expected_apex", Options(amp="apex"))], ids=["torch", "apex"])
-def test_legacy_expected(d: Path, stem: str, options: Options):
+def test_expected_under_both_targets(d: Path, stem: str, options: Options):
     result = convert_source((d / "input.py").read_text(), options, path="input.py")
     assert result.status == "converted"
     assert result.source == (d / f"{stem}.py").read_text()
@@ -63,7 +66,7 @@ def test_single_gpu_apex_expected(d: Path):
 
 
 def _outputs():
-    for d in LEGACY:
+    for d in APEX_TWIN:
         yield d / "expected.py", Options()
         yield d / "expected_apex.py", Options(amp="apex")
     for d in SINGLE:
@@ -83,7 +86,7 @@ def test_apex_outputs_compile_and_keep_apex(path: Path, options: Options):
     compile(src, str(path), "exec")
     assert "apex" in src
     # the launch works with torch>=2.0's launcher (--local-rank) and torchrun (LOCAL_RANK)
-    assert re.search(r'add_argument\("--local-rank", "--local_rank"', src)
+    assert re.search(r'add_argument\("--local-rank", "--local_rank"', src) or "parse_args" not in src
     assert "LOCAL_RANK" in src
 
 
@@ -207,12 +210,15 @@ def test_modernised_runs_on_two_ranks(d: Path, tmp_path: Path, forkrun):
     assert LOSS.search(out)
 
 
-def test_modernised_runs_under_torchrun(tmp_path: Path):
-    d = LEGACY[0]
+@pytest.mark.parametrize("d,args", [(LEGACY[0], RUN_ARGS[LEGACY[0].name]), (DISTRIBUTED_LEGACY[-1], ["--sync-bn"])], ids=lambda x: x.name if isinstance(x, Path) else "")
+def test_modernised_runs_under_torchrun(d: Path, args: list[str], tmp_path: Path):
+    """The real torchrun, 2 gloo ranks on CPU: 225 converts apex's SyncBatchNorm (GPUs only: the
+    CPU run keeps BatchNorm) and keeps its own process group (the teardown pause: no abort)."""
     script = _prepare(d, tmp_path)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    out = _run([*torchrun, str(script), *RUN_ARGS[d.name]], tmp_path)
+    out = _run([*torchrun, str(script), *args], tmp_path)
     assert len(LOSS.findall(out)) >= 2, out
+    assert "terminate called" not in out and "SyncBatchNorm" not in out, out
 
 
 def _helper(src: str, name: str):
@@ -284,10 +290,22 @@ def test_legacy_resume_from_apex_checkpoint(tmp_path: Path, forkrun):
     assert "epoch 1 loss" in out and "epoch 0 loss" not in out
 
 
-def test_legacy_with_apex_target_only_fixes_launch():
-    for d in LEGACY:
+def test_legacy_with_apex_target_only_fixes_launch_and_teardown():
+    """--amp apex keeps a legacy script's apex: only its rank flag and the teardown of its own
+    process group (a pause at exit, the group destroyed where it never was) change."""
+    import difflib
+
+    for d in DISTRIBUTED_LEGACY:
         before = (d / "input.py").read_text().splitlines()
         after = (d / "expected_apex.py").read_text().splitlines()
-        changed = [(a, b) for a, b in zip(before, after) if a != b]
-        assert len(before) == len(after) and len(changed) == 1, changed
-        assert "--local_rank" in changed[0][0] and '"--local-rank", "--local_rank"' in changed[0][1] and "LOCAL_RANK" in changed[0][1]
+        diff = [ln for ln in difflib.unified_diff(before, after, lineterm="", n=0) if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        removed = [ln[1:] for ln in diff if ln.startswith("-")]
+        added = [ln[1:].strip() for ln in diff if ln.startswith("+")]
+        assert len(removed) == 1 and "--local_rank" in removed[0], removed
+        flag = [ln for ln in added if ln.startswith(("parser.add_argument", "FLAGS", "parser"))]
+        assert len(flag) == 1 and '"--local-rank", "--local_rank"' in flag[0] and "LOCAL_RANK" in flag[0], added
+        rest = [ln for ln in added if ln not in flag]
+        allowed = ("import atexit", "import time", "# ddpify:", "# a pause at exit", "atexit.register(time.sleep, 0.2)",
+                   "if torch.distributed.is_initialized():", "torch.distributed.destroy_process_group()")
+        assert all(ln.startswith(allowed) for ln in rest), rest
+        assert "atexit.register(time.sleep, 0.2)" in rest

@@ -1,4 +1,5 @@
-"""Write fixtures/*/expected.py and expected.txt from the current converter.
+"""Write fixtures/*/expected.py and expected.txt (and expected_apex.* where a fixture has them)
+from the current converter.
 
 Run it after a deliberate change, then read the diff of every expected file before
 committing: the expected files are reviewed snapshots, not generated truth.
@@ -53,6 +54,11 @@ def main() -> None:
         (d / "expected.py").write_text(result.source)
         (d / "expected.txt").write_text("".join(f.format("input.py") + "\n" for f in result.findings))
         print(f"{d.name}: {result.status}, {len(result.findings)} findings")
+        if (d / "expected_apex.py").exists():  # the same input converted with --amp apex (tests/test_apex.py)
+            result = convert_source((d / "input.py").read_text(), Options(amp="apex"), path="input.py")
+            (d / "expected_apex.py").write_text(result.source)
+            (d / "expected_apex.txt").write_text("".join(f.format("input.py") + "\n" for f in result.findings))
+            print(f"{d.name} (--amp apex): {result.status}, {len(result.findings)} findings")
 
 
 if __name__ == "__main__":

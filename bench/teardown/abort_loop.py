@@ -7,6 +7,7 @@ expected outputs of the fixtures named with --fixture. Kinds run round-robin, on
 time, so a change in the machine's load hits every kind alike.
 
     python bench/teardown/abort_loop.py --runs 100 --rev 5a90351 --out bench/teardown/before.json
+    python bench/teardown/abort_loop.py --every-path --no-tryit --runs 60 --out bench/teardown/every_path.json
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ["01_toplevel_regression", "38_dict_batches_early_stop", "03_trainer_dataclass"]
+# --every-path: one output of each path the converter can emit (issue 29): a fresh conversion, a
+# modernised legacy script that keeps its own process group (apex SyncBN, --sync-bn), a single-GPU
+# apex script (torch.amp, three losses), a project (entry + trainer module) and --optimize
+EVERY_PATH = {
+    "fresh": "01_toplevel_regression",
+    "legacy": "225_legacy_syncbn_own_group",
+    "apex": "222_dcgan_three_losses",
+    "project": "213_apex_project_trainer_module/expected/train.py",
+    "optimize": "160_optimize_cnn_applied",
+}
 
 
 def sources(rev: str | None, tmp: Path) -> Path:
@@ -49,10 +60,12 @@ def scripts(src: Path, fixtures: list[str], tmp: Path) -> dict[str, tuple[Path, 
         subprocess.run([sys.executable, "-m", "ddpify", "-"], stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
                        env=env, cwd=src, check=True)
     out["tryit"] = (tryit, [])
-    for name in fixtures:
-        d = src / "fixtures" / name
+    for kind, name in (fixtures.items() if isinstance(fixtures, dict) else ((n, n) for n in fixtures)):
+        # NAME (its expected.py) or NAME/path/to/entry.py (a project fixture's converted entry)
+        fixture, _, entry = name.partition("/")
+        d = src / "fixtures" / fixture
         args = (d / "args.txt").read_text().split() if (d / "args.txt").exists() else []
-        out[name] = (d / "expected.py", args)
+        out[kind] = (d / (entry or "expected.py"), args)
     return out
 
 
@@ -79,6 +92,7 @@ def main() -> None:
     ap.add_argument("--rev", default=None, help="git revision whose ddpify and fixtures to run (default: working tree)")
     ap.add_argument("--fixture", action="append", help=f"fixture directory name (default: {' '.join(FIXTURES)})")
     ap.add_argument("--no-tryit", action="store_true", help="skip the try-it conversion of examples/train.py")
+    ap.add_argument("--every-path", action="store_true", help=f"one output of each converter path: {', '.join(f'{k}={v}' for k, v in EVERY_PATH.items())}")
     ap.add_argument("--out", type=Path, required=True, help="JSON result file, rewritten after every run")
     ap.add_argument("--timeout", type=int, default=180)
     ap.add_argument("--keep-logs", type=Path, default=None, help="folder for the full output (and cores) of failed runs")
@@ -95,7 +109,7 @@ def main() -> None:
                      for p in sorted(ns.scripts.resolve().glob("*.py"))}
         else:
             src = sources(ns.rev, tmp)
-            kinds = scripts(src, ns.fixture or FIXTURES, tmp)
+            kinds = scripts(src, EVERY_PATH if ns.every_path else (ns.fixture or FIXTURES), tmp)
         if ns.no_tryit:
             kinds.pop("tryit", None)
         if ns.only:

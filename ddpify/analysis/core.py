@@ -5,7 +5,7 @@ module each), computed once by one walk; the concerns read it and plan edits.
 from __future__ import annotations
 
 import libcst as cst
-from ddpify.analysis.apis import DISTRIBUTED_APIS, LEGACY_APIS, ApisMixin
+from ddpify.analysis.apis import APEX_APIS, DISTRIBUTED_APIS, ApisMixin
 from ddpify.analysis.batches import BatchesMixin
 from ddpify.analysis.effects import EffectsMixin
 from ddpify.analysis.loaders import LoadersMixin
@@ -56,8 +56,12 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.ifs: list[cst.If] = []
         self._collect()
 
-        self.distributed_api = self._find_api(DISTRIBUTED_APIS)
-        self.legacy_api = self._find_api(LEGACY_APIS) or self._local_rank_flag()
+        self.local_rank_flag = self._local_rank_flag()  # the script's own --local_rank
+        self.apex_api = self._find_api(APEX_APIS)  # first use of apex (amp, optimizers, SyncBN, DDP)
+        self.apex_amp = self._uses_apex_amp()
+        # what distributes it: a process group, a DDP wrapper, a framework, the launcher's rank for the device
+        self.distributed_api = self._find_api(DISTRIBUTED_APIS) or self._launcher_device(self.local_rank_flag)
+        self.legacy_api = self.apex_api or self.local_rank_flag
         self.optimizers: dict[str, cst.Call] = {}
         self.schedulers: set[str] = set()
         self.models: list[str] = []

@@ -38,14 +38,14 @@ class StepsMixin:
                 continue
             if self.is_call(call, "torch.autograd.backward"):
                 continue
-            stmt = self.statement(call)
+            stmt, loss_expr = self._step_unit(call)
             block = self.block(stmt)
-            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)) or any(s.stmt is stmt for s in steps):
                 continue
-            step = Step(backward=call, stmt=stmt, block=block, loss_expr=call.func.value)
+            step = Step(backward=call, stmt=stmt, block=block, loss_expr=loss_expr)
             body = list(block.body)
             idx = body.index(stmt)
-            loss_name = dotted(call.func.value)
+            loss_name = dotted(loss_expr)
             for s in reversed(body[:idx]):
                 if loss_name and self._assigns(s, loss_name):
                     step.loss_stmt = s
@@ -77,6 +77,42 @@ class StepsMixin:
                             step.models.append(n)
             steps.append(step)
         return steps
+
+    def _step_unit(self, call: cst.Call) -> tuple[cst.BaseStatement, cst.BaseExpression]:
+        """The statement that stands for a backward in its block, and the loss it computes the
+        gradients of. apex: `with amp.scale_loss(loss, opt) as scaled: scaled.backward()` is the
+        backward of `loss`, also as one branch of `if fp16: <that> else: loss.backward()`."""
+        stmt = self.statement(call)
+        loss = call.func.value
+        scaled = self._scale_loss_with(stmt)
+        if scaled is not None:
+            stmt, loss = scaled
+        owner = self.parent.get(self.parent.get(stmt))
+        if isinstance(owner, cst.Else):
+            owner = self.parent.get(owner)
+        if isinstance(owner, cst.If) and isinstance(owner.orelse, cst.Else) and _single(owner.body) and _single(owner.orelse.body):
+            branches = [owner.body.body[0], owner.orelse.body.body[0]]
+            withs = [self._scale_loss_with_of(b) for b in branches]
+            plain = [_plain_backward(b) for b in branches]
+            for w, p in ((withs[0], plain[1]), (withs[1], plain[0])):
+                if w is not None and p is not None and code(p) == code(w[1]):
+                    return owner, w[1]
+        return stmt, loss
+
+    def _scale_loss_with(self, stmt: cst.BaseStatement) -> tuple[cst.With, cst.BaseExpression] | None:
+        """(the with, the loss) when stmt is in the body of `with X.scale_loss(loss, ...) as s:`."""
+        block = self.block(stmt)
+        w = self.parent.get(block) if isinstance(block, cst.IndentedBlock) else None
+        return self._scale_loss_with_of(w) if isinstance(w, cst.With) else None
+
+    @staticmethod
+    def _scale_loss_with_of(w: cst.CSTNode) -> tuple[cst.With, cst.BaseExpression] | None:
+        if not isinstance(w, cst.With) or len(w.items) != 1:
+            return None
+        item = w.items[0].item
+        if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "scale_loss" and item.args and item.args[0].keyword is None:
+            return w, item.args[0].value
+        return None
 
     def _collect_step_calls(self, step: Step, stmts: list[cst.BaseStatement]) -> None:
         for s in stmts:
@@ -122,3 +158,16 @@ class StepsMixin:
                 if any(dotted(el) == name for el in _flatten_targets(t)):
                     return True
         return False
+
+
+def _single(block: cst.BaseSuite) -> bool:
+    return isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+
+
+def _plain_backward(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
+    """loss in a statement that is only `loss.backward()`."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+        v = stmt.body[0].value
+        if isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "backward" and not v.args:
+            return v.func.value
+    return None

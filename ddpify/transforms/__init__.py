@@ -1,7 +1,7 @@
 """One module per concern. The pipeline runs them in PIPELINE order; launch runs last
-because it emits the imports and set-up code the others asked for. legacy.py is not in
-PIPELINE: for a script distributed the legacy way (apex, torch.distributed.launch) the pipeline
-runs its convert_legacy instead. OPTIMIZE holds the opt-in speed-ups of --optimize."""
+because it emits the imports and set-up code the others asked for. A script distributed the
+legacy way (apex, torch.distributed.launch) goes through LEGACY instead, the same way: the same
+edits, the same last checks. OPTIMIZE holds the opt-in speed-ups of --optimize."""
 
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
@@ -12,6 +12,9 @@ from ddpify.transforms.decisions import DecisionTransform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.transforms.input_pipeline import InputPipelineTransform
 from ddpify.transforms.launch import LaunchTransform
+from ddpify.transforms.legacy import LegacyLaunchTransform, LegacyTorchTransform
+from ddpify.transforms.legacy_apex import ModerniseTransform
+from ddpify.transforms.legacy_devices import LegacyDevicesTransform
 from ddpify.transforms.optimize_cudnn import CudnnBenchmarkTransform
 from ddpify.transforms.optimize_ddp import DDPBucketsTransform
 from ddpify.transforms.optimize_layout import ChannelsLastTransform
@@ -34,6 +37,7 @@ PIPELINE = (
     WrappingTransform,
     ApexTransform,
     RoutingTransform,
+    ModerniseTransform,
     UnwrapTransform,
     PrecisionTransform,
     AccumulationTransform,
@@ -43,6 +47,14 @@ PIPELINE = (
     DecisionTransform,
     SeedsTransform,
     LaunchTransform,
+)
+# A script distributed the legacy way (apex, torch.distributed.launch) keeps its own process
+# group: these planners modernise it instead of a fresh conversion's.
+LEGACY = (
+    LegacyTorchTransform,
+    ModerniseTransform,
+    LegacyDevicesTransform,
+    LegacyLaunchTransform,
 )
 # --optimize only: run after the others and before LaunchTransform (which emits the imports).
 OPTIMIZE = (

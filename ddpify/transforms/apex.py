@@ -57,6 +57,12 @@ class ApexTransform(Transform):
         if ctx.opts.amp != "apex":
             return
         a = ctx.a
+        from ddpify.transforms.legacy import kept_extensions
+
+        kept_extensions(a, ctx)
+        if a.apex_amp:
+            self._own_amp(ctx)
+            return
         entries = list(ctx.apex_models)
         if not entries:
             return  # wrapping already reported that no model was found
@@ -95,6 +101,27 @@ class ApexTransform(Transform):
         self._checkpoints(ctx, amp, point)
         if ctx.opts.opt_level == "O1":
             self._banned(ctx, steps)
+
+    def _own_amp(self, ctx: Context) -> None:
+        """A script that uses apex amp already keeps its amp.initialize and scale_loss as they are;
+        the model is wrapped in torch's DDP after amp.initialize (wrapping.py: the wrap follows the
+        model's last change), and amp's state joins the checkpoint where amp.initialize always runs
+        (amp.state_dict() fails before amp.initialize: a script that initialises amp behind a
+        switch saves it itself, or not at all)."""
+        a = ctx.a
+        inits = [c for c in a.calls if a.is_call(c, "apex.amp.initialize")]
+        for init in inits:
+            stmt = a.statement(init)
+            for name, anchor in ctx.wrapped.items():
+                if a.function_of(anchor) is a.function_of(stmt) and a.pos[anchor].end.line < a.pos[stmt].start.line:
+                    ctx.finding(init, "DDP096", f"amp.initialize comes after the point where `{name}` is wrapped (its first use): apex needs it before the DDP wrap; move it next to the model's creation", False)
+        if len(inits) != 1 or any(a.is_call(c, "apex.amp.state_dict", "apex.amp.load_state_dict") for c in a.calls):
+            return
+        stmt = a.statement(inits[0])
+        block = a.block(stmt)
+        if isinstance(block, cst.Module) or isinstance(a.parent.get(block), cst.FunctionDef):
+            amp = code(inits[0].func.value) if isinstance(inits[0].func, cst.Attribute) else "amp"
+            self._checkpoints(ctx, amp, stmt)
 
     @staticmethod
     def _banned(ctx: Context, steps) -> None:

@@ -53,6 +53,9 @@ class Context:
         self.helper_texts: list[str] = []  # generated helper definitions the set-up block ends with
         self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
         self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
+        self.setup_extra: list[cst.BaseStatement] = []  # module-level helpers emitted after the set-up block
+        self.legacy = False  # the legacy planners run (the script keeps its own process group)
+        self.apex_kept: dict[str, str] = {}  # apex name kept with torch.amp -> why (no torch equivalent)
         self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
         self.after_setup: list[cst.BaseStatement] = []  # statements to run right after ddp_setup()
         self.setup_before: list[cst.CSTNode] = []  # module-level statements the set-up must precede

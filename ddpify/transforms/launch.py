@@ -300,7 +300,7 @@ class LaunchTransform(Transform):
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
         # a leading statement keeps the block's first comment out of the module header
-        block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
+        block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:] + ctx.setup_extra
         if ctx.preamble:
             block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *block[0].leading_lines])
             block = [*ctx.preamble, *block]
@@ -382,6 +382,11 @@ class LaunchTransform(Transform):
 
     def _local_rank_flag(self, ctx: Context) -> None:
         a = ctx.a
+        if a.local_rank_flag is not None:  # the script's own flag: both spellings, default LOCAL_RANK
+            from ddpify.transforms.legacy import fix_launch
+
+            fix_launch(ctx)
+            return
         seen: set[str] = set()
         for call in a.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parse_args", "parse_known_args")):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import call_args, code, dotted
+from ddpify.transforms.apex_common import module_block, module_name
+from ddpify.transforms.base import Transform
 from ddpify.transforms.device import DeviceTransform
 from ddpify.rules import declare
 
@@ -62,9 +64,15 @@ def _nccl_only(a, backend: cst.BaseExpression) -> bool:
     return False
 
 
-def plan_device_aware(ctx, module_name, last_import) -> None:
-    """module_name(ctx, "os"): the script's name for a module, importing it where missing;
-    last_import(a): the module-level statement the set-up block goes after."""
+class LegacyDevicesTransform(Transform):
+    name = "legacy-devices"
+
+    def plan(self, ctx) -> None:
+        if ctx.opts.amp != "apex":  # the apex target keeps the GPU-only recipe as written
+            plan_device_aware(ctx)
+
+
+def plan_device_aware(ctx) -> None:
     a = ctx.a
     uses_device = False
     for call in a.calls:
@@ -99,12 +107,5 @@ def plan_device_aware(ctx, module_name, last_import) -> None:
                     ctx.edits.replace(kw[key].value, lambda n: ctx.expr(f"{code(n)} if {CUDA} else None"))
                     ctx.finding(kw[key].value, "DDP013", f"{key} only with CUDA: DDP takes none for a CPU module", True)
     if uses_device:
-        os_name = module_name(ctx, "os")
-        block = list(cst.parse_module("pass\n" + LOCAL_DEVICE.format(os=os_name)).body)[1:]
-        block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *block[0].leading_lines])
-        anchor = last_import(a)
-        if anchor is None:
-            ctx.edits.before[a.module.body[0]].extend(block)
-        else:
-            ctx.edits.after[anchor].extend(block)
+        ctx.preamble.extend(module_block(LOCAL_DEVICE.format(os=module_name(ctx, "os"))))
 

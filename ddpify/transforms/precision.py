@@ -44,7 +44,7 @@ class PrecisionTransform(Transform):
         if a.existing_amp:
             self._modernise(ctx)
             return
-        if ctx.opts.amp in ("none", "apex"):
+        if ctx.opts.amp in ("none", "apex") or a.apex_amp:  # apex amp: its own switch decides (legacy_apex.py)
             return
         if ctx.cpu_only:
             # autocast and GradScaler are for GPUs: a CPU program keeps full precision

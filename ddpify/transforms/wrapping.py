@@ -259,7 +259,7 @@ class WrappingTransform(Transform):
             ctx.wrap_before.add(name)
         ctx.wrappers[name] = wrapper
         ctx.routes[name] = r
-        if ctx.opts.amp == "apex":  # apex.py places amp.initialize and apex's DDP
+        if ctx.opts.amp == "apex" and not a.apex_amp:  # apex.py places amp.initialize and apex's DDP
             ctx.apex_models.append((name, bind, place))
             return
         ddp = ctx.name("DDP")

@@ -35,7 +35,12 @@ def check(ctx) -> None:
         return
     for step in a.steps:
         backward = step.backward.func.value  # type: ignore[attr-defined]
-        scaled = isinstance(backward, cst.Call) and isinstance(backward.func, cst.Attribute) and backward.func.attr.value == "scale" and dotted(backward.func.value) in scalers
+        scaled = _is_scale(backward, scalers)
+        if not scaled and isinstance(backward, (cst.Name, cst.Attribute)):
+            # `self.backward(loss)`: the program's own method or function that back-propagates
+            own = _own_backward(a, step.backward, scalers)
+            if own is not None:
+                scaled, backward = True, own
         calls = sorted((c for s in step.tail for c in a.findall(s, m.Call())), key=f.order)
         calls = [c for c in calls if f.order(c) > f.order(step.backward)]
         unscaled_at = None
@@ -51,3 +56,21 @@ def check(ctx) -> None:
             elif meth == "step" and scaled and base not in scalers and a.is_optimizer_ref(c.func.value) and not any(
                     isinstance(x.func, cst.Attribute) and x.func.attr.value == "step" and dotted(x.func.value) in scalers for x in calls):
                 ctx.report(c, "DDP271", f"{code(c.func)}() takes the gradients that {dotted(backward.func.value)}.scale(loss) scaled, without the scaler: the update is the scale (65536 by default) times too large and infs are never skipped; call {dotted(backward.func.value)}.step(optimizer) and {dotted(backward.func.value)}.update()")
+
+
+def _is_scale(node, scalers: set[str]) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "scale" and dotted(node.func.value) in scalers
+
+
+def _own_backward(a, call: cst.Call, scalers: set[str]) -> cst.Call | None:
+    """The scaler's scale(...) call inside the program's own function or method that `call`
+    runs (`def backward(self, loss): scaler.scale(loss).backward()`), or None."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    for fn in a.findall(a.module, m.FunctionDef()):
+        if fn.name.value != name:
+            continue
+        for c in a.findall(fn, m.Call()):
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" and _is_scale(c.func.value, scalers):
+                return c.func.value
+    return None
