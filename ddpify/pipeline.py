@@ -11,6 +11,7 @@ from ddpify.analysis import LEGACY_APIS, Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
+from ddpify.formatting import fit_lines
 from ddpify.options import Options
 from ddpify.result import ConversionError, Result
 from ddpify.transforms import OPTIMIZE, PIPELINE, LaunchTransform
@@ -51,7 +52,10 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     finally:
         if enabled:
             gc.enable()
-    return _apply_policy(source, result, options)
+    result = _apply_policy(source, result, options)
+    if result.changed and options.line_length:
+        result.source = fit_lines(source, result.source, options.line_length)
+    return result
 
 
 def _apply_policy(source: str, result: Result, options: Options) -> Result:

@@ -12,12 +12,14 @@ Findings come back with the line of the file they concern.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
 from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
+from ddpify.formatting import fit_lines
 from ddpify.merge import merge, split, where
 from ddpify.options import Options
 from ddpify.pipeline import ConversionError, convert_source, undefined_findings
@@ -67,7 +69,8 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     options = options or Options()
     root, files = local_modules(entry, read)
     merged = merge(files)
-    result = convert_source(merged.text, options, path=entry)
+    # lines are wrapped file by file, after the split (fit_lines compares each with its input)
+    result = convert_source(merged.text, dataclasses.replace(options, line_length=0), path=entry)
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
@@ -87,7 +90,7 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     status = result.status
     if result.changed and (options.partial or not any(f.blocking for fs in per_file for f in fs)):
         # a tree the split cannot take apart is a bug: ConversionError, and no file is written
-        outputs = split(result.source, merged, files)
+        outputs = [fit_lines(m.text, out, options.line_length) for m, out in zip(files, split(result.source, merged, files))]
         # each file on its own: a name another of the project's files binds is not defined here
         for k, (mod, out) in enumerate(zip(files, outputs)):
             if out != mod.text:

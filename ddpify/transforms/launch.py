@@ -1,6 +1,8 @@
-"""Launch: ranks from torchrun's environment, the legacy --local-rank flag, process-group
-set-up at the entry point and tear-down at its end, and the imports everything else needs.
-Runs last: it emits the set-up code the other concerns asked for (ctx.helpers)."""
+"""Launch: ranks from torchrun's environment, process-group set-up at the entry point and
+tear-down at its end, and the imports everything else needs. Runs last: it emits the set-up
+code the other concerns asked for (ctx.helpers). No --local-rank flag is added: torchrun passes
+none, and a new argument would change the script's --help and `vars(args)`; a script that had
+the flag is a legacy one (legacy.py reads it from LOCAL_RANK)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP001", "process-group-setup", "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)", fix=True, check="ranks")
-declare("DDP002", "legacy-local-rank-flag", "--local-rank/--local_rank accepted for the legacy launcher, read from LOCAL_RANK", fix=True, check="ranks")
 declare("DDP003", "process-group-teardown", "process group destroyed when training ends", fix=True, check="ranks")
 declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine")
 
@@ -25,7 +26,8 @@ LOCAL_DEVICE = {torch}.device("cuda", LOCAL_RANK) if {torch}.cuda.is_available()
 '''
 AMP = {
     "auto": '''\
-# ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling; full precision on CPU.
+# ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling;
+# full precision on CPU.
 AMP_DTYPE = ({torch}.bfloat16 if {torch}.cuda.is_bf16_supported() else {torch}.float16) if {torch}.cuda.is_available() else None
 ''',
     "bf16": '''\
@@ -38,7 +40,8 @@ AMP_DTYPE = {torch}.float16 if {torch}.cuda.is_available() else None
 ''',
 }
 SCALER = '''\
-SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)  # one scaler for every optimizer
+# one scaler for every optimizer
+SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)
 '''
 # A script that never names a device (ctx.cpu_only) stays on the CPU: gloo whatever the machine,
 # nothing that touches CUDA (no set_device, device_id or device_ids), so a GPU machine runs it too.
@@ -47,21 +50,22 @@ RANKS_CPU = '''\
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # this process's index on its machine
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
-# ddpify: the script never names a device, so it trains on the CPU: one CPU process per rank.
+# ddpify: the script never names a device, so it trains on the CPU, one process a rank.
 LOCAL_DEVICE = {torch}.device("cpu")
 '''
 SETUP_CPU = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group over gloo (the script trains on the CPU, also on a GPU
-    machine); alone, form a group of one."""
+    """Join torchrun's process group over gloo (the script trains on the CPU, also on a
+    GPU machine); alone, form a group of one."""
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group("gloo")
     else:
         {dist}.init_process_group("gloo", store={dist}.HashStore(), rank=0, world_size=1)
-    # gloo's worker threads may still free finished work (which needs the GIL) as Python
-    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    # gloo's worker threads may still free finished work (which needs the GIL) as
+    # Python exits: a pause at exit, before finalization, lets them, or a rank can
+    # abort (SIGABRT)
     import atexit
     import time
 
@@ -71,18 +75,21 @@ SETUP = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group (gloo, and NCCL for CUDA tensors); alone, form a group of one."""
+    """Join torchrun's process group (gloo, and NCCL for CUDA tensors); alone, form a
+    group of one."""
     backend, device_id = "gloo", None
     if {torch}.cuda.is_available():
         {torch}.cuda.set_device(LOCAL_DEVICE)
-        # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its model on the CPU
+        # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its
+        # model on the CPU
         backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group(backend, device_id=device_id)
     else:
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1, device_id=device_id)
-    # gloo's worker threads may still free finished work (which needs the GIL) as Python
-    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    # gloo's worker threads may still free finished work (which needs the GIL) as
+    # Python exits: a pause at exit, before finalization, lets them, or a rank can
+    # abort (SIGABRT)
     import atexit
     import time
 
@@ -91,7 +98,8 @@ def ddp_setup():
 DECIDES = '''\
 
 
-# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: abort at exit).
+# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: an
+# abort at exit).
 DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
 
 
@@ -106,13 +114,15 @@ SHARD = '''\
 
 
 class RankShard({torch}.utils.data.IterableDataset):
-    """This rank's share of a stream (and of its DataLoader worker's): one item in each round of
-    WORLD_SIZE x workers; a last, incomplete round is dropped, so every rank yields as many items
-    (and batches) as the others and none waits at a collective for a batch that never comes."""
+    """This rank's share of a stream (and of its DataLoader worker's): one item in each
+    round of WORLD_SIZE x workers; a last, incomplete round is dropped, so every rank
+    yields as many items (and batches) as the others and none waits at a collective for
+    a batch that never comes."""
 
     def __init__(self, stream, split_workers=True):
         self.stream = stream
-        self.split_workers = split_workers  # False: the stream splits its workers itself
+        # False: the stream splits its workers itself
+        self.split_workers = split_workers
 
     def __iter__(self):
         info = {torch}.utils.data.get_worker_info() if self.split_workers else None
@@ -137,15 +147,17 @@ WEIGHTED = '''\
 
 
 class DistributedWeightedSampler({torch}.utils.data.Sampler):
-    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on every rank
-    (seed + epoch) and dealt out as DistributedSampler deals them; each rank then draws
-    num_samples // WORLD_SIZE of its own indices by their weights. set_epoch(epoch) reshuffles."""
+    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on
+    every rank (seed + epoch) and dealt out as DistributedSampler deals them; each rank
+    then draws num_samples // WORLD_SIZE of its own indices by their weights.
+    set_epoch(epoch) reshuffles."""
 
     def __init__(self, weights, num_samples, replacement=True, generator=None, seed=0):
         self.weights = {torch}.as_tensor(weights, dtype={torch}.double)
         self.num_samples = num_samples // WORLD_SIZE
         self.replacement = replacement
-        self.seed = seed  # the same on every rank (a generator of the script's would differ)
+        # the same on every rank (a generator of the script's would differ)
+        self.seed = seed
         self.epoch = 0
 
     def __iter__(self):
@@ -167,20 +179,22 @@ RANK_SHARE = '''\
 
 
 def rank_share(batches):
-    """This rank's contiguous share of pre-made batches (a range of offsets, a list, a tensor's
-    rows): len // WORLD_SIZE of them on every rank, so every rank runs as many steps."""
+    """This rank's contiguous share of pre-made batches (a range of offsets, a list, a
+    tensor's rows): len // WORLD_SIZE of them on every rank, so every rank runs as many
+    steps."""
     if not hasattr(batches, "__getitem__"):
         batches = list(batches)
     n = len(batches) // WORLD_SIZE
-    return batches[RANK * n:(RANK + 1) * n]
+    return batches[RANK * n : (RANK + 1) * n]
 '''
 
 RANK_ROWS = '''\
 
 
 def rank_rows(index):
-    """This rank's rows of a full-batch index (a boolean mask becomes its positions): every
-    WORLD_SIZE-th from RANK on, so the ranks' mean gradients average to the whole batch's."""
+    """This rank's rows of a full-batch index (a boolean mask becomes its positions):
+    every WORLD_SIZE-th from RANK on, so the ranks' mean gradients average to the whole
+    batch's."""
     if isinstance(index, {torch}.Tensor) and index.dtype == {torch}.bool:
         index = index.nonzero().squeeze(1)
     return index[RANK::WORLD_SIZE]
@@ -190,7 +204,8 @@ IN_FLOAT32 = '''\
 
 
 def in_float32(op):
-    """op (BCE: autocast refuses it on GPUs) in float32, autocast off; its arguments under autocast."""
+    """op (BCE: autocast refuses it on GPUs) in float32, autocast off; its arguments
+    under autocast."""
 
     def run(*args, **kwargs):
         def f32(v):
@@ -206,7 +221,8 @@ RANK0_SEED = '''\
 
 
 def rank0_seed():
-    """Rank 0's fresh seed from the OS, on every rank: generators seeded with it draw alike."""
+    """Rank 0's fresh seed from the OS, on every rank: generators seeded with it draw
+    alike."""
     seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
@@ -244,7 +260,6 @@ class LaunchTransform(Transform):
         if ctx.preamble:
             block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *block[0].leading_lines])
             block = [*ctx.preamble, *block]
-        self._local_rank_flag(ctx)
         imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
         first = block[0]
         block[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines])
@@ -279,7 +294,7 @@ class LaunchTransform(Transform):
             ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
             return
         if prelude is not None:
-            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine()]), *ctx.after_setup])
+            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *ctx.after_setup])
         last = a.module.body[-1]
         if self._exits(last):
             self._exit_after_destroy(ctx, last, destroy)
@@ -319,24 +334,6 @@ class LaunchTransform(Transform):
             if a.function_of(s) is None and not _inside(a, s, guard):
                 return True
         return False
-
-    def _local_rank_flag(self, ctx: Context) -> None:
-        a = ctx.a
-        seen: set[str] = set()
-        for call in a.calls:
-            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parse_args", "parse_known_args")):
-                continue
-            parser = dotted(call.func.value)
-            if not parser or parser in seen or not ctx.editable(call):
-                continue
-            stmt = a.statement(call)
-            if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
-                continue
-            seen.add(parser)
-            ctx.edits.before[stmt].append(ctx.stmt(
-                f'{parser}.add_argument("--local-rank", "--local_rank", type=int, default=LOCAL_RANK, help="set by torch.distributed.launch; torchrun sets LOCAL_RANK")\n'
-            ))
-            ctx.finding(call, "DDP002", "--local-rank/--local_rank accepted, so the legacy launcher works too", True)
 
 
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:

@@ -20,6 +20,7 @@ from ddpify.transforms.legacy_devices import plan_device_aware
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP002", "legacy-local-rank-flag", "--local-rank/--local_rank accepted for the legacy launcher, read from LOCAL_RANK", fix=True, check="ranks")
 declare("DDP097", "apex-extension-kept", "apex part kept that needs apex's CUDA extensions (--amp apex)")
 
 def convert_legacy(source, analysis, ctx):

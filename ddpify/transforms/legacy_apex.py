@@ -9,7 +9,7 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import Analysis, call_args, code, dotted
-from ddpify.transforms.base import Context
+from ddpify.transforms.base import Context, append_kwarg
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.wrapping import WrappingTransform
 from ddpify.rules import declare
@@ -187,9 +187,10 @@ class Modernise:
 
         def fn(n: cst.Call) -> cst.Call:
             args = [x for o, x in zip(node.args, n.args) if not (o.keyword is not None and o.keyword.value in drop)]
-            for k, v in add.items():
-                args.append(cst.Arg(keyword=cst.Name(k), value=ctx.expr(v), equal=_eq()))
-            return n.with_changes(func=ctx.expr(func), args=_commas(args, n.args))
+            out = n.with_changes(func=ctx.expr(func), args=_commas(args, n.args))
+            for k, v in add.items():  # in the call's own layout (one a line where it is so)
+                out = append_kwarg(out, k, ctx.expr(v))
+            return out
 
         ctx.edits.replace(node, fn)
 
