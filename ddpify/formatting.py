@@ -67,15 +67,17 @@ def _operand(leaf: Leaf | None) -> bool:
 
 
 class Line:
-    def __init__(self, leaves: list[Leaf], base: str, depth: int = 0, inside: bool = False) -> None:
+    def __init__(self, leaves: list[Leaf], base: str, depth: int = 0, inside: bool = False, unit: str = INDENT) -> None:
         self.leaves = leaves
         self.base = base  # the statement's indentation
         self.depth = depth  # continuation levels below it
         self.inside = inside  # the contents of a bracket pair
         self.explode = False  # black's should_split_rhs: one item a line
+        self.unit = unit  # a continuation level: four spaces, or a tab in a tabbed file
 
     def text(self) -> str:
-        parts = [self.base + INDENT * self.depth]
+        # continuation lines indent as the file does: four spaces, or a tab in a tabbed file
+        parts = [self.base + self.unit * self.depth]
         for i, leaf in enumerate(self.leaves):
             parts.append(leaf.value if i == 0 else leaf.space + leaf.value)
         parts += ["  " + leaf.comment for leaf in self.leaves if leaf.comment]
@@ -84,7 +86,7 @@ class Line:
     def fits(self, limit: int) -> bool:
         """ruff leaves pragma comments (# type:, # noqa, ...) out of the width."""
         drop = sum(len(x.comment) + 2 for x in self.leaves if x.comment and _pragma(x.comment))
-        return len(self.text()) - drop <= limit
+        return _width(self.text()) - drop <= limit
 
     def lengths(self):
         """(index, leaf, its length) as black counts them (comments included)."""
@@ -92,7 +94,7 @@ class Line:
             yield i, leaf, len(leaf.value if i == 0 else leaf.space + leaf.value) + len(leaf.comment)
 
     def width(self) -> int:
-        return len(self.base) + len(INDENT) * self.depth
+        return _width(self.base) + len(INDENT) * self.depth
 
     def magic_comma(self) -> bool:
         """A comma before a closing bracket keeps the pair exploded (not a one-element tuple or subscript)."""
@@ -131,6 +133,10 @@ class Line:
                 depth += 1
                 extra.append((depth, leaf.value))
         return out
+
+
+def _width(text: str) -> int:
+    return len(text.expandtabs(4)) if "\t" in text else len(text)
 
 
 def _pragma(comment: str) -> bool:
@@ -213,7 +219,7 @@ def _clone(line: Line) -> Line:
         new.opening = copies.get(id(leaf.opening)) if leaf.opening is not None else None
         copies[id(leaf)] = new
         leaves.append(new)
-    return Line(leaves, line.base, line.depth, line.inside)
+    return Line(leaves, line.base, line.depth, line.inside, line.unit)
 
 
 def _delimiter_split(line: Line, limit: int, force: bool) -> list[Line]:
@@ -228,12 +234,12 @@ def _delimiter_split(line: Line, limit: int, force: bool) -> list[Line]:
     for leaf in leaves:
         cur.append(leaf)
         if delims.get(id(leaf)) == top:
-            out.append(Line(cur, line.base, line.depth, line.inside))
+            out.append(Line(cur, line.base, line.depth, line.inside, line.unit))
             cur = []
     if cur:
         if top == COMMA and cur[-1].value != ",":
             cur.append(Leaf("op", ","))
-        out.append(Line(cur, line.base, line.depth, line.inside))
+        out.append(Line(cur, line.base, line.depth, line.inside, line.unit))
     return out
 
 
@@ -296,9 +302,9 @@ def _first_rhs(line: Line, omit) -> tuple[Line, Line, Line, Leaf, Leaf]:
     if opening is None or closing is None or not head:
         raise CannotSplit("no brackets")
     head.reverse(), body.reverse(), tail.reverse()
-    h = Line(head, line.base, line.depth)
-    b = Line(body, line.base, line.depth + 1, inside=True)
-    t = Line(tail, line.base, line.depth)
+    h = Line(head, line.base, line.depth, unit=line.unit)
+    b = Line(body, line.base, line.depth + 1, inside=True, unit=line.unit)
+    t = Line(tail, line.base, line.depth, unit=line.unit)
     if not body and len(t.text().strip()) < 3:
         raise CannotSplit("empty body")
     if body:
@@ -582,7 +588,16 @@ def _render(rows: list[str], tokens, lines: list[str], limit: int) -> list[str] 
     if line is None:
         return None
     line.base = rows[0][:len(rows[0]) - len(rows[0].lstrip())]
+    line.unit = _unit(lines)
     return [part.text() for part in _transform(line, limit)]
+
+
+def _unit(lines: list[str]) -> str:
+    """The file's indentation step: a tab where it indents with tabs."""
+    for row in lines:
+        if row[:1] in (" ", "\t") and row.strip():
+            return "\t" if row[0] == "\t" else INDENT
+    return INDENT
 
 
 def _black_style(text: str, limit: int) -> bool:
@@ -593,7 +608,7 @@ def _black_style(text: str, limit: int) -> bool:
         if last is None:
             continue
         rows = lines[first - 1:last]
-        if len(rows) > 1 or len(rows[0]) > limit:
+        if len(rows) > 1 or _width(rows[0]) > limit:
             new = _render(rows, tokens, lines, limit)
             if new is not None and new != rows:
                 return False
@@ -617,7 +632,7 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
         rows = lines[first - 1:last]
         if all(row in known for row in rows):
             continue
-        if not any(len(row) > limit for row in rows):
+        if not any(_width(row) > limit for row in rows):
             if len(rows) == 1:
                 continue
             if black is None:
@@ -685,7 +700,7 @@ def _blank_lines(out: list[str], known: set[str], strings: set[int]) -> list[str
 
 
 def _too_long(row: str, known: set[str], limit: int) -> bool:
-    return len(row) > limit and row not in known
+    return _width(row) > limit and row not in known
 
 
 def _wrap_comment(row: str, limit: int) -> list[str]:

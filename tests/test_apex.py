@@ -77,6 +77,7 @@ def test_idempotent(path: Path, options: Options):
     assert not again.changed and again.source == src
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("path,options", [o for o in _outputs() if o[1].amp == "apex"], ids=lambda x: f"{x.parent.name}/{x.name}" if isinstance(x, Path) else x.amp)
 def test_apex_outputs_compile_and_keep_apex(path: Path, options: Options):
     src = path.read_text()
@@ -115,6 +116,7 @@ def test_opt_level_option(level: str):
     assert f'amp.initialize(model, optimizer, opt_level="{level}")' in out
 
 
+@pytest.mark.runs
 def test_apex_output_fails_early_without_apex(tmp_path: Path):
     """apex is not installed here: the generated script stops at start-up naming the version."""
     assert subprocess.run([sys.executable, "-c", "import apex.amp"], capture_output=True).returncode != 0
@@ -153,7 +155,7 @@ if __name__ == "__main__":
     main()
 '''
     # no DataLoader here (DDP024 would refuse): this test is about amp.initialize only
-    out = convert_source(src, Options(amp="apex", ignore=("DDP024",))).source
+    out = convert_source(src, Options(amp="apex", ignore=("DDP024",), line_length=0)).source  # unwrapped
     assert out.count("amp.initialize(") == 1
     assert '[netG, netD], [optG, optD] = amp.initialize([netG, netD], [optG, optD], opt_level="O1", num_losses=2)' in out
     assert "with amp.scale_loss(lossD, optD, loss_id=0) as scaled_loss:" in out
@@ -186,6 +188,7 @@ def _forked(forkrun, script: Path, args: list[str], cwd: Path, nproc: int = 1) -
     return run.stdout + run.stderr
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("d", LEGACY, ids=lambda p: p.name)
 def test_modernised_runs_plain_python(d: Path, tmp_path: Path, forkrun):
     src = (d / "expected.py").read_text()
@@ -196,6 +199,7 @@ def test_modernised_runs_plain_python(d: Path, tmp_path: Path, forkrun):
     assert len(losses) >= 2 and all(v == v for v in losses), out
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("d", LEGACY, ids=lambda p: p.name)
 def test_modernised_runs_on_two_ranks(d: Path, tmp_path: Path, forkrun):
     script = _prepare(d, tmp_path)
@@ -207,6 +211,7 @@ def test_modernised_runs_on_two_ranks(d: Path, tmp_path: Path, forkrun):
     assert LOSS.search(out)
 
 
+@pytest.mark.runs
 def test_modernised_runs_under_torchrun(tmp_path: Path):
     d = LEGACY[0]
     script = _prepare(d, tmp_path)
@@ -226,6 +231,7 @@ def _helper(src: str, name: str):
     return ns
 
 
+@pytest.mark.runs
 def test_old_apex_amp_state_loads_into_gradscaler():
     import torch
 
@@ -240,6 +246,7 @@ def test_old_apex_amp_state_loads_into_gradscaler():
     assert ns["scaler_state"](ns["SCALER"].state_dict())["scale"] == 1024.0
 
 
+@pytest.mark.runs
 def test_old_fused_adam_state_loads_into_adamw():
     import torch
 
@@ -263,6 +270,7 @@ def test_old_fused_adam_state_loads_into_adamw():
     assert float(opt.state[params[0]]["step"]) == 6.0
 
 
+@pytest.mark.runs
 def test_legacy_resume_from_apex_checkpoint(tmp_path: Path, forkrun):
     """42's modernised script resumes from a checkpoint in apex's format."""
     import torch

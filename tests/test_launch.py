@@ -296,6 +296,7 @@ def _evidence_env(tmp_path: Path, bin_dir: Path) -> tuple[dict[str, str], Path]:
     return harness.worker_env(evidence, extra_path=bin_dir), evidence
 
 
+@pytest.mark.runs
 def test_slurm_script_trains_on_two_fake_nodes(tmp_path: Path):
     pytest.importorskip("torch")
     bin_dir = tmp_path / "bin"
@@ -411,6 +412,7 @@ def slurm_cluster(tmp_path: Path):
                 p.kill()
 
 
+@pytest.mark.runs
 def test_slurm_script_under_real_slurm(slurm_cluster: dict[str, str], tmp_path: Path):
     pytest.importorskip("torch")
     bin_dir = tmp_path / "bin"

@@ -126,7 +126,7 @@ def test_cpu_program_still_maps_everything_to_the_cpu():
 
 
 def test_sync_bn_follows_the_model_device():
-    code, _ = convert(ONE_FORWARD, sync_bn=True)
+    code, _ = convert(ONE_FORWARD, sync_bn=True, line_length=0)  # the statements unwrapped
     assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model" in code
 
 

@@ -57,8 +57,8 @@ SETUP_CPU = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group over gloo (the script trains on the CPU, also on a
-    GPU machine); alone, form a group of one."""
+    """Join torchrun's process group over gloo; alone, form a group of one."""
+    # gloo: the script trains on the CPU, also on a GPU machine
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group("gloo")
     else:
@@ -75,8 +75,7 @@ SETUP = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group (gloo, and NCCL for CUDA tensors); alone, form a
-    group of one."""
+    """Join torchrun's process group (gloo, NCCL for CUDA); alone, form a group of one."""
     backend, device_id = "gloo", None
     if {torch}.cuda.is_available():
         {torch}.cuda.set_device(LOCAL_DEVICE)
@@ -204,8 +203,8 @@ IN_FLOAT32 = '''\
 
 
 def in_float32(op):
-    """op (BCE: autocast refuses it on GPUs) in float32, autocast off; its arguments
-    under autocast."""
+    """op in float32 with autocast off (BCE: autocast refuses it on GPUs)."""
+    # its arguments (the model calls in them) still run under autocast
 
     def run(*args, **kwargs):
         def f32(v):
@@ -221,8 +220,7 @@ RANK0_SEED = '''\
 
 
 def rank0_seed():
-    """Rank 0's fresh seed from the OS, on every rank: generators seeded with it draw
-    alike."""
+    """Rank 0's fresh seed from the OS, on every rank: generators seeded alike."""
     seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
