@@ -20,7 +20,7 @@ from ddpify import __version__, fileio, gitignore
 from ddpify.collect import collect
 from ddpify.config import find_config
 from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, parse_optimize
-from ddpify.output import json_document, print_report, summary
+from ddpify.output import json_document, print_report, summary, use_color
 from ddpify.process import Settings, run_jobs
 from ddpify.process_projects import process_projects, split_projects
 
@@ -38,7 +38,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.argument("paths", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change.")
 @click.option("--diff", is_flag=True, help="Print a unified diff of the changes; write nothing.")
-@click.option("--color/--no-color", default=None, help="Color the diff [default: when stdout is a terminal].")
+@click.option("--color/--no-color", default=None, help="Color the diff and the findings [default: on a terminal; NO_COLOR and FORCE_COLOR are honoured].")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Files converted in parallel (0: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors and blocking findings (what needs a hand fix).")
 @click.option("--partial", is_flag=True, help="Write the conversion even when a blocking finding remains (still exits 2).")
@@ -99,8 +99,8 @@ def convert_command(
     settings = Settings(check=check, diff=diff)
     if as_json and settings.write and "-" in paths:
         raise click.UsageError("--output-format json writes JSON to stdout: with `-`, add --check or --diff")
-    if color is None:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    color_err = use_color(color, sys.stderr)  # findings go to stderr, the diff to stdout
+    color = use_color(color, sys.stdout)
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
     if optimize_only is not None:
         try:
@@ -126,7 +126,7 @@ def convert_command(
         click.echo(json.dumps(json_document(reports, settings), indent=2))
     else:
         for report in reports:
-            print_report(report, settings, quiet, color)
+            print_report(report, settings, quiet, color, color_err)
         if reports and not quiet:
             click.echo(summary(reports, settings), err=True)
     if any(r.outcome == "error" or r.blocked for r in reports):

@@ -4,6 +4,7 @@ converted script, the summary line, and the --output-format json document."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -114,7 +115,45 @@ def run_commands(path: str) -> list[str]:
     return [f"{single_node_command(path, [])}  (one process per GPU)",
             f"{single_node_command(path, [], nproc='2')}  (no GPU: 2 processes, gloo)"]
 
-def print_report(report: Report, settings: Settings, quiet: bool, color: bool) -> None:
+def use_color(flag: bool | None, stream) -> bool:
+    """--color/--no-color, else NO_COLOR (no-color.org), else FORCE_COLOR (force-color.org),
+    else whether the stream is a terminal. An empty variable counts as unset."""
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# path:line:col: CODE [mark] message -- a finding as Finding.format writes it
+_FINDING = re.compile(r"^(?P<where>.+?:\d+:\d+:) (?P<code>DDP\d{3})(?P<mark> \[\*\]| \[blocking\])? ")
+_ERROR = re.compile(r"^(?P<where>.+?): (?P<word>error|refused|note|warning):")
+
+
+def color_message(kind: str, text: str) -> str:
+    """A finding or message coloured as ruff colours its output: the place bold, the code red
+    where it blocks, green where ddpify fixed it, yellow for a note."""
+    mo = _FINDING.match(text)
+    if mo:
+        mark = mo.group("mark") or ""
+        tint = "31" if mark == " [blocking]" else "32" if mark == " [*]" else "33"
+        head = f"\033[1m{mo.group('where')}\033[0m \033[1;{tint}m{mo.group('code')}\033[0m"
+        head += f"\033[{tint}m{mark}\033[0m " if mark else " "
+        return head + text[mo.end():]
+    mo = _ERROR.match(text)
+    if mo:
+        tint = "33" if mo.group("word") in ("note", "warning") else "31"
+        return f"\033[1m{mo.group('where')}\033[0m: \033[1;{tint}m{mo.group('word')}\033[0m" + text[mo.end() - 1:]
+    return text
+
+
+def print_report(report: Report, settings: Settings, quiet: bool, color: bool, color_err: bool = False) -> None:
+    """color: the diff on stdout; color_err: findings and messages on stderr."""
     if report.diff:
         sys.stdout.write(color_diff(report.diff) if color else report.diff)
         sys.stdout.flush()
@@ -124,7 +163,7 @@ def print_report(report: Report, settings: Settings, quiet: bool, color: bool) -
     for kind, text in report.messages:
         if quiet and kind not in ("error", "blocking"):
             continue
-        click.echo(text, err=True)
+        click.echo(color_message(kind, text) if color_err else text, err=True, color=color_err)
     if report.outcome == "changed" and not quiet:
         click.echo(f"{'converted' if settings.write else 'would convert'} {report.path}", err=True)
         if settings.write and not report.stdin and not report.member:

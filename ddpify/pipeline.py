@@ -9,7 +9,7 @@ import libcst as cst
 from ddpify import names
 from ddpify.analysis import LEGACY_APIS, Analysis, codegen
 from ddpify.edits import Applier
-from ddpify.directives import ignored_codes
+from ddpify.directives import ignored_codes, unknown_directives
 from ddpify.findings import Finding
 from ddpify.formatting import fit_lines
 from ddpify.options import Options
@@ -53,6 +53,8 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
         if enabled:
             gc.enable()
     result = _apply_policy(source, result, options)
+    if "ddpify:" in source:  # a typo in a directive, reported whatever became of the file
+        result.findings = sorted(result.findings + [f for f in unknown_directives(source) if f.code not in options.ignore])
     if result.changed and options.line_length:
         result.source = fit_lines(source, result.source, options.line_length)
     return result

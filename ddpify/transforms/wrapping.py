@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import forwards, gradients, lifecycle, model_uses
+from ddpify.analysis import forwards, gradients, lifecycle, model_code, model_uses
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
@@ -193,12 +193,16 @@ class WrappingTransform(Transform):
             ctx.apex_models.append((name, bind, anchor))
             return
         ddp = ctx.name("DDP")
-        if ctx.opts.sync_bn:
+        bn = model_code.has_batchnorm(model_code.model_code(a, bind, ctx.path)) if ctx.opts.sync_bn else None
+        if ctx.opts.sync_bn and bn is False:
+            ctx.finding(bind, "DDP032", f"--sync-bn: `{name}` has no BatchNorm layers (its code is read), so nothing is converted", False)
+        elif ctx.opts.sync_bn:
             # SyncBatchNorm runs on GPUs only: a model the script keeps on the CPU keeps BatchNorm
             ctx.edits.after[anchor].append(ctx.stmt(
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if next({name}.parameters()).is_cuda else {name}\n'
             ))
-            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
+            maybe = "" if bn else ", if it has any (ddpify cannot read all of its code),"
+            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}`{maybe} converted to SyncBatchNorm (--sync-bn)", True)
         unused = gradients.unused_parameters(a, bind)
         dropped = gradients.discarded_outputs(a, name)
         if dropped:
