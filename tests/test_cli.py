@@ -64,6 +64,7 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(pipeline, "convert_source", conv)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     return conv
 
 

@@ -75,7 +75,7 @@ SETUP = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group (gloo, NCCL for CUDA); alone, form a group of one."""
+    """Join torchrun's process group (gloo, NCCL for CUDA); alone, a group of one."""
     backend, device_id = "gloo", None
     if {torch}.cuda.is_available():
         {torch}.cuda.set_device(LOCAL_DEVICE)
