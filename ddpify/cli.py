@@ -55,6 +55,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--optimize-only", metavar="NAMES", default=None,
               help=f"Only these speed-ups (comma-separated; implies --optimize): {', '.join(OPTIMIZATIONS)}.")
 @click.option("--writers", multiple=True, metavar="FUNC", help="A function that writes files (mylib.dump_results): rank 0 alone calls it; repeatable (overrides [tool.ddpify] writers).")
+@click.option("--line-length", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Wrap the lines ddpify writes at N columns [default: line-length of [tool.ruff] or [tool.black], else 88].")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
@@ -82,6 +84,7 @@ def convert_command(
     output_format: str,
     json_flag: bool,
     explain: str | None,
+    line_length: int | None,
 ) -> None:
     """Convert single-GPU PyTorch training scripts to DistributedDataParallel, in place.
 
@@ -109,7 +112,7 @@ def convert_command(
             raise click.BadParameter(str(exc), param_hint="--optimize-only") from None
     overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval,
                  "partial": partial or None, "ignore": codes or None, "writers": writers or None,
-                 "optimize": optimize}
+                 "optimize": optimize, "line_length": line_length}
     job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
     for w in warns:
         if not quiet:

@@ -59,7 +59,7 @@ def collect(
         excluded = matches_any(path, cli_exclude, cwd) or cfg.excludes(path)
         if excluded and (not explicit or force_exclude or cfg.force_exclude):
             return
-        jobs[key] = Job(path, options=cfg.options(**overrides, line_length=line_length_for(path)))
+        jobs[key] = Job(path, options=cfg.options(**_with_length(overrides, path)))
 
     for raw in paths:
         if raw == "-":
@@ -68,7 +68,7 @@ def collect(
                     cfg = config_for(stdin_filename) if stdin_filename else config_for(None)
                     excluded = bool(stdin_filename) and (force_exclude or cfg.force_exclude) and (
                         matches_any(stdin_filename, cli_exclude, cwd) or cfg.excludes(stdin_filename))
-                    options = cfg.options(**overrides, line_length=line_length_for(stdin_filename))
+                    options = cfg.options(**_with_length(overrides, stdin_filename))
                     jobs["-"] = Job(stdin_filename or "-", options=options, stdin=True, passthrough=excluded)
                 except ConfigError as exc:
                     jobs["-"] = Job(stdin_filename or "-", error=f"{exc}", stdin=True)
@@ -81,6 +81,11 @@ def collect(
         add(raw, explicit=True)
     ordered = sorted(jobs.values(), key=lambda j: (not j.stdin, j.path))
     return ordered, warnings_
+
+
+def _with_length(overrides: dict, path: str | None) -> dict:
+    """--line-length, else the project's (ruff's or black's configuration), for this file."""
+    return {**overrides, "line_length": overrides.get("line_length") or line_length_for(path)}
 
 
 def _walk(top: str, cli_exclude: tuple[str, ...], cwd: str, add, jobs: dict) -> int:
