@@ -35,9 +35,10 @@ from ddpify.formatting.splits import _transform
 __all__ = ["DEFAULT", "fit_lines", "line_length_for"]
 
 
-def _logical_lines(text: str, lines: list[str]):
+def _logical_lines(text: str, lines: list[str], strings: set[int] | None = None):
     """(first row, last row, tokens) per statement, and (row, None, comment) per comment line;
-    nothing from a `# fmt: off` ... `# fmt: on` region."""
+    nothing from a `# fmt: off` ... `# fmt: on` region. `strings` gets the rows inside a
+    multi-line string (after its first): their whitespace is the string's."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError):
@@ -45,6 +46,8 @@ def _logical_lines(text: str, lines: list[str]):
     stmt: list[tokenize.TokenInfo] = []
     fmt_off = False
     for tok in tokens:
+        if strings is not None and tok.start[0] != tok.end[0] and tok.type not in (tokenize.NL, tokenize.NEWLINE):
+            strings.update(range(tok.start[0] + 1, tok.end[0] + 1))
         if tok.type in _SKIP and not stmt or tok.type == tokenize.ENDMARKER:
             continue
         if tok.type == tokenize.COMMENT and not stmt:
@@ -101,7 +104,8 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
     lines = after.split("\n")
     black: bool | None = None  # found out when first needed
     replaced: dict[int, tuple[int, list[str]]] = {}  # first row -> (last row, new lines)
-    for first, last, tokens in _logical_lines(after, lines):
+    strings: set[int] = set()
+    for first, last, tokens in _logical_lines(after, lines, strings):
         if last is None:  # a comment line
             if _too_long(lines[first - 1], known, limit):
                 replaced[first] = (first, _wrap_comment(lines[first - 1], limit))
@@ -117,9 +121,9 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
             if not black:
                 continue  # the script's own layout is kept
         new = _render(rows, tokens, lines, limit)
-        if new is not None and new != rows:
+        if new is not None and new != rows and _same_tree(rows, new):
             replaced[first] = (last, new)
-    out, row = [], 1
+    out, row, moved = [], 1, {}
     while row <= len(lines):
         if row in replaced:
             last, new = replaced[row]
@@ -127,29 +131,26 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
             row = last + 1
         else:
             out.append(lines[row - 1])
+            moved[row] = len(out)
             row += 1
     if any(row not in known and ((row and not row.strip()) or row.startswith(("def ", "class ", "async def ", "@"))) for row in out):
-        out = _blank_lines(out, known, _string_rows("\n".join(out)))
-    if out == lines:
-        return after
-    text = "\n".join(out)
+        out = _blank_lines(out, known, {moved[r] for r in strings if r in moved})
+    return after if out == lines else "\n".join(out)
+
+
+def _same_tree(rows: list[str], new: list[str]) -> bool:
+    """A rewrap changes the layout only: the statement's syntax tree stays the same (a wrong
+    one is dropped, the statement stays as it was)."""
+    def tree(part: list[str]) -> str:
+        text = "\n".join([part[0].lstrip(), *part[1:]])  # continuation lines are inside brackets
+        try:
+            return ast.dump(ast.parse(text))
+        except SyntaxError:  # a block's header: give it a body
+            return ast.dump(ast.parse(text + "\n pass"))
     try:
-        same = ast.dump(ast.parse(text)) == ast.dump(ast.parse(after))
+        return tree(rows) == tree(new)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        same = False
-    return text if same else after
-
-
-def _string_rows(text: str) -> set[int]:
-    """Rows inside a multi-line string (after its first): their whitespace is the string's."""
-    rows: set[int] = set()
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.start[0] != tok.end[0] and tok.type != tokenize.NL:
-                rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return rows
+        return False
 
 
 def _blank_lines(out: list[str], known: set[str], strings: set[int]) -> list[str]:
