@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from ddpify import __version__, fileio, gitignore
+from ddpify import __version__, fileio, formatting, gitignore
 from ddpify.collect import collect
 from ddpify.config import find_config
 from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, parse_optimize
@@ -99,6 +99,7 @@ def convert_command(
     as_json = json_flag or output_format == "json"
     find_config.cache_clear()
     gitignore.clear()
+    formatting.clear_cache()
     settings = Settings(check=check, diff=diff)
     if as_json and settings.write and "-" in paths:
         raise click.UsageError("--output-format json writes JSON to stdout: with `-`, add --check or --diff")

@@ -216,6 +216,11 @@ def _length_in(directory: str) -> int:
     return DEFAULT if parent == directory else _length_in(parent)
 
 
+def clear_cache() -> None:
+    """Forget the line lengths read (a new command line run may follow edited files)."""
+    _length_in.cache_clear()
+
+
 def line_length_for(path: str | None) -> int:
     """The line length of the project a file (None: the working directory) belongs to."""
     start = os.getcwd() if path is None else os.path.dirname(os.path.abspath(path))
