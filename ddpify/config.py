@@ -136,6 +136,18 @@ def _parse_table(path: str, table: dict) -> Config:
     return Config(path, os.path.dirname(path), values, tuple(exclude), bool(norm.get("force-exclude", False)))
 
 
+def read_toml(path: str) -> dict:
+    """A TOML file's document; {} where it cannot be read (other tools' files: not ours to judge)."""
+    if tomllib is None:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def load_pyproject(path: str) -> Config | None:
     """The [tool.ddpify] table of one pyproject.toml, or None when it has none."""
     try:

@@ -1,7 +1,9 @@
 """Which lines carry ddpify's comment directives: `# ddpify: skip`, `off` ... `on`, `ignore[...]`.
 
 Only real comments count (found with tokenize): the same words inside a string or a docstring
-are text, not a directive.
+are text, not a directive. A comment shaped like a directive (`# ddpify: WORD`, nothing after
+but `[...]` or another comment) whose word is none of these is reported (DDP009), so that a typo
+(`# ddpify: skp`) is not a silent no-op; ddpify's own `# ddpify: ...` comments are sentences.
 """
 
 from __future__ import annotations
@@ -10,11 +12,20 @@ import io
 import re
 import tokenize
 
+from ddpify.findings import Finding
+from ddpify.rules import declare
+
+KNOWN = ("skip", "off", "on", "ignore")
+# The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP009", "unknown-directive", "a `# ddpify:` comment names no directive ddpify knows (skip, off, on, ignore, ignore[CODES]): it does nothing")
+
 SKIP_RE = re.compile(r"#\s*ddpify:\s*skip\b")
 OFF_RE = re.compile(r"#\s*ddpify:\s*off\b")
 ON_RE = re.compile(r"#\s*ddpify:\s*on\b")
 # `# ddpify: ignore` or `# ddpify: ignore[DDP027, DDP034]`
 IGNORE_RE = re.compile(r"#\s*ddpify:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
+# one word, then nothing but `[...]` or another comment: a directive, not one of ddpify's sentences
+DIRECTIVE_RE = re.compile(r"#\s*ddpify:\s*(?P<word>[A-Za-z_][\w-]*)\s*(?:\[[^\]]*\])?\s*(?:#.*)?$")
 
 
 def comments(source: str) -> dict[int, str]:
@@ -61,4 +72,18 @@ def ignored_codes(source: str) -> dict[int, frozenset[str] | None]:
         if mo:
             codes = mo.group(1)
             out[line] = None if codes is None else frozenset(c.strip().upper() for c in codes.split(",") if c.strip())
+    return out
+
+
+def unknown_directives(source: str) -> list[Finding]:
+    """DDP009 for each directive-shaped comment whose word ddpify does not know."""
+    out = []
+    lines = source.splitlines()
+    for line, text in comments(source).items():
+        mo = DIRECTIVE_RE.search(text)
+        if mo is None or mo.group("word") in KNOWN:
+            continue
+        col = lines[line - 1].find(text) + 1 if line <= len(lines) else 1
+        out.append(Finding(line, max(col, 1), "DDP009", f"unknown directive `# ddpify: {mo.group('word')}`: it does nothing; "
+                           "ddpify knows skip, off, on, ignore and ignore[CODES] (`# ddpify: ignore[DDP024]`)"))
     return out

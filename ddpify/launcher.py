@@ -7,8 +7,10 @@ written into the command. Only the head node's address and a port must be agreed
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -116,6 +118,33 @@ srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label \\
 """
 
 
+def _check_script(script: str) -> None:
+    """Refuse a script that is missing or not distributed yet: torchrun would start N copies of
+    a single-process script, each training on all the data and writing the same files."""
+    from ddpify.pipeline import convert_source
+
+    try:
+        with open(script, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        click.echo(f"error: {script}: cannot read it ({(exc.strerror or str(exc)).lower()})", err=True)
+        sys.exit(2)
+    try:
+        result = convert_source(data.decode("utf-8", errors="replace"), path=script)
+    except Exception:  # a file the converter cannot read: torchrun will say what is wrong with it
+        return
+    if result.status == "refused":
+        click.echo(f"error: {script} is not distributed, and ddpify refuses to convert it (`ddpify {shlex.quote(script)}` "
+                   "says why): make it a DDP script first", err=True)
+        sys.exit(2)
+    if result.changed:
+        click.echo(f"error: {script} is not converted yet: run `ddpify {shlex.quote(script)}` first, then launch it "
+                   "(torchrun would start copies of a one-process script, each training on all the data)", err=True)
+        sys.exit(2)
+    if result.status == "not-training":
+        click.echo(f"warning: {script} has no training step ddpify can see; launching it as it is", err=True)
+
+
 class _NprocType(click.ParamType):
     name = "N|gpu"
 
@@ -154,6 +183,7 @@ class _NprocType(click.ParamType):
     help="Head node address for the torchrun lines; a $VARIABLE is left for the shell to expand.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE instead of printing.")
+@click.option("--force", is_flag=True, help="Overwrite the -o FILE if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_command(
     script: str,
@@ -163,6 +193,7 @@ def launch_command(
     port: int | None,
     head: str,
     output: str | None,
+    force: bool,
     script_args: tuple[str, ...],
 ) -> None:
     """Print the command that runs SCRIPT on NODES machines (script arguments after --).
@@ -171,6 +202,9 @@ def launch_command(
     ddpify launch train.py --nodes 2 --gpus-per-node 8 -- --epochs 10
     ddpify launch train.py --nodes 4 --gpus-per-node 8 --slurm -o train.sbatch
     """
+    if output and os.path.exists(output) and not force:
+        raise click.UsageError(f"{output} exists: pass --force to overwrite it")
+    _check_script(script)
     if slurm:
         if not gpus_per_node.isdigit():
             raise click.UsageError("--slurm needs --gpus-per-node as a number: SLURM allocates GPUs by count.")

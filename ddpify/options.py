@@ -43,6 +43,9 @@ class Options:
     writers: tuple[str, ...] = ()
     # --optimize: verified-safe speed-ups to add (names from OPTIMIZATIONS); () adds none
     optimize: tuple[str, ...] = ()
+    # the project's line length ([tool.ruff]/[tool.black] line-length): lines the conversion
+    # writes are wrapped to it as black and ruff would (ddpify/line_length.py); 0: not wrapped
+    line_length: int = 88
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "writers", tuple(self.writers))

@@ -9,8 +9,9 @@ import libcst as cst
 from ddpify import names
 from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
-from ddpify.directives import ignored_codes
+from ddpify.directives import ignored_codes, unknown_directives
 from ddpify.findings import Finding
+from ddpify.formatting import fit_lines
 from ddpify.options import Options
 from ddpify.result import ConversionError, Result
 from ddpify.transforms import LEGACY, OPTIMIZE, PIPELINE, LaunchTransform
@@ -52,7 +53,12 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     finally:
         if enabled:
             gc.enable()
-    return _apply_policy(source, result, options)
+    result = _apply_policy(source, result, options)
+    if "ddpify:" in source:  # a typo in a directive, reported whatever became of the file
+        result.findings = sorted(result.findings + [f for f in unknown_directives(source) if f.code not in options.ignore])
+    if result.changed and options.line_length:
+        result.source = fit_lines(source, result.source, options.line_length)
+    return result
 
 
 def _apply_policy(source: str, result: Result, options: Options) -> Result:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
+from ddpify.formatting import fit_lines
 from ddpify.merge import merge, split, where
 from ddpify.options import Options
 from ddpify.pipeline import ConversionError, convert_source, undefined_findings
@@ -69,8 +70,9 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     root, files = local_modules(entry, read)
     merged = merge(files)
     # converted in full even where a finding blocks: whether a module's own __main__ block runs
-    # code the conversion changes (DDP102) is read from the outputs; nothing is written here
-    result = convert_source(merged.text, replace(options, partial=True), path=entry)
+    # code the conversion changes (DDP102) is read from the outputs; nothing is written here.
+    # Lines are wrapped file by file, after the split (fit_lines compares each with its input).
+    result = convert_source(merged.text, replace(options, partial=True, line_length=0), path=entry)
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
@@ -89,7 +91,7 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     blocked = any(f.blocking for fs in per_file for f in fs)
     if result.changed:
         try:
-            outputs = split(result.source, merged, files)
+            outputs = [fit_lines(m.text, out, options.line_length) for m, out in zip(files, split(result.source, merged, files))]
         except ConversionError:
             if options.partial or not blocked:
                 raise  # a tree the split cannot take apart is a bug, and no file is written

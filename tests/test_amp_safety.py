@@ -64,7 +64,7 @@ for epoch in range(2):  # then probabilities scored with BCE
 
 
 def test_step_with_a_loss_on_probabilities_gets_no_autocast_by_default():
-    result = convert_source(TWO_STAGES)
+    result = convert_source(TWO_STAGES, Options(line_length=0))  # the statements unwrapped
     assert result.source.count("with torch.autocast(") == 1  # the regression step only
     assert "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = ddp_model(" in result.source
     assert "        probs = torch.sigmoid(ddp_model(x.to(device, non_blocking=True)))\n" in result.source
@@ -98,7 +98,7 @@ print("final loss", loss.item())
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_asked_for_the_op_alone_runs_in_float32_in_any_statement(amp):
-    result = convert_source(STATEMENT_KINDS, Options(amp=amp))
+    result = convert_source(STATEMENT_KINDS, Options(amp=amp, line_length=0))  # unwrapped
     src = result.source
     assert '    return in_float32(F.binary_cross_entropy)(torch.sigmoid(net(x)), y, reduction="sum") / len(x)\n' in src
     assert "loss += sum(in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi) for xi, yi in halves)" in src
@@ -109,6 +109,7 @@ def test_asked_for_the_op_alone_runs_in_float32_in_any_statement(amp):
     compile(src, "out.py", "exec")
 
 
+@pytest.mark.runs
 def test_model_calls_in_the_ops_arguments_keep_autocast_under_cpu_bf16(tmp_path):
     """The fixture's GAN (BCE on the discriminator's output, --amp bf16) runs under CPU bf16
     autocast; ddpify's former output, with the whole statement under autocast(enabled=False),
@@ -126,6 +127,7 @@ def test_model_calls_in_the_ops_arguments_keep_autocast_under_cpu_bf16(tmp_path)
     assert before.returncode != 0 and "must have the same dtype" in before.stderr
 
 
+@pytest.mark.runs
 def test_statement_kinds_run_under_cpu_bf16(tmp_path):
     out = convert_source(STATEMENT_KINDS, Options(amp="bf16", ignore=CPU_OK)).source
     run = _run_under_cpu_bf16(out, tmp_path)

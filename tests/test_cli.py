@@ -21,6 +21,7 @@ from conftest import is_refused
 import ddpify.pipeline as pipeline
 from ddpify import cli
 from ddpify.cli import convert_command
+from ddpify.output import run_commands
 from ddpify.findings import Finding
 from ddpify.options import Options
 from ddpify.pipeline import ConversionError, Result
@@ -63,6 +64,7 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(pipeline, "convert_source", conv)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     return conv
 
 
@@ -407,6 +409,7 @@ def test_jobs_output_is_deterministic_and_matches_serial(fake):
 # --------------------------------------------------------------------------- entry point
 
 
+@pytest.mark.runs
 def test_main_dispatches_subcommands(monkeypatch, capsys):
     seen = {}
 
@@ -432,6 +435,7 @@ def test_main_dispatches_subcommands(monkeypatch, capsys):
         assert seen[name] == ("train.py", 2)
 
 
+@pytest.mark.runs
 def test_file_named_verify_is_converted_when_given_as_path(fake):
     write("verify", TRAIN)
     with pytest.raises(SystemExit) as exc:
@@ -440,6 +444,7 @@ def test_file_named_verify_is_converted_when_given_as_path(fake):
     assert "import torch.distributed" in Path("verify").read_text()
 
 
+@pytest.mark.runs
 def test_python_dash_m_works(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-m", "ddpify", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -516,7 +521,7 @@ def test_cli_end_to_end_check_diff_write(tmp_path, monkeypatch):
     assert res.stderr.splitlines()[-1] == "1 file converted."
     # A [*] finding in Finding.format's form was printed.
     assert any(ln.startswith("train.py:") and " [*] " in ln for ln in res.stderr.splitlines())
-    gpu_line, cpu_line = cli.run_commands("train.py")
+    gpu_line, cpu_line = run_commands("train.py")
     assert f"  run it with: {gpu_line}" in res.stderr
     assert f"           or: {cpu_line}" in res.stderr
     assert "--nproc_per_node=gpu" in gpu_line and "--nproc_per_node=2" in cpu_line
@@ -536,6 +541,7 @@ def test_cli_end_to_end_parallel_matches_serial(tmp_path, monkeypatch):
     assert serial.stderr == parallel.stderr
 
 
+@pytest.mark.runs
 def test_readme_example_is_what_ddpify_prints():
     """The README's before/after example and its findings are the converter's real output."""
     import subprocess

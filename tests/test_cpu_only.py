@@ -117,6 +117,7 @@ def _run_on_simulated_gpus(script, tmp_path, forkrun):
     return run
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("name", ["45_cpu_only_regression"])
 def test_cpu_program_runs_where_cuda_is_available(name, tmp_path, forkrun):
     run = _run_on_simulated_gpus(ROOT / "fixtures" / name / "expected.py", tmp_path, forkrun)
@@ -124,6 +125,7 @@ def test_cpu_program_runs_where_cuda_is_available(name, tmp_path, forkrun):
     assert "epoch 1" in run.stdout
 
 
+@pytest.mark.runs
 def test_simulated_gpu_machine_catches_cuda_use(tmp_path, forkrun):
     # the check above can fail: the GPU set-up of a device-aware output calls set_device there
     run = _run_on_simulated_gpus(ROOT / "fixtures" / "01_toplevel_regression" / "expected.py", tmp_path, forkrun)

@@ -250,7 +250,7 @@ def test_local_variable_named_dist_does_not_hide_torch_distributed():
 
 
 def test_path_open_for_writing_goes_to_devnull_elsewhere():
-    res = convert(LOOP + 'from pathlib import Path\nout = Path("runs")\nwith (out / "log.txt").open("w") as f:\n    f.write("done")\n')
+    res = convert(LOOP + 'from pathlib import Path\nout = Path("runs")\nwith (out / "log.txt").open("w") as f:\n    f.write("done")\n', line_length=0)  # the statement unwrapped
     assert 'with ((out / "log.txt") if RANK == 0 else type((out / "log.txt"))(os.devnull)).open("w") as f:' in res.source
     made = convert(LOOP + 'from pathlib import Path\nwith Path("runs").joinpath("x").open("a") as f:\n    f.write("done")\n')
     assert "DDP064" in codes(made)

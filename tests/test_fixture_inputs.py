@@ -91,6 +91,7 @@ def run_script(forkrun, path: Path, workdir: Path):
     return run, before, own_files(path.parent)
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.parent.name)
 def test_fixture_runs_on_cpu(path: Path, forkrun, tmp_path: Path):
     first = path.read_text(encoding="utf-8").splitlines()[0].strip()

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, fixture_args, fixture_options, free_port, is_refused, needs_apex
 
+pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+
 torch = pytest.importorskip("torch")
 
 STEPS_TO_THE_END = 10**6  # the probe never stops the script: it runs to its own end

@@ -24,6 +24,7 @@ def quiet(n: int) -> settings:
     return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
+@pytest.mark.runs
 @quiet(150)
 @given(hypothesmith.from_grammar())
 def test_hypothesmith_programs(source):
@@ -31,6 +32,7 @@ def test_hypothesmith_programs(source):
     assert fuzzlib.check(source) in ("converted", "unchanged", "refused")
 
 
+@pytest.mark.runs
 @quiet(20)
 @given(hypothesmith.from_node())
 def test_hypothesmith_libcst_programs(source):
@@ -42,6 +44,7 @@ def test_fixtures_are_there_to_mutate():
     assert FIXTURES, "fixtures/*/input.py are the seeds of the mutation fuzzing"
 
 
+@pytest.mark.runs
 @pytest.mark.skipif(not FIXTURES, reason="no fixtures (test_fixtures_are_there_to_mutate fails)")
 @quiet(12)
 @given(st.integers(0, 10**9))

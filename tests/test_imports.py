@@ -108,6 +108,7 @@ def test_readme_module_tables_match_the_tree():
     assert on_disk <= named, f"README does not name: {sorted(on_disk - named)}"
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_imports_in_a_fresh_interpreter(name: str):
     if name.endswith(".__main__"):  # importing it runs the command: --help must work

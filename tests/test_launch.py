@@ -127,14 +127,53 @@ def invoke(*args: str):
     return CliRunner().invoke(launch_command, list(args))
 
 
-def test_cli_one_node_prints_the_single_node_line():
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture
+def converted_train_py(tmp_path: Path, monkeypatch) -> Path:
+    """A converted script, train.py, in the working directory (launch refuses any other)."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text((FIXTURES / "01_toplevel_regression" / "expected.py").read_text())
+    return script
+
+
+def test_cli_refuses_a_missing_script(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(launch_command, ["train.py", "--nodes", "2"])
+    assert result.exit_code == 2 and "train.py: cannot read it (no such file or directory)" in result.output
+    assert "torchrun" not in result.output
+
+
+def test_cli_refuses_a_script_that_is_not_converted(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text((FIXTURES / "01_toplevel_regression" / "input.py").read_text())
+    out = tmp_path / "job.sbatch"
+    result = CliRunner().invoke(launch_command, ["train.py", "-g", "2", "--slurm", "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "train.py is not converted yet: run `ddpify train.py` first" in result.output
+    assert not out.exists()
+
+
+def test_cli_keeps_an_existing_output_without_force(converted_train_py: Path, tmp_path: Path):
+    out = tmp_path / "launch.sh"
+    out.write_text("# mine\n")
+    result = invoke("train.py", "-n", "2", "-o", str(out))
+    assert result.exit_code == 2 and "launch.sh exists: pass --force to overwrite it" in result.output
+    assert out.read_text() == "# mine\n"
+    assert invoke("train.py", "-n", "2", "-o", str(out), "--force").exit_code == 0
+    assert out.read_text() == multi_node_lines("train.py", [], 2, "gpu")
+
+
+def test_cli_one_node_prints_the_single_node_line(converted_train_py):
     result = invoke("train.py", "--", "--epochs", "3")
     assert result.exit_code == 0, result.output
     assert result.output == "torchrun --standalone --nproc_per_node=gpu train.py --epochs 3\n"
     assert invoke("train.py", "-g", "4").output == "torchrun --standalone --nproc_per_node=4 train.py\n"
 
 
-def test_cli_rejects_bad_values():
+def test_cli_rejects_bad_values(converted_train_py):
     assert invoke("train.py", "--gpus-per-node", "many").exit_code == 2
     assert invoke("train.py", "--gpus-per-node", "0").exit_code == 2
     assert invoke("train.py", "--nodes", "0").exit_code == 2
@@ -144,7 +183,7 @@ def test_cli_rejects_bad_values():
     assert invoke("train.py", "--nodes", "2", "--epochs", "3").exit_code == 2
 
 
-def test_cli_writes_files(tmp_path: Path):
+def test_cli_writes_files(converted_train_py, tmp_path: Path):
     out = tmp_path / "job.sbatch"
     result = invoke("train.py", "-n", "2", "-g", "8", "--slurm", "-o", str(out), "--", "--lr", "0.1")
     assert result.exit_code == 0, result.output
@@ -156,7 +195,7 @@ def test_cli_writes_files(tmp_path: Path):
     assert out2.read_text() == multi_node_lines("train.py", [], 3, "gpu")
 
 
-def test_cli_multi_node_output_shape():
+def test_cli_multi_node_output_shape(converted_train_py):
     result = invoke("train.py", "--nodes", "2", "--gpus-per-node", "4", "--", "--epochs", "3")
     assert result.exit_code == 0, result.output
     commands = [line for line in result.output.splitlines() if line.startswith("torchrun")]
@@ -296,6 +335,7 @@ def _evidence_env(tmp_path: Path, bin_dir: Path) -> tuple[dict[str, str], Path]:
     return harness.worker_env(evidence, extra_path=bin_dir), evidence
 
 
+@pytest.mark.runs
 def test_slurm_script_trains_on_two_fake_nodes(tmp_path: Path):
     pytest.importorskip("torch")
     bin_dir = tmp_path / "bin"
@@ -411,6 +451,7 @@ def slurm_cluster(tmp_path: Path):
                 p.kill()
 
 
+@pytest.mark.runs
 def test_slurm_script_under_real_slurm(slurm_cluster: dict[str, str], tmp_path: Path):
     pytest.importorskip("torch")
     bin_dir = tmp_path / "bin"

@@ -405,7 +405,7 @@ def test_a_local_name_for_the_wrapped_attribute_routes_its_training_forward():
     """minGPT's run(): `model, config = self.model, self.config` after __init__ wrapped
     self.model: the local alias keeps the plain model for the model's own methods, and its
     training forward runs through self.ddp_model."""
-    from ddpify import convert_source
+    from ddpify import Options, convert_source
 
     src = '''import torch
 import torch.nn as nn
@@ -430,7 +430,7 @@ class Trainer:
                 loss.backward()
                 self.optimizer.step()
 '''
-    out = convert_source(src).source
+    out = convert_source(src, Options(line_length=0)).source  # the statements unwrapped
     assert "self.ddp_model = DDP(self.model" in out, out
     assert "        model.describe(config)\n" in out, out
     assert "loss = ((self.ddp_model(x.to(self.device" in out and ".module" not in out

@@ -33,7 +33,7 @@ def forwards(body: str) -> list[str]:
 
 
 def convert(body: str):
-    return convert_source(HEAD + textwrap.dedent(body), Options(), path="t.py")
+    return convert_source(HEAD + textwrap.dedent(body), Options(line_length=0), path="t.py")  # unwrapped
 
 
 def test_through_assignments_functions_and_loss_functions():
@@ -283,7 +283,7 @@ MODULE_HOLDER = """
 
 def test_a_part_of_an_nn_module_gets_a_wrapper_outside_its_state_dict():
     r = convert(MODULE_HOLDER.format(arg=", device", move="self.to(device)", build="Pair(device)"))
-    assert 'object.__setattr__(self, "ddp_net", DDP(self.net))' in r.source and "self.ddp_net(x)" in r.source
+    assert 'object.__setattr__(self, "ddp_net", NotPickled(DDP(self.net)))' in r.source and "self.ddp_net(x)" in r.source
     assert r.source.index("self.to(device)") < r.source.index('object.__setattr__(self, "ddp_net"')
     # moved from outside after __init__ wrapped its part: DDP could not follow
     r = convert(MODULE_HOLDER.format(arg="", move="pass", build="Pair().to(device)"))

@@ -22,6 +22,8 @@ sys.path.insert(0, str(CASES))
 
 import harness  # noqa: E402
 
+pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+
 # A top-level script and a checkpointing main() with arguments;
 # DDPIFY_MULTINODE_ALL=1 runs every fixture (about 15 s each on 2 cores).
 SAMPLE = ("01_toplevel_regression", "13_checkpoint_resume")

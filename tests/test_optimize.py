@@ -86,6 +86,7 @@ def _verify(tmp_path, converter=None):
     return outcome, {c.name: c for c in outcome.checks}
 
 
+@pytest.mark.runs
 def test_verify_optimize_passes_and_compares_with_the_plain_conversion(tmp_path):
     outcome, checks = _verify(tmp_path)
     assert outcome.exit_code == 0, [c.to_dict() for c in outcome.checks]
@@ -93,6 +94,7 @@ def test_verify_optimize_passes_and_compares_with_the_plain_conversion(tmp_path)
     assert checks["optimize-parity"].data["compared"] >= 12
 
 
+@pytest.mark.runs
 def test_verify_optimize_fails_when_the_optimised_training_differs(tmp_path):
     """An 'optimisation' that changes what is computed (here a 10x learning rate) must fail."""
 

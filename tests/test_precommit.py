@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+
 ROOT = Path(__file__).resolve().parents[1]
 GIT_ID = ["-c", "user.name=ddpify test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
 

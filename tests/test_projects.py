@@ -67,6 +67,7 @@ def test_unchanged_modules_and_refusals_are_byte_identical(project):
         assert any(inputs[n] != outputs[n] for n in inputs if n != entry)
 
 
+@pytest.mark.runs
 def test_modules_stay_importable_without_a_process_group(project, tmp_path, forkrun):
     """No process group at import time: tools and tests can still import each module."""
     if is_refused(project):
@@ -87,10 +88,12 @@ def test_modules_stay_importable_without_a_process_group(project, tmp_path, fork
 REAL_TORCHRUN = {"100_trainer_class_module"}
 
 
+@pytest.mark.runs
 def test_real_torchrun_set_exists():
     assert REAL_TORCHRUN <= set(IDS), sorted(REAL_TORCHRUN - set(IDS))
 
 
+@pytest.mark.runs
 def test_runs_as_two_ranks(project, tmp_path, forkrun):
     if is_refused(project):
         pytest.skip("refused: nothing converted")
@@ -125,6 +128,7 @@ def _ddpify(*args, cwd):
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
 
 
+@pytest.mark.runs
 def test_cli_converts_every_file_of_the_project(tmp_path):
     d = next(p for p in PROJECTS if p.name.startswith("101_"))
     work = tmp_path / "p"
@@ -147,6 +151,7 @@ def test_cli_converts_every_file_of_the_project(tmp_path):
     assert not list(work.glob(".*ddpify*")), "a temporary file was left behind"
 
 
+@pytest.mark.runs
 def test_cli_refusal_leaves_every_file_untouched(tmp_path):
     d = next(p for p in PROJECTS if is_refused(p))
     work = tmp_path / "p"
@@ -157,6 +162,7 @@ def test_cli_refusal_leaves_every_file_untouched(tmp_path):
     assert _files(work) == _files(d / "input")
 
 
+@pytest.mark.runs
 def test_directory_finds_the_entry_and_converts_the_project_once(tmp_path):
     d = next(p for p in PROJECTS if p.name.startswith("103_"))
     work = tmp_path / "repo"
@@ -167,6 +173,7 @@ def test_directory_finds_the_entry_and_converts_the_project_once(tmp_path):
     assert "refused" not in run.stderr
 
 
+@pytest.mark.runs
 def test_shared_module_converted_the_same_for_two_entries(tmp_path):
     d = next(p for p in PROJECTS if p.name.startswith("101_"))
     work = tmp_path / "repo"
@@ -224,6 +231,7 @@ def test_project_without_training_is_not_training(tmp_path):
     assert not any(r.changed for r in result.files)
 
 
+@pytest.mark.runs
 def test_modules_that_are_also_scripts_still_run(tmp_path, forkrun):
     """A module with its own `if __name__ == "__main__":` block keeps working as a script."""
     ran = 0
@@ -243,6 +251,7 @@ def test_modules_that_are_also_scripts_still_run(tmp_path, forkrun):
     assert ran, "no project fixture has a module that is also a script"
 
 
+@pytest.mark.runs
 def test_module_script_that_needs_a_group_sets_it_up(tmp_path, forkrun):
     """A trainer module whose own __main__ block does not train, but whose code now uses DDP: run
     directly, its block sets up (and tears down) a process group of its own."""
@@ -261,6 +270,7 @@ def test_module_script_that_needs_a_group_sets_it_up(tmp_path, forkrun):
     assert run.returncode == 0 and "Trainer" in run.stdout, run.stderr[-3000:]
 
 
+@pytest.mark.runs
 def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monkeypatch):
     """`ddpify verify train.py` converts the whole project into its run folder; `--no-convert`
     runs an already converted folder (its modules found next to the entry)."""

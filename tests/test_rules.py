@@ -95,6 +95,7 @@ def test_titles_are_kebab_case_and_unique():
     assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", t) for t in titles)
 
 
+@pytest.mark.runs
 def test_explain_prints_the_rule():
     out = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "ddp024"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -104,6 +105,7 @@ def test_explain_prints_the_rule():
     assert bad.returncode == 2 and "no such code" in bad.stderr
 
 
+@pytest.mark.runs
 def test_explain_all_is_the_table():
     out = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "all"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == rules.table()

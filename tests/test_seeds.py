@@ -127,6 +127,7 @@ def _targets(forkrun, script: Path, tmp_path: Path) -> list[str]:
     return [re.search(r"TARGET .*", r.stderr).group(0) for r in run.ranks]
 
 
+@pytest.mark.runs
 def test_every_rank_fits_the_same_target(forkrun, tmp_path):
     """Fixture 190 as 2 ranks: the curve drawn before training is the same on both ranks; the
     output without the rank-0 seed (the conversion before DDP145) draws one per rank."""

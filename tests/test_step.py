@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ddpify import Options, convert_source
@@ -100,7 +102,7 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 """
-    result = convert_source(src, CPU_OK)
+    result = convert_source(src, replace(CPU_OK, line_length=0))  # the statements unwrapped
     assert "DDP046" not in _codes(result)
     assert "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE" in result.source
 
@@ -277,7 +279,7 @@ for step in range(3):
 
 
 def test_legacy_launch_script_gets_a_device_aware_setup():
-    result = convert_source(LEGACY, CPU_OK)
+    result = convert_source(LEGACY, replace(CPU_OK, line_length=0))  # the statements unwrapped
     out = result.source
     assert "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)" in out
     assert 'init_process_group(backend=args.dist_backend if torch.cuda.is_available() else "gloo")' in out

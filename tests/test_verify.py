@@ -76,6 +76,7 @@ def _zombie(pid: int) -> bool:
 # ---------------------------------------------------------------------------- the control
 
 
+@pytest.mark.runs
 def test_control_passes_through_the_cli(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -114,6 +115,7 @@ def test_control_passes_through_the_cli(tmp_path):
     _assert_nothing_survives(doc)
 
 
+@pytest.mark.runs
 def test_hand_stepped_script_counts_backward_passes(tmp_path):
     outcome, text = _verify(tmp_path, "manual_step.py", baseline=True)
     assert outcome.exit_code == 0, text
@@ -134,6 +136,7 @@ BROKEN = [
 ]
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("case,check,cause", BROKEN, ids=[b[0] for b in BROKEN])
 def test_broken_script_fails_the_right_check(tmp_path, case, check, cause):
     outcome, text = _verify(tmp_path, case)
@@ -145,6 +148,7 @@ def test_broken_script_fails_the_right_check(tmp_path, case, check, cause):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_collective_in_rank0_branch_is_reported_as_a_hang(tmp_path):
     outcome, text = _verify(tmp_path, "rank0_collective.py", timeout=20.0)
     assert outcome.exit_code == 1, text
@@ -159,6 +163,7 @@ def test_collective_in_rank0_branch_is_reported_as_a_hang(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_uneven_batches_name_the_imbalance_and_the_rank_that_died_first(tmp_path):
     """Rank 1 (7 batches) reaches the epoch's all_reduce while rank 0 (9) is in a gradient all-reduce:
     gloo aborts rank 1 in C++ (SIGABRT); rank 0 then sees "connection reset by peer" (or torchrun
@@ -178,6 +183,7 @@ def test_uneven_batches_name_the_imbalance_and_the_rank_that_died_first(tmp_path
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_unused_parameters_are_named_also_when_the_baseline_crashes(tmp_path):
     outcome, text = _verify(tmp_path, "unused_param.py", baseline=True, args=[])
     assert outcome.exit_code == 1, text
@@ -192,6 +198,7 @@ def test_unused_parameters_are_named_also_when_the_baseline_crashes(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_per_rank_sampler_seeds_and_a_wrapper_checkpoint_over_one_epoch(tmp_path):
     """--epochs 1 runs the 8-step epoch to its end, where the script saves the DDP wrapper's state dict."""
     outcome, text = _verify(tmp_path, "seed_per_rank.py", epochs=1)
@@ -206,6 +213,7 @@ def test_per_rank_sampler_seeds_and_a_wrapper_checkpoint_over_one_epoch(tmp_path
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_early_stop_decided_per_rank_names_the_break(tmp_path):
     outcome, text = _verify(tmp_path, "early_stop_break.py", timeout=20.0)
     assert outcome.exit_code == 1, text
@@ -220,6 +228,7 @@ def test_early_stop_decided_per_rank_names_the_break(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_two_nodes_catch_a_guard_on_the_local_rank(tmp_path):
     """--nnodes 2: two torchrun agents, each in its own directory; node 1's LOCAL_RANK 0 (global rank 2) writes too."""
     outcome, text = _verify(tmp_path, "local_rank_guard.py", args=["--out", "."], nnodes=2)
@@ -235,6 +244,7 @@ def test_two_nodes_catch_a_guard_on_the_local_rank(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs (NCCL)")
 def test_missing_set_device_puts_every_rank_on_gpu0(tmp_path):
     outcome, text = _verify(tmp_path, "no_set_device.py", backend="nccl")
@@ -244,6 +254,7 @@ def test_missing_set_device_puts_every_rank_on_gpu0(tmp_path):
     assert "torch.cuda.set_device(LOCAL_RANK) is never called" in devices.cause
 
 
+@pytest.mark.runs
 def test_script_that_cannot_run_exits_2_with_its_traceback(tmp_path):
     outcome, text = _verify(tmp_path, "crash.py", baseline=True)
     assert outcome.exit_code == 2, text
@@ -252,6 +263,7 @@ def test_script_that_cannot_run_exits_2_with_its_traceback(tmp_path):
     assert "RuntimeError: dataset directory /nonexistent/data not found" in text
 
 
+@pytest.mark.runs
 def test_without_baseline_a_crash_on_every_rank_exits_2_with_each_ranks_story(tmp_path):
     outcome, text = _verify(tmp_path, "crash.py")
     assert outcome.exit_code == 2, text
@@ -264,6 +276,7 @@ def test_without_baseline_a_crash_on_every_rank_exits_2_with_each_ranks_story(tm
 # ---------------------------------------------------------------------------- single-process input
 
 
+@pytest.mark.runs
 def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_path):
     """The conversion plumbing, with the hand-converted script standing in for the converter's output."""
     single = CASES / "single.py"
@@ -293,6 +306,7 @@ def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_
     assert "converted to a temporary copy" in text
 
 
+@pytest.mark.runs
 def test_single_process_script_with_the_real_converter(tmp_path):
     from ddpify import Options, convert_source
 
@@ -305,6 +319,7 @@ def test_single_process_script_with_the_real_converter(tmp_path):
     assert outcome.document["conversion"] == "converted"
 
 
+@pytest.mark.runs
 def test_converted_script_that_never_saves_fails_saved(tmp_path):
     """The one-process run writes a checkpoint every epoch; the "conversion" guards it with a RANK
     that is a string under torchrun, so no rank ever writes it."""
@@ -328,6 +343,7 @@ def test_converted_script_that_never_saves_fails_saved(tmp_path):
     _assert_nothing_survives(outcome.document)
 
 
+@pytest.mark.runs
 def test_converter_output_that_does_not_compile_is_a_converter_failure(tmp_path):
     def converter(source, options, path):
         from ddpify import Result
@@ -341,6 +357,7 @@ def test_converter_output_that_does_not_compile_is_a_converter_failure(tmp_path)
     assert "baseline" not in outcome.document and "candidate" not in outcome.document  # nothing was run
 
 
+@pytest.mark.runs
 def test_a_converter_bug_is_reported_not_raised(tmp_path):
     def converter(source, options, path):
         raise KeyError("apex_models")
@@ -350,6 +367,7 @@ def test_a_converter_bug_is_reported_not_raised(tmp_path):
     assert "the converter failed on" in text and "KeyError: 'apex_models'" in text
 
 
+@pytest.mark.runs
 def test_nccl_without_a_gpu_cannot_run(tmp_path, monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
@@ -449,6 +467,7 @@ def test_loop_left_by_break_and_the_guard_around_it(tmp_path):
     assert src.loop_left_by_break(str(script), 6, 9) is None
 
 
+@pytest.mark.runs
 def test_torchrun_failure_summary_gives_each_ranks_exit():
     from ddpify.verify.runner import parse_failures
 
@@ -531,6 +550,7 @@ def test_table_keeps_columns_aligned(monkeypatch):
 VERIFIED_FIXTURES = ["03_trainer_dataclass", "31_iterable_dataset", "76_optional_optimizer_lm"]
 
 
+@pytest.mark.runs
 @pytest.mark.parametrize("name", VERIFIED_FIXTURES)
 def test_verify_passes_on_fixture(tmp_path, monkeypatch, name):
     """verify converts the fixture's input itself and runs it under torchrun to its end."""

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from pathlib import Path
+
 from ddpify import Options, convert_source
 
 FLAG_SCRIPT = """\
@@ -126,7 +128,7 @@ def test_cpu_program_still_maps_everything_to_the_cpu():
 
 
 def test_sync_bn_follows_the_model_device():
-    code, _ = convert(ONE_FORWARD, sync_bn=True)
+    code, _ = convert(ONE_FORWARD, sync_bn=True, line_length=0)  # the statements unwrapped
     assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model" in code
 
 
@@ -186,3 +188,24 @@ def test_which_layers_make_buffers(norm, expected):
     script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8)", norm)
     code, _ = convert(TWO_FORWARDS, script)
     assert ("broadcast_buffers=False" in ddp_line(code)) is expected
+
+
+def test_sync_bn_says_converted_only_where_the_model_has_batchnorm():
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+
+    def ddp032(src: str):
+        res = convert_source(src, Options(sync_bn=True))
+        return res, [f for f in res.findings if f.code == "DDP032"]
+
+    # no BatchNorm in the model's code: nothing converted, and the note says so
+    res, (note,) = ddp032((fixtures / "270_sync_bn_model_without_batchnorm" / "input.py").read_text())
+    assert not note.fixed and "has no BatchNorm layers" in note.message
+    assert "convert_sync_batchnorm" not in res.source
+    # BatchNorm in the model (here made by a helper of the file): converted, and said plainly
+    res, found = ddp032((fixtures / "173_gan_trainer_loop_sync_bn" / "input.py").read_text())
+    assert [f.message for f in found] == [f"BatchNorm layers of `self.{n}` converted to SyncBatchNorm (--sync-bn)" for n in "GD"]
+    # a model whose class ddpify cannot read: converted (a no-op without BatchNorm), said as such
+    src = (fixtures / "270_sync_bn_model_without_batchnorm" / "input.py").read_text()
+    src = src.replace("model = MLP().to(device)", "import torchvision\nmodel = torchvision.models.resnet18(num_classes=3).to(device)")
+    res, (f,) = ddp032(src)
+    assert f.fixed and "if it has any" in f.message and "convert_sync_batchnorm" in res.source

@@ -17,6 +17,8 @@ from ddpify.analysis.tree import call_args, code, dotted
 
 CONV2D = ("torch.nn.Conv2d", "torch.nn.ConvTranspose2d", "torch.nn.LazyConv2d")
 CONV3D = ("torch.nn.Conv3d", "torch.nn.ConvTranspose3d", "torch.nn.LazyConv3d")
+# What SyncBatchNorm.convert_sync_batchnorm converts (torch's _BatchNorm layers).
+BATCHNORM = tuple(f"torch.nn.{k}" for k in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm"))
 # Tensor methods whose result depends on the memory layout (or fail on a channels-last tensor).
 LAYOUT_METHODS = ("view", "view_as", "stride", "is_contiguous", "data_ptr", "as_strided", "storage", "untyped_storage")
 
@@ -221,3 +223,24 @@ def input_goes_to_conv(mc: ModelCode) -> bool:
                 value = pos[0].value if pos else None
             return isinstance(value, cst.Call) and a.is_call(value, *CONV2D)
     return False
+
+
+def has_batchnorm(mc: ModelCode | str) -> bool | None:
+    """Whether the model's code makes (or names) a BatchNorm layer; None where ddpify cannot
+    read all of it (a class from elsewhere)."""
+    if isinstance(mc, str):
+        return None
+    a = mc.a
+    scopes, unknown = list(mc.scopes), set(mc.unknown)
+    for name in mc.unknown:  # nn.Sequential(block(...)): a helper of the file builds layers
+        for node in a.functions.get(name, []) + ([a.classes[name]] if name in a.classes else []):
+            part = ModelCode(a, node, mc.where)
+            _collect(part)
+            scopes += part.scopes
+            unknown.discard(name)
+            unknown.update(part.unknown)
+    for scope in scopes:
+        for node in [*a.findall(scope, m.Attribute()), *a.findall(scope, m.Name())]:
+            if any(q in BATCHNORM for q in a.qualified(node)):
+                return True
+    return None if unknown else False

@@ -56,7 +56,7 @@ def _read(job, stdin_data: bytes | None) -> str:
 
 
 def _check_syntax(text: str, path: str) -> None:
-    from ddpify.cli import check_syntax
+    from ddpify.process import check_syntax
 
     check_syntax(text, path)  # the converter's message for a syntax error: path:line:col
 
@@ -160,7 +160,8 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
     PATHS are files or directories (recursed into for *.py); `-` reads stdin. Exit status: 0 no
     error-level finding, 1 an error-level finding remains, 2 a file could not be read or parsed.
     """
-    from ddpify import cli as convert_cli
+    from ddpify.collect import collect
+    from ddpify.process_projects import split_projects
     from ddpify.config import find_config
 
     if explain is not None:
@@ -170,13 +171,13 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
     as_json = json_flag or output_format == "json"
     find_config.cache_clear()
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
-    jobs, warns = convert_cli.collect(paths, exclude, force_exclude, stdin_filename, {"ignore": codes or None})
+    jobs, warns = collect(paths, exclude, force_exclude, stdin_filename, {"ignore": codes or None})
     for w in warns:
         if not quiet and not as_json:
             click.echo(w, err=True)
     entries: list = []
     if not no_project:
-        groups, jobs = convert_cli._split_projects(jobs, explicit=paths)
+        groups, jobs = split_projects(jobs, explicit=paths)
         entries = [g[0] for g in groups]
     stdin_data = sys.stdin.buffer.read() if any(j.stdin and not j.passthrough for j in jobs) else None
     reports = [lint_file(j, stdin_data) for j in jobs if not j.passthrough] + (lint_projects(entries) if entries else [])

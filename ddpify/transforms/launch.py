@@ -1,6 +1,8 @@
-"""Launch: ranks from torchrun's environment, the legacy --local-rank flag, process-group
-set-up at the entry point and tear-down at its end, and the imports everything else needs.
-Runs last: it emits the set-up code the other concerns asked for (ctx.helpers)."""
+"""Launch: ranks from torchrun's environment, process-group set-up at the entry point and
+tear-down at its end, and the imports everything else needs. Runs last: it emits the set-up
+code the other concerns asked for (ctx.helpers). No --local-rank flag is added: torchrun passes
+none, and a new argument would change the script's --help and `vars(args)`; a script that had
+the flag is a legacy one (legacy.py reads it from LOCAL_RANK)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP001", "process-group-setup", "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)", fix=True, check="ranks")
-declare("DDP002", "legacy-local-rank-flag", "--local-rank/--local_rank accepted for the legacy launcher, read from LOCAL_RANK", fix=True, check="ranks")
 declare("DDP003", "process-group-teardown", "process group destroyed when training ends", fix=True, check="ranks")
 declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine", fix=True, check="devices")
 
@@ -21,14 +22,13 @@ RANKS = '''\
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # picks this process's GPU
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
-LOCAL_DEVICE = (  # with more processes than GPUs (verify on one GPU), they share them
-    {torch}.device("cuda", LOCAL_RANK % {torch}.cuda.device_count())
-    if {torch}.cuda.is_available() else {torch}.device("cpu")
-)
+# with more processes than GPUs (verify on one GPU), they share them
+LOCAL_DEVICE = {torch}.device("cuda", LOCAL_RANK % {torch}.cuda.device_count()) if {torch}.cuda.is_available() else {torch}.device("cpu")
 '''
 AMP = {
     "auto": '''\
-# ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling; full precision on CPU.
+# ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling;
+# full precision on CPU.
 AMP_DTYPE = ({torch}.bfloat16 if {torch}.cuda.is_bf16_supported() else {torch}.float16) if {torch}.cuda.is_available() else None
 ''',
     "bf16": '''\
@@ -41,7 +41,8 @@ AMP_DTYPE = {torch}.float16 if {torch}.cuda.is_available() else None
 ''',
 }
 SCALER = '''\
-SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)  # one scaler for every optimizer
+# one scaler for every optimizer
+SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)
 '''
 # A script that never names a device (ctx.cpu_only) stays on the CPU: gloo whatever the machine,
 # nothing that touches CUDA (no set_device, device_id or device_ids), so a GPU machine runs it too.
@@ -50,21 +51,22 @@ RANKS_CPU = '''\
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # this process's index on its machine
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
-# ddpify: the script never names a device, so it trains on the CPU: one CPU process per rank.
+# ddpify: the script never names a device, so it trains on the CPU, one process a rank.
 LOCAL_DEVICE = {torch}.device("cpu")
 '''
 SETUP_CPU = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group over gloo (the script trains on the CPU, also on a GPU
-    machine); alone, form a group of one."""
+    """Join torchrun's process group over gloo; alone, form a group of one."""
+    # gloo: the script trains on the CPU, also on a GPU machine
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group("gloo")
     else:
         {dist}.init_process_group("gloo", store={dist}.HashStore(), rank=0, world_size=1)
-    # gloo's worker threads may still free finished work (which needs the GIL) as Python
-    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    # gloo's worker threads may still free finished work (which needs the GIL) as
+    # Python exits: a pause at exit, before finalization, lets them, or a rank can
+    # abort (SIGABRT)
     import atexit
     import time
 
@@ -74,20 +76,23 @@ SETUP = '''\
 
 
 def ddp_setup():
-    """Join torchrun's process group (gloo, and NCCL for CUDA tensors); alone, form a group of one."""
+    """Join torchrun's process group (gloo, NCCL for CUDA); alone, a group of one."""
     backend, device_id = "gloo", None
     if {torch}.cuda.is_available():
         {torch}.cuda.set_device(LOCAL_DEVICE)
-        # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its model on the CPU
+        # CUDA tensors go through NCCL, CPU ones through gloo: the script may keep its
+        # model on the CPU
         backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE
         if int({os}.environ.get("LOCAL_WORLD_SIZE", 1)) > {torch}.cuda.device_count():
-            backend, device_id = "gloo", None  # processes share a GPU: NCCL refuses that
+            # processes share a GPU: NCCL refuses that
+            backend, device_id = "gloo", None
     if "MASTER_ADDR" in {os}.environ:
         {dist}.init_process_group(backend, device_id=device_id)
     else:
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1, device_id=device_id)
-    # gloo's worker threads may still free finished work (which needs the GIL) as Python
-    # exits: a pause at exit, before finalization, lets them, or a rank can abort (SIGABRT)
+    # gloo's worker threads may still free finished work (which needs the GIL) as
+    # Python exits: a pause at exit, before finalization, lets them, or a rank can
+    # abort (SIGABRT)
     import atexit
     import time
 
@@ -97,7 +102,8 @@ def ddp_setup():
 # to stdout (print, sys.stdout.write bars in helper modules, logging handlers, C code), as one
 # rule at run time rather than a guard per call; stderr stays, so every rank's errors show.
 QUIET_STDOUT = '''\
-    if RANK != 0:  # only rank 0 writes to stdout; every rank keeps stderr for its errors
+    # only rank 0 writes to stdout; every rank keeps stderr for its errors
+    if RANK != 0:
         import sys
 
         sys.stdout.flush()
@@ -106,7 +112,8 @@ QUIET_STDOUT = '''\
 DECIDES = '''\
 
 
-# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: abort at exit).
+# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: an
+# abort at exit).
 DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
 
 
@@ -121,13 +128,15 @@ SHARD = '''\
 
 
 class RankShard({torch}.utils.data.IterableDataset):
-    """This rank's share of a stream (and of its DataLoader worker's): one item in each round of
-    WORLD_SIZE x workers; a last, incomplete round is dropped, so every rank yields as many items
-    (and batches) as the others and none waits at a collective for a batch that never comes."""
+    """This rank's share of a stream (and of its DataLoader worker's): one item in each
+    round of WORLD_SIZE x workers; a last, incomplete round is dropped, so every rank
+    yields as many items (and batches) as the others and none waits at a collective for
+    a batch that never comes."""
 
     def __init__(self, stream, split_workers=True):
         self.stream = stream
-        self.split_workers = split_workers  # False: the stream splits its workers itself
+        # False: the stream splits its workers itself
+        self.split_workers = split_workers
 
     def __iter__(self):
         info = {torch}.utils.data.get_worker_info() if self.split_workers else None
@@ -152,15 +161,17 @@ WEIGHTED = '''\
 
 
 class DistributedWeightedSampler({torch}.utils.data.Sampler):
-    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on every rank
-    (seed + epoch) and dealt out as DistributedSampler deals them; each rank then draws
-    num_samples // WORLD_SIZE of its own indices by their weights. set_epoch(epoch) reshuffles."""
+    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on
+    every rank (seed + epoch) and dealt out as DistributedSampler deals them; each rank
+    then draws num_samples // WORLD_SIZE of its own indices by their weights.
+    set_epoch(epoch) reshuffles."""
 
     def __init__(self, weights, num_samples, replacement=True, generator=None, seed=0):
         self.weights = {torch}.as_tensor(weights, dtype={torch}.double)
         self.num_samples = num_samples // WORLD_SIZE
         self.replacement = replacement
-        self.seed = seed  # the same on every rank (a generator of the script's would differ)
+        # the same on every rank (a generator of the script's would differ)
+        self.seed = seed
         self.epoch = 0
 
     def __iter__(self):
@@ -211,20 +222,22 @@ RANK_SHARE = '''\
 
 
 def rank_share(batches):
-    """This rank's contiguous share of pre-made batches (a range of offsets, a list, a tensor's
-    rows): len // WORLD_SIZE of them on every rank, so every rank runs as many steps."""
+    """This rank's contiguous share of pre-made batches (a range of offsets, a list, a
+    tensor's rows): len // WORLD_SIZE of them on every rank, so every rank runs as many
+    steps."""
     if not hasattr(batches, "__getitem__"):
         batches = list(batches)
     n = len(batches) // WORLD_SIZE
-    return batches[RANK * n:(RANK + 1) * n]
+    return batches[RANK * n : (RANK + 1) * n]
 '''
 
 RANK_ROWS = '''\
 
 
 def rank_rows(index):
-    """This rank's rows of a full-batch index (a boolean mask becomes its positions): every
-    WORLD_SIZE-th from RANK on, so the ranks' mean gradients average to the whole batch's."""
+    """This rank's rows of a full-batch index (a boolean mask becomes its positions):
+    every WORLD_SIZE-th from RANK on, so the ranks' mean gradients average to the whole
+    batch's."""
     if isinstance(index, {torch}.Tensor) and index.dtype == {torch}.bool:
         index = index.nonzero().squeeze(1)
     return index[RANK::WORLD_SIZE]
@@ -234,7 +247,8 @@ IN_FLOAT32 = '''\
 
 
 def in_float32(op):
-    """op (BCE: autocast refuses it on GPUs) in float32, autocast off; its arguments under autocast."""
+    """op in float32 with autocast off (BCE: autocast refuses it on GPUs)."""
+    # its arguments (the model calls in them) still run under autocast
 
     def run(*args, **kwargs):
         def f32(v):
@@ -260,7 +274,7 @@ RANK0_SEED = '''\
 
 
 def rank0_seed():
-    """Rank 0's fresh seed from the OS, on every rank: generators seeded with it draw alike."""
+    """Rank 0's fresh seed from the OS, on every rank: generators seeded alike."""
     seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
@@ -339,7 +353,7 @@ class LaunchTransform(Transform):
             ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
             return
         if prelude is not None:
-            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine()]), *ctx.after_setup])
+            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *ctx.after_setup])
         last = a.module.body[-1]
         if self._exits(last):
             self._exit_after_destroy(ctx, last, destroy)
@@ -380,28 +394,14 @@ class LaunchTransform(Transform):
                 return True
         return False
 
-    def _local_rank_flag(self, ctx: Context) -> None:
-        a = ctx.a
-        if a.local_rank_flag is not None:  # the script's own flag: both spellings, default LOCAL_RANK
+    @staticmethod
+    def _local_rank_flag(ctx: Context) -> None:
+        """A script's own --local_rank flag accepts both spellings, its default LOCAL_RANK (the
+        legacy launcher); a fresh conversion adds no flag (torchrun sets LOCAL_RANK)."""
+        if ctx.a.local_rank_flag is not None:
             from ddpify.transforms.legacy import fix_launch
 
             fix_launch(ctx)
-            return
-        seen: set[str] = set()
-        for call in a.calls:
-            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parse_args", "parse_known_args")):
-                continue
-            parser = dotted(call.func.value)
-            if not parser or parser in seen or not ctx.editable(call):
-                continue
-            stmt = a.statement(call)
-            if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
-                continue
-            seen.add(parser)
-            ctx.edits.before[stmt].append(ctx.stmt(
-                f'{parser}.add_argument("--local-rank", "--local_rank", type=int, default=LOCAL_RANK, help="set by torch.distributed.launch; torchrun sets LOCAL_RANK")\n'
-            ))
-            ctx.finding(call, "DDP002", "--local-rank/--local_rank accepted, so the legacy launcher works too", True)
 
 
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:

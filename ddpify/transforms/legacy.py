@@ -20,6 +20,7 @@ from ddpify.transforms.apex_common import eq as _eq, first_import, last_import a
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
+declare("DDP002", "legacy-local-rank-flag", "--local-rank/--local_rank accepted for the legacy launcher, read from LOCAL_RANK", fix=True, check="ranks")
 declare("DDP097", "apex-extension-kept", "apex part kept that needs apex's CUDA extensions (a Python-only install of apex lacks them)")
 
 # apex parts that import its compiled CUDA extensions (amp_C, fused_layer_norm_cuda, ...):

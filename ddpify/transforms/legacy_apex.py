@@ -14,7 +14,7 @@ from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.apex_common import NATIVE, NO_TORCH_EQUIVALENT, also_bound, apex_q, commas, eq, module_name
 from ddpify.transforms.apex_imports import plan_imports
 from ddpify.transforms.apex_torch_amp import AmpToTorch
-from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -173,9 +173,10 @@ class Modernise:
                 if o.keyword is None and i >= keep_pos and key is not None:
                     x = x.with_changes(keyword=cst.Name(key), equal=eq())
                 args.append(x)
-            for k, v in add.items():
-                args.append(cst.Arg(keyword=cst.Name(k), value=ctx.expr(v), equal=eq()))
-            return n.with_changes(func=ctx.expr(callee or cls), args=commas(args, n.args))
+            out = n.with_changes(func=ctx.expr(callee or cls), args=commas(args, n.args))
+            for k, v in add.items():  # in the call's own layout (one a line where it is so)
+                out = append_kwarg(out, k, ctx.expr(v))
+            return out
 
         ctx.edits.replace(node, fn)
 

@@ -7,7 +7,7 @@ import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.analysis.loops import LoopsMixin
-from ddpify.transforms.base import Context, Transform
+from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
@@ -115,24 +115,21 @@ class SamplerTransform(Transform):
                 if star and orig is star[0]:
                     new = new.with_changes(value=ctx.expr(f'{{**{code(orig.value)}, "shuffle": False}}'))
                 out.append(new)
-            # the sampler goes where `shuffle` was, else after the last keyword
-            idx = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
-            if idx is not None:
-                idx = min(idx, len(out))
-            else:
-                idx = len(out)
-                while idx > 0 and out[idx - 1].star:
-                    idx -= 1
-            last_comma = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
-            out.insert(idx, sampler_arg)
-            fixed = []
-            for i, x in enumerate(out):
-                if i < len(out) - 1:
-                    c = x.comma if isinstance(x.comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                    fixed.append(x.with_changes(comma=c))
-                else:
-                    fixed.append(x.with_changes(comma=last_comma))
-            return node.with_changes(args=fixed)
+            # the sampler goes where `shuffle` was (its comma and layout too), else after the
+            # last keyword, separated as the call's arguments are
+            at = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
+            if at is not None:
+                old = args[at]
+                out.insert(min(at, len(out)), sampler_arg.with_changes(comma=old.comma, whitespace_after_arg=old.whitespace_after_arg))
+                return node.with_changes(args=out)
+            idx = len(out)
+            while idx > 0 and out[idx - 1].star:
+                idx -= 1
+            if idx == len(out):
+                return append_kwarg(node.with_changes(args=out), "sampler", sampler_arg.value)
+            sep = out[idx - 1].comma if idx and isinstance(out[idx - 1].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            out.insert(idx, sampler_arg.with_changes(comma=sep))
+            return node.with_changes(args=out)
 
         ctx.edits.replace(call, fn)
         # without set_epoch a shuffling sampler repeats its first order: see _epoch_severity

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import forwards, gradients, lifecycle, loss_flow, model_uses, routes
+from ddpify.analysis import forwards, gradients, lifecycle, loss_flow, model_code, model_uses, routes
 from ddpify.analysis import call_args, code, dotted
 from ddpify.analysis.tree import _inside
 from ddpify.transforms.base import Context, Transform
@@ -27,6 +27,28 @@ declare("DDP139", "forward-not-routable", "a training forward that cannot run th
 declare("DDP136", "broadcast-buffers-off", "model run more than once before one backward: DDP broadcast_buffers=False (each rank keeps its own BatchNorm statistics)", fix=True, check="ranks")
 
 PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
+
+# Holds the DDP wrapper of a part beside an nn.Module that owns that part: pickling or copying
+# the module (torch.save(gan), deepcopy) leaves the wrapper out, whose unpickling would need a
+# process group; calls and attributes go to the wrapper.
+NOT_PICKLED = '''\
+
+
+class NotPickled:
+    """The DDP wrapper kept beside a module (not a submodule, not pickled with it)."""
+
+    def __init__(self, wrapper):
+        self.wrapper = wrapper
+
+    def __call__(self, *args, **kwargs):
+        return self.wrapper(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["wrapper"], name)
+
+    def __reduce__(self):
+        return type(None), ()
+'''
 
 # Runs a model's method (or a submodule) as the forward of a module DDP wraps: DDP synchronises
 # gradients only through its own forward, so model.loss(x) trains as ddp_model(x, method="loss").
@@ -264,12 +286,16 @@ class WrappingTransform(Transform):
             return
         ddp = ctx.name("DDP")
         at = ctx.edits.after[anchor] if anchor is not None else ctx.edits.before[place]
-        if ctx.opts.sync_bn:
+        bn = model_code.has_batchnorm(model_code.model_code(a, build, ctx.path)) if ctx.opts.sync_bn else None
+        if ctx.opts.sync_bn and bn is False:
+            ctx.finding(bind, "DDP032", f"--sync-bn: `{name}` has no BatchNorm layers (its code is read), so nothing is converted", False)
+        elif ctx.opts.sync_bn:
             # SyncBatchNorm runs on GPUs only: a model the script keeps on the CPU keeps BatchNorm
             at.append(ctx.stmt(
                 f'{name} = {ctx.name("torch")}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if next({name}.parameters()).is_cuda else {name}\n'
             ))
-            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted to SyncBatchNorm (--sync-bn)", True)
+            maybe = "" if bn else ", if it has any (ddpify cannot read all of its code),"
+            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}`{maybe} converted to SyncBatchNorm (--sync-bn)", True)
         extra = ", find_unused_parameters=True" if unused else ""
         repeat = forwards.repeated_forward(a, name, methods)
         if repeat is not None and forwards.may_hold_buffers(a, build, ctx.path):
@@ -285,7 +311,8 @@ class WrappingTransform(Transform):
         if wrapper.startswith("self.") and self._module_class(a, a.class_of(bind)):
             # the holder is an nn.Module itself: the wrapper must not become its submodule (its
             # state dict would gain the wrapper's keys)
-            stmt = f'object.__setattr__(self, "{wrapper[5:]}", {ddp}({inner}{extra}))  # not a submodule: the state dict stays as it was\n'
+            held = self._not_pickled(ctx)
+            stmt = f'# ddpify: not a submodule: state dict and pickle stay as they were\nobject.__setattr__(self, "{wrapper[5:]}", {held}({ddp}({inner}{extra})))\n'
         at.append(ctx.stmt(stmt))
         if unused:
             ctx.finding(bind, "DDP037", f"`{name}`: {'; '.join(unused)}: DDP would wait for their gradients (\"Expected to have finished reduction\" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)", True)
@@ -408,6 +435,15 @@ class WrappingTransform(Transform):
             if inner is not None and inner is not cls and WrappingTransform._module_class(a, inner):
                 return True
         return False
+
+    @staticmethod
+    def _not_pickled(ctx: Context) -> str:
+        """The generated holder that keeps a wrapper out of its module's pickle (once per file)."""
+        taken = {n for names in ctx.a.bindings.values() for n in names}
+        name = "NotPickled" if "NotPickled" not in taken else "DDPNotPickled"
+        if not any(f"class {name}:" in t for t in ctx.helper_texts):
+            ctx.helper_texts.append(NOT_PICKLED.replace("NotPickled", name))
+        return name
 
     @staticmethod
     def _adapter(ctx: Context) -> str:
