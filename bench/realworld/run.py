@@ -47,10 +47,16 @@ sys.path[1:1] = sorted(glob.glob(str(DEPS / "site*")))
 import fakedata  # noqa: E402
 
 # Packages the corpus imports besides torch/torchvision; installed with --setup into DEPS/site.
-CPU_PACKAGES = ["numpy", "pillow", "scipy", "matplotlib", "pandas", "tensorboard", "progress", "six",
-                "unidecode", "imageio", "seaborn", "pyyaml", "requests", "tqdm"]
+# pandas < 3: pytorch-template's MetricTracker writes through `df[col].values[:]` (read-only under
+# pandas 3's copy-on-write); gym 0.25: the last gym with the old reset()/step()/seed() API that the RL
+# entries call.
+CPU_PACKAGES = ["numpy", "pillow", "scipy", "matplotlib", "pandas<3", "tensorboard", "progress", "six",
+                "unidecode", "imageio", "seaborn", "pyyaml", "requests", "tqdm", "scikit-learn", "gym==0.25.2",
+                "sacred", "opencv-python-headless"]
 # Pure-Python ones that an offline GPU box may lack; carried by --export, put after site-packages.
-FALLBACK_PACKAGES = ["six", "unidecode", "progress", "imageio", "seaborn"]
+FALLBACK_PACKAGES = ["six", "unidecode", "progress", "imageio", "seaborn", "gym==0.25.2", "gym_notices",
+                     "cloudpickle", "sacred", "docopt-ng", "jsonpickle", "munch", "wrapt", "GitPython", "gitdb",
+                     "smmap", "py-cpuinfo", "colorama"]
 LOG_HEAD, LOG_TAIL = 40, 80
 
 
@@ -216,6 +222,7 @@ class Ctx:
         self._local = threading.local()  # entry_env is per entry, and --jobs runs entries in threads
         self.full = args.full
         self.convert_only = args.convert_only
+        self.original_only = args.original_only
         # verify's one-process baseline (its loss check compares against it): on by default with
         # --gpu/--full; off on the shared 2-core CPU machine, where it would double the run time.
         self.baseline = args.baseline if args.baseline is not None else (args.full or args.gpu)
@@ -520,6 +527,15 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
                 rec.update(outcome="harness-error", cause=f"original is not valid Python 3: {p}:{e.lineno} {e.msg}")
                 return rec
 
+        if ctx.original_only:  # checking a new entry's fake data and arguments
+            o = run([sys.executable, script, *args], *tree_env(clone(pristine, base / "orig")),
+                    smoke_secs if smoke else timeout)
+            section("original (1 process)", o)
+            ok = (o["alive"] and smoke) or (o["rc"] == 0 and not o["alive"])
+            rec.update(outcome="original-runs" if ok else "harness-error",
+                       cause=f"{o['secs']} s" if ok else ("timed out" if o["alive"] else last_error(o["out"])))
+            return rec
+
         # 1. convert. ddpify follows the entry's local imports, so any .py file of the tree may
         # change: every changed one goes into the runs below, not only the entry.
         conv = clone(pristine, base / "conv")
@@ -745,6 +761,8 @@ def main() -> int:
                     help="let verify run its one-process baseline (default: with --gpu or --full)")
     ap.add_argument("--convert-only", action="store_true",
                     help="stop after converting (exit code, blocking findings, compiles, idempotent)")
+    ap.add_argument("--original-only", action="store_true",
+                    help="only run each original as one process (to check a new entry's fake data and arguments)")
     ap.add_argument("--keep", help="copy each entry's run folders here (debugging)")
     ap.add_argument("--table", action="store_true", help="print the results table (markdown) and stop")
     args = ap.parse_args()
