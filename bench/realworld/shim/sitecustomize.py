@@ -12,8 +12,6 @@
   on the CPU. It is found last: a real apex (the GPU machine's) always wins.
 - torchvision 0.15 removed make_grid/save_image's `range=` (renamed value_range in 0.10), which
   older scripts (pytorch-vqvae) still pass: accepted again as value_range.
-- torch 1.9 removed torch.autograd.gradcheck.zero_gradients, which Knowledge-Distillation-Zoo's
-  kd_losses package still imports: given back.
 - numpy 2 removed APIs that older corpus code still calls: `np.fromstring` on bytes (binary mode,
   now frombuffer) and `np.bool8` (gym 0.25's env checker); both are given back.
 - RW_WRITE_LOG: the per-process write log of shim/rw_recorder.py (the harness's own judgement of
@@ -134,26 +132,6 @@ def _old_tv_utils(mod):
         setattr(mod, name, wrap(fn))
 
 
-def _old_gradcheck(mod):
-    if hasattr(mod, "zero_gradients"):
-        return
-
-    def zero_gradients(x):
-        import collections.abc
-
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            if x.grad is not None:
-                x.grad.detach_()
-                x.grad.zero_()
-        elif isinstance(x, collections.abc.Iterable):
-            for elem in x:
-                zero_gradients(elem)
-
-    mod.zero_gradients = zero_gradients
-
-
 class _NullWriter:
     def __init__(self, *a, **k):
         pass
@@ -191,11 +169,6 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is not None:
                 spec.loader = _Patched(spec.loader, _old_tv_utils)
-            return spec
-        if name == "torch.autograd.gradcheck":
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is not None:
-                spec.loader = _Patched(spec.loader, _old_gradcheck)
             return spec
         if name == "numpy":
             spec = importlib.machinery.PathFinder.find_spec(name, path)
