@@ -23,7 +23,9 @@ NAMES = ["anna", "bob", "carla", "dmitri", "emma", "felix", "greta", "hugo", "in
 
 
 def _rng(path: Path) -> random.Random:
-    return random.Random(str(path))
+    """Seeded by the last two parts of the path, not by where the tree is: the same data set made for
+    two entries has the same bytes, which --export stores once."""
+    return random.Random("/".join(Path(path).parts[-2:]))
 
 
 def _idx(path: Path, magic: int, dims: list[int], data: bytes) -> None:
@@ -38,7 +40,7 @@ def _idx(path: Path, magic: int, dims: list[int], data: bytes) -> None:
 def mnist(root: Path, n_train: int = 600, n_test: int = 100, cls: str = "MNIST") -> None:
     """torchvision's MNIST layout: ROOT/MNIST/raw/*-ubyte (idx files, no .gz). 600 = 3 full batches
     of 100 on each of 2 ranks (some tutorials reshape with a fixed batch size)."""
-    rng = _rng(root)
+    rng = random.Random(f"mnist:{cls}:{n_train}:{n_test}")
     raw = root / cls / "raw"
     for prefix, n in (("train", n_train), ("t10k", n_test)):
         labels = bytes(i % 10 for i in range(n))
@@ -54,7 +56,7 @@ def fashion_mnist(root: Path) -> None:
 def cifar10(root: Path, per_batch: int = 64) -> None:
     """torchvision's CIFAR-10 layout: ROOT/cifar-10-batches-py/ python pickles (md5 is not checked:
     the harness shim skips it)."""
-    rng = _rng(root)
+    rng = random.Random(f"cifar10:{per_batch}")
     d = root / "cifar-10-batches-py"
     d.mkdir(parents=True, exist_ok=True)
     names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

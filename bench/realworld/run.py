@@ -54,9 +54,9 @@ CPU_PACKAGES = ["numpy", "pillow", "scipy", "matplotlib", "pandas<3", "tensorboa
                 "unidecode", "imageio", "seaborn", "pyyaml", "requests", "tqdm", "scikit-learn", "gym==0.25.2",
                 "sacred", "opencv-python-headless"]
 # Pure-Python ones that an offline GPU box may lack; carried by --export, put after site-packages.
+# (sacred runs without GitPython: it only records the repository state when git is importable.)
 FALLBACK_PACKAGES = ["six", "unidecode", "progress", "imageio", "seaborn", "gym==0.25.2", "gym_notices",
-                     "cloudpickle", "sacred", "docopt-ng", "jsonpickle", "munch", "wrapt", "GitPython", "gitdb",
-                     "smmap", "py-cpuinfo", "colorama"]
+                     "cloudpickle", "sacred", "docopt-ng", "jsonpickle", "munch", "wrapt", "py-cpuinfo", "colorama"]
 LOG_HEAD, LOG_TAIL = 40, 80
 
 
@@ -272,6 +272,7 @@ def prepare(entry: dict, ctx: Ctx, base: Path) -> Path:
     pristine = base / "pristine"
     if ctx.from_export:
         shutil.copytree(ctx.from_export / entry["name"], pristine, symlinks=True)
+        unshare(pristine, ctx.from_export)
     else:
         extract(entry, ctx.mirrors, pristine / "src")
         (pristine / "home").mkdir(parents=True)
@@ -685,8 +686,41 @@ def export(entries: list[dict], ctx: Ctx, dest: Path) -> None:
     if (DEPS / "fallback").is_dir():
         shutil.rmtree(dest / "_fallback", ignore_errors=True)
         shutil.copytree(DEPS / "fallback", dest / "_fallback")
+    share_duplicates(dest)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"{dest}: {size / 2**20:.1f} MiB")
+
+
+SHARED, SHARED_SUFFIX = "_shared", ".rwshared"
+
+
+def share_duplicates(dest: Path, min_size: int = 64 * 1024) -> None:
+    """Store each large file that several entries hold (the same fake MNIST/CIFAR files, the same
+    sources) once under DEST/_shared/<sha256>; each place keeps a small NAME.rwshared note naming
+    it, which prepare() turns back into the file. Keeps the export small enough to carry."""
+    by_sha: dict[str, list[Path]] = {}
+    for f in sorted(dest.rglob("*")):
+        if f.is_file() and not f.is_symlink() and f.stat().st_size >= min_size and SHARED not in f.parts \
+                and "_fallback" not in f.relative_to(dest).parts[:1]:
+            by_sha.setdefault(hashlib.sha256(f.read_bytes()).hexdigest(), []).append(f)
+    shared = dest / SHARED
+    for digest, files in by_sha.items():
+        if len(files) < 2:
+            continue
+        shared.mkdir(exist_ok=True)
+        if not (shared / digest).exists():
+            shutil.copy2(files[0], shared / digest)
+        for f in files:
+            f.unlink()
+            f.with_name(f.name + SHARED_SUFFIX).write_text(digest + "\n")
+
+
+def unshare(tree: Path, export_root: Path) -> None:
+    """Put the shared files of an exported entry back in place (see share_duplicates)."""
+    for note in sorted(tree.rglob("*" + SHARED_SUFFIX)):
+        digest = note.read_text().strip()
+        shutil.copy2(export_root / SHARED / digest, note.with_name(note.name[: -len(SHARED_SUFFIX)]))
+        note.unlink()
 
 
 SUMMARY_KINDS = ("correct", "refused", "wrong", "harness-error", "gpu-only")
