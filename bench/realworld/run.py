@@ -488,7 +488,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
            "mode": "gpu" if ctx.gpu else "cpu"}
     timeout = float(setting(entry, "timeout", 180))
     smoke = bool(entry.get("smoke"))
-    args = [*entry.get("args", []), *([] if ctx.gpu else entry.get("cpu_args", []))]
+    args = [*entry.get("args", []), *(entry.get("gpu_args", []) if ctx.gpu else entry.get("cpu_args", []))]
     conv_rel = entry.get("convert", [entry["path"]])
     cmd_rel = conv_rel  # what ddpify is given; conv_rel: the files it may change
     if entry.get("project"):

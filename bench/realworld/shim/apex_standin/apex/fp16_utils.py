@@ -17,3 +17,13 @@ class FP16_Optimizer:
 
     def load_state_dict(self, state_dict):
         self.optimizer.load_state_dict(state_dict["optimizer_state_dict"])
+
+
+def clip_grad_norm(parameters, max_norm, norm_type=2):
+    import torch
+
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)
+
+
+def to_python_float(t):
+    return t.item() if hasattr(t, "item") else t[0]
