@@ -5,7 +5,8 @@
 # No network: sources and fake data come from .realworld_export/, made beforehand on a machine
 # with the mirrors and carried with the working tree:
 #     python bench/realworld/run.py --export .realworld_export
-# Usage (repo root): [ONLY=name,name] [JOBS=n] bash bench/gpu_session/realworld_gpu.sh OUTDIR [SHARD] [--full]
+# Usage (repo root): [SPLIT=dev|heldback|all] [ONLY=name,name] [JOBS=n] bash bench/gpu_session/realworld_gpu.sh OUTDIR [SHARD] [--full]
+#   SPLIT: the corpus split (default dev; export with --split all to carry both).
 #   SHARD I/N runs every N-th entry from the I-th (about 30-40 s an entry: 2/2 halves fit in 10 min
 #   commands better than the whole corpus); --full also runs each original and the whole small run
 #   of each output under torchrun. Prints one PASS/FAIL line per entry; logs and results in OUTDIR.
@@ -22,9 +23,9 @@ fi
     python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "MISSING $m (entries importing it end as harness-error)"; done
 } > "$O/machine.txt" 2>&1
 cat "$O/machine.txt"
-python3 bench/realworld/run.py --gpu --from-export .realworld_export --results "$O/results_gpu.json" \
+python3 bench/realworld/run.py --gpu --from-export .realworld_export --split "${SPLIT:-dev}" --results "$O/results_gpu.json" \
   --logs "$O/logs" --diffs "$O/diffs" ${SHARD:+--shard "$SHARD"} ${ONLY:+--only "$ONLY"} ${JOBS:+--jobs "$JOBS"} $FULL 2>&1 | tee "$O/run.out"
-python3 bench/realworld/run.py --table --results "$O/results_gpu.json" > "$O/table_gpu.md"
+python3 bench/realworld/run.py --table --split "${SPLIT:-dev}" --results "$O/results_gpu.json" > "$O/table_gpu.md"
 python3 - "$O/results_gpu.json" <<'PY'
 import json, sys
 res = json.load(open(sys.argv[1]))

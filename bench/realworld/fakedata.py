@@ -23,7 +23,9 @@ NAMES = ["anna", "bob", "carla", "dmitri", "emma", "felix", "greta", "hugo", "in
 
 
 def _rng(path: Path) -> random.Random:
-    return random.Random(str(path))
+    """Seeded by the last two parts of the path, not by where the tree is: the same data set made for
+    two entries has the same bytes, which --export stores once."""
+    return random.Random("/".join(Path(path).parts[-2:]))
 
 
 def _idx(path: Path, magic: int, dims: list[int], data: bytes) -> None:
@@ -38,7 +40,7 @@ def _idx(path: Path, magic: int, dims: list[int], data: bytes) -> None:
 def mnist(root: Path, n_train: int = 600, n_test: int = 100, cls: str = "MNIST") -> None:
     """torchvision's MNIST layout: ROOT/MNIST/raw/*-ubyte (idx files, no .gz). 600 = 3 full batches
     of 100 on each of 2 ranks (some tutorials reshape with a fixed batch size)."""
-    rng = _rng(root)
+    rng = random.Random(f"mnist:{cls}:{n_train}:{n_test}")
     raw = root / cls / "raw"
     for prefix, n in (("train", n_train), ("t10k", n_test)):
         labels = bytes(i % 10 for i in range(n))
@@ -54,7 +56,7 @@ def fashion_mnist(root: Path) -> None:
 def cifar10(root: Path, per_batch: int = 64) -> None:
     """torchvision's CIFAR-10 layout: ROOT/cifar-10-batches-py/ python pickles (md5 is not checked:
     the harness shim skips it)."""
-    rng = _rng(root)
+    rng = random.Random(f"cifar10:{per_batch}")
     d = root / "cifar-10-batches-py"
     d.mkdir(parents=True, exist_ok=True)
     names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -178,6 +180,103 @@ def sine(path: Path, n: int = 20, length: int = 200) -> None:
     torch.save(np.array(rows, dtype="float64"), open(path, "wb"))
 
 
+def stl10(root: Path) -> None:
+    """torchvision's STL10 layout: ROOT/stl10_binary/{train,test,unlabeled}_X.bin (uint8, N x 3 x 96
+    x 96, column-major images), {train,test}_y.bin (labels 1..10), class_names.txt, fold_indices.txt.
+    80 train+unlabeled images: SimCLR's 5% validation split must hold a whole batch of 4."""
+    import numpy as np
+
+    d = root / "stl10_binary"
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 40), ("test", 8), ("unlabeled", 40)):
+        rng.integers(0, 256, size=(n, 3, 96, 96), dtype=np.uint8).tofile(d / f"{split}_X.bin")
+        if split != "unlabeled":
+            (np.arange(n) % 10 + 1).astype(np.uint8).tofile(d / f"{split}_y.bin")
+    (d / "class_names.txt").write_text("\n".join(["airplane", "bird", "car", "cat", "deer", "dog", "horse",
+                                                  "monkey", "ship", "truck"]) + "\n")
+    (d / "fold_indices.txt").write_text("\n".join(" ".join(str(i) for i in range(k, n, 10)) for k in range(10)) + "\n")
+
+
+def sr_image_list(root: Path, n: int = 8, size: int = 128) -> None:
+    """a-PyTorch-Tutorial-to-Super-Resolution's layout after create_data_lists.py: ROOT/train_images.json
+    (a JSON list of image paths, here relative to the script's folder) and the images (>= 96 px)."""
+    paths = []
+    for i in range(n):
+        _image(root / "sr_images" / f"{i}.jpg", (size, size))
+        paths.append(f"sr_images/{i}.jpg")
+    (root / "train_images.json").write_text(__import__("json").dumps(paths))
+
+
+def enwik8_like(path: Path, n_train: int = 90_000_000, n_valid: int = 5_000_000, n_test: int = 400) -> None:
+    """former's experiments/generate.py reads the first 90M + 5M + 5M bytes of enwik8 (gzip) and
+    splits them at fixed offsets: a gzip of repeated text just past 95M bytes gives it a training
+    and validation part and a test part of N_TEST bytes (its final evaluation runs over all of it).
+    Highly repetitive, so the file is about 100 KB."""
+    import gzip
+
+    line = (" ".join(WORDS) + "\n").encode()
+    total = n_train + n_valid + n_test
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        block = line * (1_000_000 // len(line) + 1)
+        left = total
+        while left > 0:
+            chunk = block[:left]
+            f.write(chunk)
+            left -= len(chunk)
+
+
+def binarized_mnist(path: Path, n_train: int = 1000, n_valid: int = 500) -> None:
+    """pytorch-made's binarized_mnist.npz: float32 0/1 arrays train_data / valid_data / test_data (N x 784)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: (rng.random((n, 784)) < 0.15).astype(np.float32)
+              for k, n in (("train_data", n_train), ("valid_data", n_valid), ("test_data", n_valid))}
+    np.savez_compressed(path, **arrays)
+
+
+def _edit_config(path: Path, source: str, changes: dict, fmt: str) -> None:
+    """Copy the repository's own config (SOURCE, next to PATH) to PATH with CHANGES applied
+    ("a.b": value sets nested keys): small runs of config-driven scripts."""
+    import json
+
+    src = path.parent / source
+    if fmt == "json":
+        cfg = json.loads(src.read_text())
+    else:
+        import yaml
+
+        cfg = yaml.safe_load(src.read_text())
+    for key, value in changes.items():
+        node = cfg
+        *parents, last = key.split(".")
+        for k in parents:
+            node = node[k]
+        node[last] = value
+    path.write_text(json.dumps(cfg, indent=2) if fmt == "json" else __import__("yaml").safe_dump(cfg))
+
+
+def pytorch_template_config(path: Path) -> None:
+    """victoresque/pytorch-template: config.json with 1 epoch, small batches, no worker processes."""
+    _edit_config(path, "config.json", {"data_loader.args.batch_size": 32, "data_loader.args.num_workers": 0,
+                                       "trainer.epochs": 2, "trainer.save_period": 1}, "json")
+
+
+def simclr_config(path: Path) -> None:
+    """sthalles/SimCLR (2020): config.yaml read from the working directory, fp16 off as shipped."""
+    _edit_config(path, "config.yaml", {"batch_size": 4, "epochs": 1, "dataset.input_shape": "(32,32,3)",
+                                       "log_every_n_steps": 1}, "yaml")
+
+
+def simclr_config_fp16(path: Path) -> None:
+    """The same with fp16_precision on (apex amp O2 when apex is there)."""
+    _edit_config(path, "config.yaml", {"batch_size": 4, "epochs": 1, "dataset.input_shape": "(32,32,3)",
+                                       "log_every_n_steps": 1, "fp16_precision": True}, "yaml")
+
+
 def folder(path: Path) -> None:
     """An empty folder the script writes into (in the repository, git keeps no empty folder)."""
     path.mkdir(parents=True, exist_ok=True)
@@ -198,6 +297,13 @@ MAKERS = {
     "carvana": carvana,
     "facades": facades,
     "sine": sine,
+    "stl10": stl10,
+    "sr_image_list": sr_image_list,
+    "binarized_mnist": binarized_mnist,
+    "enwik8_like": enwik8_like,
+    "pytorch_template_config": pytorch_template_config,
+    "simclr_config": simclr_config,
+    "simclr_config_fp16": simclr_config_fp16,
 }
 
 

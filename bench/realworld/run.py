@@ -47,10 +47,16 @@ sys.path[1:1] = sorted(glob.glob(str(DEPS / "site*")))
 import fakedata  # noqa: E402
 
 # Packages the corpus imports besides torch/torchvision; installed with --setup into DEPS/site.
-CPU_PACKAGES = ["numpy", "pillow", "scipy", "matplotlib", "pandas", "tensorboard", "progress", "six",
-                "unidecode", "imageio", "seaborn", "pyyaml", "requests", "tqdm"]
+# pandas < 3: pytorch-template's MetricTracker writes through `df[col].values[:]` (read-only under
+# pandas 3's copy-on-write); gym 0.25: the last gym with the old reset()/step()/seed() API that the RL
+# entries call.
+CPU_PACKAGES = ["numpy", "pillow", "scipy", "matplotlib", "pandas<3", "tensorboard", "progress", "six",
+                "unidecode", "imageio", "seaborn", "pyyaml", "requests", "tqdm", "scikit-learn", "gym==0.25.2",
+                "sacred", "opencv-python-headless"]
 # Pure-Python ones that an offline GPU box may lack; carried by --export, put after site-packages.
-FALLBACK_PACKAGES = ["six", "unidecode", "progress", "imageio", "seaborn"]
+# (sacred runs without GitPython: it only records the repository state when git is importable.)
+FALLBACK_PACKAGES = ["six", "unidecode", "progress", "imageio", "seaborn", "gym==0.25.2", "gym_notices",
+                     "cloudpickle", "sacred", "docopt-ng", "jsonpickle", "munch", "wrapt", "py-cpuinfo", "colorama"]
 LOG_HEAD, LOG_TAIL = 40, 80
 
 
@@ -88,6 +94,40 @@ def install_cpu_torchvision(wheel: Path, dest: Path) -> None:
 def load_manifest(path: Path) -> tuple[dict, list[dict]]:
     data = tomllib.loads(path.read_text())
     return data.get("defaults", {}), data["entry"]
+
+
+HELDBACK = HERE / "heldback" / "manifest.toml"
+SPLITS = ("dev", "heldback")
+
+
+def load_entries(manifest: Path, split: str) -> list[dict]:
+    """The entries of SPLIT (dev, heldback or all), each with its split and its manifest's defaults.
+
+    dev: the main manifest's entries (less any marked `split = "heldback"`); heldback: those marked
+    so plus bench/realworld/heldback/manifest.toml when it exists (its fake-data makers load from
+    heldback/fakedata_*.py, see fakedata.py)."""
+    out = []
+    sources = [manifest] + ([HELDBACK] if HELDBACK.exists() and manifest.resolve() != HELDBACK.resolve() else [])
+    for src in sources:
+        defaults, entries = load_manifest(src)
+        for e in entries:
+            e = dict(e)
+            e.setdefault("split", "heldback" if src == HELDBACK else "dev")
+            if e["split"] not in SPLITS:
+                raise ValueError(f"{src}: entry {e['name']}: split must be one of {SPLITS}")
+            e["_defaults"] = defaults
+            e["_manifest"] = str(src)
+            out.append(e)
+    names = [e["name"] for e in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"duplicate entry names across the manifests: {', '.join(dup)}")
+    return [e for e in out if split == "all" or e["split"] == split]
+
+
+def setting(entry: dict, key: str, fallback):
+    """An entry's own value, else its manifest's [defaults], else FALLBACK."""
+    return entry.get(key, entry.get("_defaults", {}).get(key, fallback))
 
 
 def git_dir(mirrors: Path, repo: str) -> Path:
@@ -174,15 +214,15 @@ def verify_summary(out: str) -> str:
 
 # ----------------------------------------------------------------------------- one entry
 class Ctx:
-    def __init__(self, args, defaults):
+    def __init__(self, args):
         self.gpu = args.gpu
         self.mirrors = Path(args.mirrors)
         self.from_export = Path(args.from_export) if args.from_export else None
-        self.defaults = defaults
         self.keep = args.keep
         self._local = threading.local()  # entry_env is per entry, and --jobs runs entries in threads
         self.full = args.full
         self.convert_only = args.convert_only
+        self.original_only = args.original_only
         # verify's one-process baseline (its loss check compares against it): on by default with
         # --gpu/--full; off on the shared 2-core CPU machine, where it would double the run time.
         self.baseline = args.baseline if args.baseline is not None else (args.full or args.gpu)
@@ -232,6 +272,7 @@ def prepare(entry: dict, ctx: Ctx, base: Path) -> Path:
     pristine = base / "pristine"
     if ctx.from_export:
         shutil.copytree(ctx.from_export / entry["name"], pristine, symlinks=True)
+        unshare(pristine, ctx.from_export)
     else:
         extract(entry, ctx.mirrors, pristine / "src")
         (pristine / "home").mkdir(parents=True)
@@ -269,12 +310,185 @@ def convert(files: list[Path], cwd: Path, env: dict, given: list[Path] | None = 
     return res
 
 
+# ----------------------------------------------------------------------------- independent judgement
+# A line that reports training progress: one of these words and a number.
+PROGRESS = re.compile(r"(?i)\b(loss|losses|epoch|epochs|iter|iters|iteration|step|steps|batch|acc|accuracy|"
+                      r"reward|episode|train|training|prec@?\d?|top1|top5|psnr|lr)\b")
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def read_writes(wlog: Path, root: Path) -> list[dict]:
+    """The write log's records for files inside ROOT (the run's tree), script writes only."""
+    out = []
+    root = root.resolve()
+    for f in sorted(wlog.glob("writes-*.jsonl")):
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            path = Path(r["path"])
+            if path == Path(os.devnull) or "__pycache__" in path.parts:
+                continue
+            try:
+                r["rel"] = str(path.resolve().relative_to(root))
+            except (ValueError, OSError):
+                continue
+            out.append(r)
+    return out
+
+
+def rank_stdout(tlogs: Path, nproc: int) -> dict[int, list[str]]:
+    """Each local rank's stdout, from torchrun's --log-dir/--tee files."""
+    out: dict[int, list[str]] = {}
+    for r in range(nproc):
+        lines: list[str] = []
+        for f in sorted(tlogs.glob(f"**/attempt_*/{r}/stdout.log")):
+            lines += f.read_text(errors="replace").splitlines()
+        out[r] = lines
+    return out
+
+
+def progress_shapes(lines: list[str]) -> set[str]:
+    """Progress lines with their numbers blanked out (epoch 3 loss 0.41 -> epoch # loss #)."""
+    shapes = set()
+    for line in lines:
+        if NUMBER.search(line) and PROGRESS.search(line) and "Warning" not in line:
+            shapes.add(re.sub(r"\s+", " ", NUMBER.sub("#", line)).strip())
+    return shapes
+
+
+def norm_rel(rel: str) -> str:
+    """A saved file's place with its numbers blanked (epochs, steps, timestamps, run ids)."""
+    return re.sub(r"\d+", "#", rel)
+
+
+def load_signatures(tree_cwd: Path, env: dict, files: list[Path], out: Path) -> dict[str, dict]:
+    """rw_loadsig.py in a plain process (no torchrun variables, no process group)."""
+    if not files:
+        return {}
+    env = {k: v for k, v in env.items() if k not in ("RW_WRITE_LOG", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                      "MASTER_ADDR", "MASTER_PORT")}
+    r = run([sys.executable, str(SHIM / "rw_loadsig.py"), str(out), *map(str, files)], tree_cwd, env, 300)
+    try:
+        return json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {str(f): {"ok": False, "error": f"loader failed: {last_error(r['out'])}"} for f in files}
+
+
+def sig_diff(a, b, where: str = "") -> str:
+    """The first place where two signatures differ, in words ('' if equal)."""
+    if a == b:
+        return ""
+    if isinstance(a, list) and isinstance(b, list) and a and b and a[0] == b[0]:
+        if a[0] == "dict":
+            ka, kb = set(a[1]), set(b[1])
+            if ka != kb:
+                miss, extra = sorted(kb - ka)[:3], sorted(ka - kb)[:3]
+                return f"{where or 'top level'}: keys differ (output lacks {miss}, has extra {extra})"
+            for k in sorted(ka):
+                d = sig_diff(a[1][k], b[1][k], f"{where}[{k.split(':', 1)[1]!r}]")
+                if d:
+                    return d
+        if a[0] in ("module", "optimizer", "object") and len(a) == 3 and len(b) == 3:
+            if a[1] != b[1]:
+                return f"{where or 'top level'}: class {a[1]} (the original saved {b[1]})"
+            if isinstance(a[2], dict) and isinstance(b[2], dict) and a[0] == "module":
+                return sig_diff(["dict", a[2]], ["dict", b[2]], where + ".state_dict()")
+            return sig_diff(a[2], b[2], where)
+        if a[0] in ("list", "tuple") and len(a) == 2 and len(b) == 2:
+            if len(a[1]) != len(b[1]):
+                return f"{where or 'top level'}: {len(a[1])} items (the original saved {len(b[1])})"
+            for i, (x, y) in enumerate(zip(a[1], b[1])):
+                d = sig_diff(x, y, f"{where}[{i}]")
+                if d:
+                    return d
+    return f"{where or 'top level'}: {json.dumps(a)[:120]} (the original saved {json.dumps(b)[:120]})"
+
+
+def judge_run(entry: dict, smoke: bool, d: dict, orig: Path, owlog: Path, run_tree: Path, dwlog: Path,
+              tlogs: Path, nproc: int, base: Path, tree_env) -> dict:
+    """The harness's verdict on the output's torchrun run, from the outside: every rank exits 0
+    (a smoke entry: still running at its time limit), only rank 0 writes, no other rank prints a
+    progress line rank 0 prints, and every file it saved with torch.save loads in a plain process
+    and holds what the original's file holds (keys, types, tensor dtypes and shapes)."""
+    failures, lines, checks = [], [], {}
+
+    ran = (d["alive"] and smoke) or (d["rc"] == 0 and not d["alive"])
+    checks["exit"] = ran
+    if not ran:
+        failures.append("timed out (hang?)" if d["alive"] else f"exit {d['rc']}: {last_error(d['out'])}")
+
+    writes = read_writes(dwlog, run_tree)
+    others = sorted({f"rank {w['rank']}: {w['rel']}" for w in writes if w["rank"] not in ("0", "single")})
+    checks["rank0_writes"] = not others
+    lines.append("writes by rank: " + json.dumps({r: len({w['rel'] for w in writes if w['rank'] == r})
+                                                   for r in sorted({w['rank'] for w in writes})}))
+    if others:
+        failures.append(f"{len(others)} file(s) written by another rank than 0: {', '.join(others[:3])}")
+
+    outs = rank_stdout(tlogs, nproc)
+    shared = set()
+    shapes0 = progress_shapes(outs.get(0, []))
+    for r in range(1, nproc):
+        shared |= progress_shapes(outs.get(r, [])) & shapes0
+    checks["rank0_prints"] = not shared
+    lines.append(f"stdout lines per rank: {[len(outs.get(r, [])) for r in range(nproc)]}")
+    if shared:
+        failures.append(f"rank 1 prints rank 0's progress lines: {sorted(shared)[0][:100]!r}")
+
+    # files torch.save wrote: the output's (rank 0) and the original's, loaded without a group
+    def saved(wlog: Path, tree: Path, rank_ok) -> dict[str, Path]:
+        return {w["rel"]: tree / w["rel"] for w in read_writes(wlog, tree)
+                if w["kind"] == "torch.save" and rank_ok(w["rank"]) and (tree / w["rel"]).is_file()}
+
+    out_files = saved(dwlog, run_tree, lambda r: r == "0")
+    orig_files = saved(owlog, orig, lambda r: True)
+    (dcwd, denv), (ocwd, oenv) = tree_env(run_tree), tree_env(orig)
+    sig_out = load_signatures(dcwd, denv, list(out_files.values()), base / "sig-ddp.json")
+    sig_orig = load_signatures(ocwd, oenv, list(orig_files.values()), base / "sig-orig.json")
+    by_norm: dict[str, list[str]] = {}
+    for rel in orig_files:
+        by_norm.setdefault(norm_rel(rel), []).append(rel)
+    file_fail, notes = [], []
+    for rel, path in sorted(out_files.items()):
+        s = sig_out.get(str(path), {"ok": False, "error": "not loaded"})
+        if not s["ok"]:
+            msg = f"{rel} does not load without a process group: {s['error'][:160]}"
+            (notes if smoke else file_fail).append(msg + (" (smoke entry: killed mid-write?)" if smoke else ""))
+            continue
+        refs = by_norm.get(norm_rel(rel), [])
+        if not refs:
+            (notes if smoke else file_fail).append(f"{rel}: the original saved no such file")
+            continue
+        diffs = []
+        for ref in refs:
+            so = sig_orig.get(str(orig_files[ref]), {})
+            if not so.get("ok"):
+                continue
+            diffs.append(sig_diff(s["sig"], so["sig"]))
+        if diffs and all(diffs):
+            file_fail.append(f"{rel}: {diffs[0]}")
+        elif not diffs:
+            notes.append(f"{rel}: the original's file does not load here either")
+    out_norm = {norm_rel(rel) for rel in out_files}
+    for n, rels in sorted(by_norm.items()):
+        if n not in out_norm:
+            (notes if smoke else file_fail).append(f"the output never saved {rels[0]} (the original did)")
+    checks["saved_files"] = {"output": len(out_files), "original": len(orig_files), "ok": not file_fail}
+    lines.append(f"torch.save files: output {sorted(out_files)[:8]}, original {sorted(orig_files)[:8]}")
+    lines += [f"file: {m}" for m in file_fail] + [f"note: {m}" for m in notes]
+    failures += file_fail
+    lines.append("verdict: " + ("pass" if not failures else "FAIL: " + "; ".join(failures)))
+    return {"ok": not failures, "failures": failures, "lines": lines, "checks": checks}
+
+
 def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
     rec = {"name": entry["name"], "repo": entry["repo"], "path": entry["path"], "kind": entry["kind"],
            "mode": "gpu" if ctx.gpu else "cpu"}
-    timeout = float(entry.get("timeout", ctx.defaults.get("timeout", 180)))
+    timeout = float(setting(entry, "timeout", 180))
     smoke = bool(entry.get("smoke"))
-    args = [*entry.get("args", []), *([] if ctx.gpu else entry.get("cpu_args", []))]
+    args = [*entry.get("args", []), *(entry.get("gpu_args", []) if ctx.gpu else entry.get("cpu_args", []))]
     conv_rel = entry.get("convert", [entry["path"]])
     cmd_rel = conv_rel  # what ddpify is given; conv_rel: the files it may change
     if entry.get("project"):
@@ -282,7 +496,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         cmd_rel = [entry["path"]]
         conv_rel = None
     script = entry["path"].split("/")[-1]
-    smoke_secs = float(entry.get("smoke_secs", ctx.defaults.get("smoke_secs", 45)))
+    smoke_secs = float(setting(entry, "smoke_secs", 45))
 
     def section(title: str, res: dict | None = None, text: str = "") -> None:
         log.append(f"\n===== {title}")
@@ -313,6 +527,15 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
             except SyntaxError as e:
                 rec.update(outcome="harness-error", cause=f"original is not valid Python 3: {p}:{e.lineno} {e.msg}")
                 return rec
+
+        if ctx.original_only:  # checking a new entry's fake data and arguments
+            o = run([sys.executable, script, *args], *tree_env(clone(pristine, base / "orig")),
+                    smoke_secs if smoke else timeout)
+            section("original (1 process)", o)
+            ok = (o["alive"] and smoke) or (o["rc"] == 0 and not o["alive"])
+            rec.update(outcome="original-runs" if ok else "harness-error",
+                       cause=f"{o['secs']} s" if ok else ("timed out" if o["alive"] else last_error(o["out"])))
+            return rec
 
         # 1. convert. ddpify follows the entry's local imports, so any .py file of the tree may
         # change: every changed one goes into the runs below, not only the entry.
@@ -382,7 +605,7 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         nproc = 2
         ver = fresh_output(pristine, conv, conv_rel, base / "ver")
         vcwd, venv = tree_env(ver)
-        steps = int(entry.get("verify_steps", ctx.defaults.get("verify_steps", 20)))
+        steps = int(setting(entry, "verify_steps", 20))
         vjson = base / "verify.json"
         v = run([sys.executable, "-m", "ddpify", "verify", "--no-convert", "--nproc", str(nproc),
                  "--steps", str(steps), "--timeout", str(int(timeout)), "--json", str(vjson),
@@ -390,41 +613,57 @@ def run_entry(entry: dict, ctx: Ctx, log: list[str]) -> dict:
         section("ddpify verify --no-convert (output)", v)
         rec["verify"] = {"rc": v["rc"], "alive": v["alive"], "secs": v["secs"]}
         ver_ok = v["rc"] == 0 and not v["alive"]
+        rec["verify_verdict"] = "pass" if ver_ok else "fail"
+        rec["verify_cause"] = "" if ver_ok else ("timed out" if v["alive"] else verify_summary(v["out"]))
 
-        # 4. the original, one process: always with --full, else only to tell a harness error
-        # (the original fails here too) from a wrong output when verify failed.
-        if ctx.full or not ver_ok:
-            orig = clone(pristine, base / "orig")
-            ocwd, oenv = tree_env(orig)
-            o = run([sys.executable, script, *args], ocwd, oenv, smoke_secs if smoke else timeout)
-            section("original (1 process)", o)
-            rec["orig"] = {"rc": o["rc"], "alive": o["alive"], "secs": o["secs"]}
-            if not ((o["alive"] and smoke) or (o["rc"] == 0 and not o["alive"])):
-                why = "timed out" if o["alive"] else last_error(o["out"])
-                rec.update(outcome="harness-error", cause=f"original fails here: {why}")
-                return rec
+        # 4. the original, one process, to its end, with the write log: whether it runs here at
+        # all (else a harness error), and what it saves (the reference for the files below).
+        orig = clone(pristine, base / "orig")
+        ocwd, oenv = tree_env(orig)
+        owlog = base / "wlog-orig"
+        owlog.mkdir()
+        o = run([sys.executable, script, *args], ocwd, {**oenv, "RW_WRITE_LOG": str(owlog)},
+                smoke_secs if smoke else timeout)
+        section("original (1 process, write log)", o)
+        rec["orig"] = {"rc": o["rc"], "alive": o["alive"], "secs": o["secs"]}
+        if not ((o["alive"] and smoke) or (o["rc"] == 0 and not o["alive"])):
+            why = "timed out" if o["alive"] else last_error(o["out"])
+            rec.update(outcome="harness-error", cause=f"original fails here: {why}")
+            rec.pop("verify_verdict", None)
+            return rec
 
-        # 5. --full: the whole small run of the output under torchrun, not stopped at --steps
-        ddp_ok = True
-        if ctx.full:
-            run_tree = fresh_output(pristine, conv, conv_rel, base / "ddp")
-            dcwd, denv = tree_env(run_tree)
-            d = run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                     "--max-restarts=0", script, *args], dcwd, denv, (smoke_secs if smoke else timeout) + 60)
-            section(f"output under torchrun ({nproc} processes)", d)
-            rec["ddp"] = {"rc": d["rc"], "alive": d["alive"], "secs": d["secs"]}
-            ddp_ok = (d["alive"] and smoke) or (d["rc"] == 0 and not d["alive"])
+        # 5. the harness's own judgement, independent of verify: the whole small run of the
+        # output under torchrun (not stopped at --steps), every rank's writes and stdout logged,
+        # then every file it saved loaded in a plain process and compared with the original's.
+        run_tree = fresh_output(pristine, conv, conv_rel, base / "ddp")
+        dcwd, denv = tree_env(run_tree)
+        dwlog, tlogs = base / "wlog-ddp", base / "torchrun-logs"
+        dwlog.mkdir()
+        d = run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                 "--max-restarts=0", "--log-dir", str(tlogs), "--tee", "3", script, *args], dcwd,
+                {**denv, "RW_WRITE_LOG": str(dwlog)}, (smoke_secs if smoke else timeout) + 60)
+        section(f"output under torchrun ({nproc} processes, write log)", d)
+        rec["ddp"] = {"rc": d["rc"], "alive": d["alive"], "secs": d["secs"]}
+        judge = judge_run(entry, smoke, d, orig, owlog, run_tree, dwlog, tlogs, nproc, base, tree_env)
+        rec["harness_checks"] = judge["checks"]
+        section("harness judgement", text="\n".join(judge["lines"]))
+        rec["harness_verdict"] = "pass" if judge["ok"] else "fail"
+        rec["harness_cause"] = "; ".join(judge["failures"])[:400]
+        rec["disagree"] = ver_ok != judge["ok"]
 
         if not rec["idempotent"]:
             rec.update(outcome="wrong", cause="not idempotent (second conversion changes the output)")
-        elif not ver_ok:
-            why = "timed out" if v["alive"] else verify_summary(v["out"])
-            rec.update(outcome="wrong", cause=f"verify fails: {why}")
-        elif not ddp_ok:
-            why = "timed out (hang?)" if d["alive"] else last_error(d["out"])
-            rec.update(outcome="wrong", cause=f"output fails under torchrun: {why}")
-        else:
+        elif ver_ok and judge["ok"]:
             rec.update(outcome="correct", cause="")
+        else:
+            parts = []
+            if not ver_ok:
+                parts.append(f"verify fails: {rec['verify_cause']}")
+            if not judge["ok"]:
+                parts.append(f"harness: {rec['harness_cause']}")
+            if rec["disagree"]:
+                parts.insert(0, "DISAGREE (verify " + rec["verify_verdict"] + ", harness " + rec["harness_verdict"] + ")")
+            rec.update(outcome="wrong", cause="; ".join(parts)[:500])
         if ctx.keep:
             keep = Path(ctx.keep) / entry["name"]
             shutil.rmtree(keep, ignore_errors=True)
@@ -447,28 +686,94 @@ def export(entries: list[dict], ctx: Ctx, dest: Path) -> None:
     if (DEPS / "fallback").is_dir():
         shutil.rmtree(dest / "_fallback", ignore_errors=True)
         shutil.copytree(DEPS / "fallback", dest / "_fallback")
+    share_duplicates(dest)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"{dest}: {size / 2**20:.1f} MiB")
 
 
+SHARED, SHARED_SUFFIX = "_shared", ".rwshared"
+
+
+def share_duplicates(dest: Path, min_size: int = 64 * 1024) -> None:
+    """Store each large file that several entries hold (the same fake MNIST/CIFAR files, the same
+    sources) once under DEST/_shared/<sha256>; each place keeps a small NAME.rwshared note naming
+    it, which prepare() turns back into the file. Keeps the export small enough to carry."""
+    by_sha: dict[str, list[Path]] = {}
+    for f in sorted(dest.rglob("*")):
+        if f.is_file() and not f.is_symlink() and f.stat().st_size >= min_size and SHARED not in f.parts \
+                and "_fallback" not in f.relative_to(dest).parts[:1]:
+            by_sha.setdefault(hashlib.sha256(f.read_bytes()).hexdigest(), []).append(f)
+    shared = dest / SHARED
+    for digest, files in by_sha.items():
+        if len(files) < 2:
+            continue
+        shared.mkdir(exist_ok=True)
+        if not (shared / digest).exists():
+            shutil.copy2(files[0], shared / digest)
+        for f in files:
+            f.unlink()
+            f.with_name(f.name + SHARED_SUFFIX).write_text(digest + "\n")
+
+
+def unshare(tree: Path, export_root: Path) -> None:
+    """Put the shared files of an exported entry back in place (see share_duplicates)."""
+    for note in sorted(tree.rglob("*" + SHARED_SUFFIX)):
+        digest = note.read_text().strip()
+        shutil.copy2(export_root / SHARED / digest, note.with_name(note.name[: -len(SHARED_SUFFIX)]))
+        note.unlink()
+
+
+SUMMARY_KINDS = ("correct", "refused", "wrong", "harness-error", "gpu-only")
+
+
+def split_summary(results: dict, entries: list[dict]) -> str:
+    """Per split: single-GPU entries correct / refused / wrong / harness-error (/ gpu-only on the
+    CPU), distributed entries left untouched, and the entries where verify and the harness's
+    own judgement disagree."""
+    rows = ["| split | single-GPU entries | correct | refused | wrong | harness-error | gpu-only | "
+            "distributed untouched | verify/harness disagree |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for split in SPLITS:
+        mine = [results[e["name"]] for e in entries if e["split"] == split and e["name"] in results]
+        if not mine:
+            continue
+        single = [r for r in mine if r["kind"] != "distributed"]
+        dist = [r for r in mine if r["kind"] == "distributed"]
+        n = {k: sum(r["outcome"] == k for r in single) for k in SUMMARY_KINDS}
+        runs = len(single) - n["harness-error"] - n["gpu-only"]
+        pct = f" ({100 * n['correct'] / runs:.1f}% of {runs} that run here)" if runs else ""
+        disagree = sorted(r["name"] for r in single if r.get("disagree"))
+        rows.append(f"| {split} | {len(single)} | **{n['correct']}**{pct} | {n['refused']} | **{n['wrong']}** | "
+                    f"{n['harness-error']} | {n['gpu-only']} | "
+                    f"{sum(r['outcome'] == 'untouched' for r in dist)} / {len(dist)} | "
+                    f"{len(disagree)}{': ' + ', '.join(disagree) if disagree else ''} |")
+    return "\n".join(rows) + "\n"
+
+
 def table(results: dict, entries: list[dict]) -> str:
-    order = [e["name"] for e in entries]
-    rows = ["| entry | repo | kind | outcome | cause |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| entry | split | repo | kind | outcome | verify | harness | cause |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     counts: dict[str, int] = {}
-    for name in order:
-        r = results.get(name)
+    for e in entries:
+        r = results.get(e["name"])
         if not r:
             continue
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
         cause = r.get("cause", "").replace("|", "\\|")
-        rows.append(f"| {name} | {r['repo']} | {r['kind']} | **{r['outcome']}** | {cause} |")
+        flag = " **DISAGREE**" if r.get("disagree") else ""
+        rows.append(f"| {e['name']} | {e['split']} | {r['repo']} | {r['kind']} | **{r['outcome']}** | "
+                    f"{r.get('verify_verdict', '')} | {r.get('harness_verdict', '')}{flag} | {cause} |")
     total = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return "\n".join(rows) + f"\n\nTotals ({sum(counts.values())} entries): {total}\n"
+    return (split_summary(results, entries) + "\n" + "\n".join(rows)
+            + f"\n\nTotals ({sum(counts.values())} entries): {total}\n")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated entry names")
+    ap.add_argument("--split", choices=["dev", "heldback", "all"], default="dev",
+                    help="dev: the development split (manifest.toml); heldback: the held-back split "
+                         "(heldback/manifest.toml and entries marked split = \"heldback\"); all: both")
     ap.add_argument("--gpu", action="store_true", help="NCCL on 2 GPUs; native torchvision, gpu_only entries run")
     ap.add_argument("--shard", help="I/N: every N-th entry from the I-th (to split a run over several sessions)")
     ap.add_argument("--jobs", type=int, default=1,
@@ -482,14 +787,16 @@ def main() -> int:
     ap.add_argument("--results", default=str(HERE / "results.json"))
     ap.add_argument("--logs", default=str(HERE / "logs"))
     ap.add_argument("--full", action="store_true",
-                    help="also run the original and the whole small run of the output under torchrun "
-                         "(else the original runs only when verify fails, to tell a harness error)")
+                    help="let verify run its one-process baseline too (the original and the output's whole "
+                         "run under torchrun are always run for a converted entry: the harness's own judgement)")
     ap.add_argument("--diffs", default=str(ROOT / ".realworld_out" / "diffs"),
                     help="write each conversion's diff here (not committed: it quotes the sources)")
     ap.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
                     help="let verify run its one-process baseline (default: with --gpu or --full)")
     ap.add_argument("--convert-only", action="store_true",
                     help="stop after converting (exit code, blocking findings, compiles, idempotent)")
+    ap.add_argument("--original-only", action="store_true",
+                    help="only run each original as one process (to check a new entry's fake data and arguments)")
     ap.add_argument("--keep", help="copy each entry's run folders here (debugging)")
     ap.add_argument("--table", action="store_true", help="print the results table (markdown) and stop")
     args = ap.parse_args()
@@ -499,14 +806,13 @@ def main() -> int:
     if args.setup:
         setup()
         return 0
-    defaults, entries = load_manifest(Path(args.manifest))
-    names = [e["name"] for e in entries]
-    assert len(set(names)) == len(names), "duplicate entry names"
+    all_entries = load_entries(Path(args.manifest), "all")
+    entries = [e for e in all_entries if args.split == "all" or e["split"] == args.split]
     if args.only:
         want = args.only.split(",")
-        unknown = set(want) - set(names)
+        unknown = set(want) - {e["name"] for e in entries}
         if unknown:
-            ap.error(f"unknown entries: {', '.join(sorted(unknown))}")
+            ap.error(f"unknown entries in split {args.split}: {', '.join(sorted(unknown))}")
         entries = [e for e in entries if e["name"] in want]
     if args.shard:
         i, n = (int(x) for x in args.shard.split("/"))
@@ -514,9 +820,9 @@ def main() -> int:
     results_path = Path(args.results)
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     if args.table:
-        print(table(results, load_manifest(Path(args.manifest))[1]))
+        print(table(results, [e for e in all_entries if args.split == "all" or e["split"] == args.split]))
         return 0
-    ctx = Ctx(args, defaults)
+    ctx = Ctx(args)
     if args.export:
         export(entries, ctx, Path(args.export))
         return 0
@@ -534,11 +840,13 @@ def main() -> int:
         except Exception as exc:  # a harness bug must not stop the corpus
             rec = {"name": e["name"], "repo": e["repo"], "path": e["path"], "kind": e["kind"],
                    "outcome": "harness-error", "cause": f"harness: {type(exc).__name__}: {exc}"[:200]}
+        rec["split"] = e["split"]
         rec["secs"] = round(time.monotonic() - start, 1)
         rec["ddpify_rev"] = rev
         return rec, log
 
     # Entries run in threads (each waits on its subprocesses); results are written by this thread only.
+    disagreements = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(one, e) for e in entries]
         for fut in concurrent.futures.as_completed(futures):
@@ -548,6 +856,14 @@ def main() -> int:
             results[rec["name"]] = rec
             results_path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
             print(f"{rec['name']:32s} {rec['outcome']:13s} {rec['secs']:6.1f}s  {rec.get('cause', '')}", flush=True)
+            if rec.get("disagree"):
+                disagreements.append(rec)
+    for rec in disagreements:
+        print(f"DISAGREE {rec['name']}: verify {rec['verify_verdict']} ({rec.get('verify_cause') or 'ok'}), "
+              f"harness {rec['harness_verdict']} ({rec.get('harness_cause') or 'ok'})", flush=True)
+    if disagreements:
+        print(f"{len(disagreements)} entries where verify and the harness disagree: each is a verify bug "
+              "(or a harness bug) to look at", flush=True)
     return 0
 
 
