@@ -132,6 +132,12 @@ class Applier(cst.CSTTransformer):
         body = self._rebuild(original_node.body, updated_node.body)
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]
+        elif original_node.body and not _leading(original_node.body[0]):
+            # a removed first statement leaves no blank line at the top of the block
+            lead = list(_leading(body[0]))
+            while lead and lead[0].comment is None:
+                lead.pop(0)
+            body = [_with_leading(body[0], lead), *body[1:]]
         return updated_node.with_changes(body=body)
 
     def leave_Module(self, original_node, updated_node):

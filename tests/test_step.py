@@ -226,7 +226,7 @@ def test_rank_shard_gives_every_rank_the_same_count_of_distinct_items():
 
 
 def test_rank_shard_splits_workers_too():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
     per_rank = []

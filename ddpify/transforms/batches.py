@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import code, dotted
+from ddpify.analysis import dotted
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 

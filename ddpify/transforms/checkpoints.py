@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis import call_args, dotted
+from ddpify.analysis import call_args
 from ddpify.analysis.writes import same_file
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.rules import declare

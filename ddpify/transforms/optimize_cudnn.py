@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import call_args, dotted
+from ddpify.analysis import call_args
 from ddpify.analysis.model_code import convolutions
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms.optimize_common import before_wrap, code_of, wrapped_models

@@ -9,7 +9,6 @@ epoch are other draws (verify --optimize's loss comparison allows for that)."""
 from __future__ import annotations
 
 import libcst as cst
-import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
