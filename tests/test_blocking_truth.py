@@ -18,6 +18,7 @@ from conftest import ROOT, fixture_options, free_port
 from ddpify import Options, convert_source
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.runs  # every test here runs scripts
 
 FIX = ROOT / "fixtures"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,12 @@ def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
     skip_apex(fixture_dir)
     if fixture_dir.parent.name == "rules":
         pytest.skip("a rule's example runs as two ranks (below); the whole-script fixtures cover `python train.py`")
+    out = (fixture_dir / "expected.py").read_text()
+    own_setup = "ddp_setup()" not in out or 'LOCAL_DEVICE = torch.device("cpu")' in out  # legacy, CPU program
+    if not own_setup and zlib.crc32(fixture_dir.name.encode()) % 3:
+        # the generated set-up's one-process path is the same text in every output: one fixture
+        # in three runs it (a fixed choice by name), every output with a set-up of its own does
+        pytest.skip("plain-python run sampled: one in three fixtures with the common set-up")
     run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path)
     check_trained(run.returncode, run.stdout, run.stderr)
 

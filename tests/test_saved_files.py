@@ -17,6 +17,7 @@ import pytest
 from conftest import FIXTURES, PROJECTS, fixture_args, fixture_options, free_port, is_refused, needs_apex, needs_cuda, project_entry
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.runs  # every test here runs scripts
 
 # One plain process loads every file: classes defined in a script's __main__ are not importable
 # there, so they load as stand-in modules (their state dicts are still compared); classes of a
@@ -93,7 +94,8 @@ def _saves_objects(text: str) -> bool:
 _CANDIDATES = [d for d in FIXTURES if d.parent.name == "fixtures" and not is_refused(d) and not needs_cuda(d)
                and not needs_apex(d / "input.py") and fixture_options(d).get("amp") != "apex" and _saves([(d / "input.py").read_text()])]
 # every fixture that saves objects, and one in four of those that save bare state dicts (the suite's time)
-SINGLE = [d for i, d in enumerate(_CANDIDATES) if _saves_objects((d / "input.py").read_text()) or i % 4 == 0]
+# the identity fixtures (240-259: one model, two names) all run
+SINGLE = [d for i, d in enumerate(_CANDIDATES) if _saves_objects((d / "input.py").read_text()) or i % 4 == 0 or d.name[:2] in ("24", "25")]
 PROJ = [d for d in PROJECTS if not is_refused(d) and not any(needs_apex(p) for p in (d / "input").rglob("*.py"))
         and _saves([p.read_text() for p in (d / "input").rglob("*.py")])]
 

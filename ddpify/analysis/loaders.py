@@ -331,6 +331,12 @@ class LoadersMixin:
         out: list[tuple[str, cst.FunctionDef | None]] = []
         for call in self.callers(fn):
             asg = self.parent.get(call)
+            if isinstance(asg, cst.Arg) and idx is None:
+                # Solver(get_loader(...), ...): the parameter the returned value binds
+                bound = self._parameter_bound(asg)
+                if bound is not None:
+                    out.append(bound)
+                continue
             if not isinstance(asg, cst.Assign) or len(asg.targets) != 1:
                 continue
             target = asg.targets[0].target
@@ -343,6 +349,28 @@ class LoadersMixin:
             if t:
                 out.append((t, self.function_of(call)))
         return out
+
+    def _parameter_bound(self, arg: cst.Arg) -> tuple[str, cst.FunctionDef] | None:
+        """(parameter, function) that an argument binds in a call of the program's own function
+        or class (its __init__), or None."""
+        call = self.parent.get(arg)
+        if not isinstance(call, cst.Call) or arg.star:
+            return None
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        fn = None
+        if name in self.classes:
+            fn = next((f for f in self.classes[name].body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+        elif name in self.functions and len(self.functions[name]) == 1:
+            fn = self.functions[name][0]
+        if fn is None:
+            return None
+        params = [p.name.value for p in fn.params.params]
+        if params and params[0] in ("self", "cls") and name in self.classes:
+            params = params[1:]
+        if arg.keyword is not None:
+            return (arg.keyword.value, fn) if arg.keyword.value in params else None
+        pos = [x for x in call.args if x.keyword is None and not x.star].index(arg)
+        return (params[pos], fn) if pos < len(params) else None
 
     def _loader_role(self, ld: Loader, all_loaders: list[Loader]) -> str:
         names = [ld.target or "", dotted(ld.dataset) or "" if ld.dataset is not None else ""]
@@ -466,10 +494,16 @@ class LoadersMixin:
                     bound.setdefault(None if target.startswith("self.") else fn, set()).add(target)  # type: ignore[arg-type]
         # self.loader = loader in a method: the class's methods reach it as self.loader
         for asg in self.assigns:
-            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.value, cst.Name):
-                fn = self.function_of(asg)
-                attr = dotted(asg.targets[0].target)
-                if fn is not None and attr and attr.startswith("self.") and asg.value.value in bound.get(fn, set()):
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1:
+                continue
+            target, value = asg.targets[0].target, asg.value
+            pairs = [(target, value)]
+            if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]  # self.a, self.b = a, b
+            fn = self.function_of(asg)
+            for t, v in pairs:
+                attr = dotted(t)
+                if isinstance(v, cst.Name) and fn is not None and attr and attr.startswith("self.") and v.value in bound.get(fn, set()):
                     bound.setdefault(None, set()).add(attr)  # type: ignore[arg-type]
         sites: list[tuple[cst.CSTNode, str]] = []
         for loop in self.fors:

@@ -10,6 +10,9 @@ import ddpify.match as m
 from ddpify.analysis.tree import _in_orelse, call_args, dotted
 
 
+# The methods a DataLoader calls per sample or per pass, maybe in a worker process.
+PER_ITEM = ("__getitem__", "__iter__", "__next__", "__len__", "__getitems__")
+
 class LoopsMixin:
     def enclosing_loop(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """Nearest loop around node within its own function."""
@@ -40,11 +43,14 @@ class LoopsMixin:
         if fn.name.value == "__init__" and cls is not None:  # Trainer(...) runs Trainer.__init__
             return [c for c in self.calls if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value]
         out = []
+        module_class = cls is not None and any("Module" in (dotted(b.value) or "") for b in cls.bases)
         for call in self.calls:
             name = dotted(call.func)
             if name and name.rsplit(".", 1)[-1] == fn.name.value:
                 if "." in name and not name.startswith(("self.", "cls.")) and self.class_of(fn) is None and not self._local_module(name):
                     continue
+                if cls is not None and not module_class and isinstance(call.func, cst.Attribute) and self.is_model_ref(call.func.value):
+                    continue  # self.unet.train(True) is nn.Module.train, not a Solver's train()
                 out.append(call)
         if self.class_of(fn) is None and self.function_of(fn) is None:
             # getattr(datasets, args.dataset)(...) / eval("datasets." + name)(...) may call any
@@ -75,7 +81,7 @@ class LoopsMixin:
         i = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0)
         return pos[i].value if 0 <= i < len(pos) else None
 
-    def runs_per_item(self, node: cst.CSTNode) -> bool:
+    def runs_per_item(self, node: cst.CSTNode, init_once: bool = False) -> bool:
         """node's function may run a different number of times on each rank, or in another
         process: a Dataset's method (per sample, maybe in a DataLoader worker), a function handed
         over as a value (Pool.map, functools.partial, a callback), or a function called from
@@ -88,12 +94,20 @@ class LoopsMixin:
                 continue
             seen.add(id(fn))
             cls = self.class_of(fn)
-            if cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in ("__getitem__", "__iter__") for s in cls.body.body):
-                return True
+            if cls is not None and any(isinstance(s, cst.FunctionDef) and s.name.value in PER_ITEM for s in cls.body.body):
+                # a Dataset: its item methods run per sample (maybe in a worker); with init_once
+                # its constructor (and what only it calls) runs where the data set is built
+                if not init_once or fn.name.value in PER_ITEM or fn.name.value != "__init__" and not self._only_from_init(fn, cls):
+                    return True
             if self._passed_as_value(fn):
                 return True
             work.extend(self.function_of(c) for c in self.callers(fn))
         return False
+
+    def _only_from_init(self, fn: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        """fn is called, through `self.`, only from its class's __init__ (a Dataset's download())."""
+        calls = [c for c in self.calls if (dotted(c.func) or "") == f"self.{fn.name.value}"]
+        return bool(calls) and all(self.class_of(c) is cls and (g := self.function_of(c)) is not None and g.name.value == "__init__" for c in calls)
 
     def _passed_as_value(self, fn: cst.FunctionDef) -> bool:
         name = fn.name.value

@@ -185,8 +185,8 @@ def _candidate(ctx: Context, stmt: cst.CSTNode, found: list, what: str) -> None:
         return
     if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) or a.enclosing_loop(stmt) is not None:
         return
-    if a.runs_per_item(stmt):
-        return  # per sample or in a worker process (a Dataset's method, Pool.map): no barrier there
+    if a.runs_per_item(stmt, init_once=True):
+        return  # per sample or in a worker process (a Dataset's item methods, Pool.map): no barrier there
     if a.runs_collective(stmt) or a.runs_model(stmt):
         return
     body = list(a.block(stmt).body)

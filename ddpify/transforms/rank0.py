@@ -375,9 +375,17 @@ class Rank0Transform(Transform):
 
     def _quiet_bar(self, ctx: Context, call: cst.Call) -> None:
         _, kw = call_args(call)
+        stars = [x for x in call.args if x.star == "**"]
         if "disable" in kw:
             old = code(kw["disable"].value)
-            ctx.edits.replace(kw["disable"].value, ctx.expr(f"({old}) or RANK != 0"))
+            old = old if isinstance(kw["disable"].value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({old})"
+            ctx.edits.replace(kw["disable"].value, ctx.expr(f"{old} or RANK != 0"))
+        elif stars:
+            # **opts may hold disable= itself: a second keyword would be a TypeError
+            last = stars[-1]
+            opts = code(last.value)
+            merged = ctx.expr(f'{{**{opts}, "disable": {opts}.get("disable", False) or RANK != 0}}')
+            ctx.edits.replace(last.value, merged)
         else:
             ctx.edits.replace(call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0")))
         ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)

@@ -170,12 +170,12 @@ class SamplerTransform(Transform):
             ctx.edits.after[home].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
             ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
             return
-        if not ld.target:
+        returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
+        if not ld.target and not returned:
             ctx.finding(ld.call, "DDP027", "this loader has no name (it is built where it is used), so no statement can reach its sampler before a pass: "
                         "bind it first (`loader = DataLoader(...)`) and call loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
             return
         before = len(done)
-        returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
         sites = [] if returned else a.loader_iteration_sites(ld.target, ld.scope or a.function_of(home))
         for name, caller in returned:
             sites += a.loader_iteration_sites(name, caller)
@@ -192,7 +192,8 @@ class SamplerTransform(Transform):
                     sites += a.loader_iteration_sites(name, caller, element=idx)
         self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
         if len(done) == before and not sites:
-            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{ld.target}`: call {ld.target}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
+            what = ld.target or "loader"
+            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
 
     @staticmethod
     def _returned(a, ld: Loader):

@@ -152,6 +152,10 @@ class WrappingTransform(Transform):
                 continue
             if a.pos[attr].start.line <= a.pos[call].start.line or (a.function_of(attr) is not fn and "." not in name and a.function_of(attr) is not None and a._is_local(a.function_of(attr), name)):
                 continue
+            done = ctx.__dict__.setdefault("_dp_module_attrs", set())
+            if id(attr) in done:
+                continue  # several DataParallel(...) calls of one model: one edit per attribute
+            done.add(id(attr))
             ctx.edits.replace(attr, lambda n: n.value)
             ctx.finding(attr, "DDP031", f"{name}.module was DataParallel's: without DataParallel it is {name} itself", True)
 
@@ -267,7 +271,17 @@ class WrappingTransform(Transform):
         outside = self._outside_reads(ctx, name, r)
         # a parameter read outside forward on the way to the loss gets its gradient there
         used = {"self." + (dotted(node) or "")[len(dotted(ref) or "") + 1 :].split(".")[0] for node, ref, _ in outside}
-        unused = gradients.unused_parameters(a, build, (["forward"] if plain or not methods else []) + methods, used)
+        entries = (["forward"] if plain or not methods else []) + methods
+        unused = gradients.unused_parameters(a, build, entries, used)
+        if not unused and len(entries) > 1:
+            # each kind of training forward has its own backward (TD3's critic: forward() for
+            # its loss, Q1() in the actor's): parameters one of them never reaches get no
+            # gradient in that backward
+            for e in entries:
+                per = gradients.unused_parameters(a, build, [e], used)
+                if per:
+                    unused = [per[0].replace(" in forward", f" in .{e}()") + ", which runs in a backward of its own"]
+                    break
         dropped = gradients.discarded_outputs(a, name)
         if dropped:
             unused.append(f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)")
@@ -534,6 +548,8 @@ class WrappingTransform(Transform):
             f = c.func
             if isinstance(f, cst.Attribute) and f.attr.value in PLACEMENT_METHODS and dotted(f.value) in names:
                 return True
+            if isinstance(f, cst.Attribute) and f.attr.value in PLACEMENT_METHODS and isinstance(f.value, cst.Call) and any(dotted(x.value) in names for x in f.value.args):
+                return True  # nn.DataParallel(model).cuda() moves the model it holds
             if a.is_call(c, "torch.set_default_device") or a.is_call(c, "torch.device") and isinstance(a.parent.get(a.parent.get(c)), cst.WithItem):
                 return True
         for node in origins:
@@ -600,6 +616,12 @@ def _origins(a, name: str, bind) -> list[cst.CSTNode]:
 
 def _build(a, name: str, bind) -> cst.CSTNode:
     """The node that builds the model (its class's constructor call in it), for reading its class."""
+    stmt = bind.body[0] if isinstance(bind, cst.SimpleStatementLine) and len(bind.body) == 1 else bind
+    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Tuple) and isinstance(stmt.value, cst.Tuple):
+        # `actor, critic = Actor(), Critic()`: the element that builds this one
+        names = [dotted(el.value) for el in stmt.targets[0].target.elements]
+        if name in names and len(names) == len(stmt.value.elements):
+            bind = stmt.value.elements[names.index(name)].value
     for node in _origins(a, name, bind):
         calls = a.findall(node, m.Call()) + ([node] if isinstance(node, cst.Call) else [])
         if any((dotted(c.func) or "").rsplit(".", 1)[-1] in a.classes or a.call_qualname(c).startswith("torch.nn.") for c in calls):
