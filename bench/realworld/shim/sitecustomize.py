@@ -13,7 +13,7 @@
 - torchvision 0.15 removed make_grid/save_image's `range=` (renamed value_range in 0.10), which
   older scripts (pytorch-vqvae) still pass: accepted again as value_range.
 - numpy 2 removed APIs that older corpus code still calls: `np.fromstring` on bytes (binary mode,
-  now frombuffer) and `np.bool8` (gym 0.25's env checker); both are given back.
+  now frombuffer), `np.bool8` (gym 0.25's env checker), `np.Inf` and `np.product`; all are given back.
 - RW_WRITE_LOG: the per-process write log of shim/rw_recorder.py (the harness's own judgement of
   "only rank 0 writes" and of the files torch.save wrote).
 """
@@ -101,6 +101,10 @@ def _old_tsne(mod):
 def _old_numpy(mod):
     if not hasattr(mod, "bool8"):
         mod.bool8 = mod.bool_
+    if not hasattr(mod, "Inf"):  # held-back split: EarlyStopping's np.Inf, encoders' np.product
+        mod.Inf = mod.inf
+    if not hasattr(mod, "product"):
+        mod.product = mod.prod
     orig = mod.fromstring
 
     def fromstring(string, dtype=float, count=-1, *, sep="", like=None):
