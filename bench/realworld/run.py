@@ -217,7 +217,8 @@ class Ctx:
     def __init__(self, args):
         self.gpu = args.gpu
         self.mirrors = Path(args.mirrors)
-        self.from_export = Path(args.from_export) if args.from_export else None
+        # absolute: each entry runs in a folder of its own, where a relative path finds nothing
+        self.from_export = Path(args.from_export).resolve() if args.from_export else None
         self.keep = args.keep
         self._local = threading.local()  # entry_env is per entry, and --jobs runs entries in threads
         self.full = args.full
