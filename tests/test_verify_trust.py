@@ -256,6 +256,24 @@ def test_every_rank_printing_the_log_fails_and_cites_the_users_line(tmp_path):
     assert check.cause.startswith("the output at helper_prints.py:16 runs on every rank"), check.cause
 
 
+def test_output_sent_to_devnull_is_no_output(tmp_path):
+    """ddpify's set-up sends fd 1 of ranks other than 0 to os.devnull: the helper's writes there
+    reach no one, so rank0-output passes (the GPU corpus run's false FAILs: pix2pix, kuangliu)."""
+    quiet = (CASES / "helper_prints_ddp.py").read_text().replace(
+        '    dist.init_process_group("gloo")\n',
+        '    dist.init_process_group("gloo")\n    if dist.get_rank() != 0:\n'
+        '        sys.stdout.flush()\n        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n', 1)
+    assert quiet != (CASES / "helper_prints_ddp.py").read_text()
+
+    def converter(source, options, path):
+        from ddpify import Result
+
+        return Result(source="import os\nimport sys\n" + quiet, changed=True, status="converted")
+
+    outcome, text = _verify(CASES / "helper_prints.py", convert=True, converter=converter)
+    assert _check(outcome, "rank0-output").status == PASS, text
+
+
 def test_rank0_output_compares_text_the_probe_could_not_trace(tmp_path):
     """Output written around the probe (a C extension, os.write): compared as text, numbers
     aside; warnings and tracebacks are no log."""

@@ -224,7 +224,7 @@ class Probe:
 
     def note_output(self, stream: str, text: str) -> None:
         """Where the script printed (print, sys.stdout.write, a logging handler): one entry per line of code."""
-        if self.in_probe or not text.strip():
+        if self.in_probe or not text.strip() or _discarded(stream):
             return
         _, _, where, passed = self.callers(1)
         if where is None or any(m in ("warnings", "traceback") for m in passed):
@@ -426,3 +426,16 @@ class Probe:
         self.safe("devices", lambda: self.record.update(devices=V.device_info(self.tracked_params())))
         self.safe("imports", lambda: self.record.update(imports=V.imported_modules(os.environ)))
         self.save_record()
+
+
+def _discarded(stream: str) -> bool:
+    """The stream's file descriptor goes to os.devnull (ddpify's set-up sends stdout of ranks
+    other than 0 there): what is written to it is seen by no one, so it is no output."""
+    fd = {"stdout": 1, "stderr": 2}.get(stream)
+    if fd is None:
+        return False
+    try:
+        st, null = os.fstat(fd), os.stat(os.devnull)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino)
