@@ -451,6 +451,16 @@ class WrappingTransform(Transform):
         return False
 
     @staticmethod
+    def _stepped(a, name: str) -> bool:
+        """An optimizer over the model's parameters is stepped (opt.step(), scaler.step(opt))."""
+        opts = {o for o, c in a.optimizers.items() if name in a._param_sources(c)}
+        for c in a.calls:
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "step":
+                if dotted(c.func.value) in opts or any(dotted(x.value) in opts for x in c.args):
+                    return True
+        return False
+
+    @staticmethod
     def _not_pickled(ctx: Context) -> str:
         """The generated holder that keeps a wrapper out of its module's pickle (once per file)."""
         taken = {n for names in ctx.a.bindings.values() for n in names}
@@ -493,6 +503,10 @@ class WrappingTransform(Transform):
             node = tf.call if tf is not None else None
             ctx.finding(node, "DDP139", f"a training forward of `{name}` cannot run through the DDP wrapper: {why}; the ranks would train unsynchronised copies: not wrapped; run that forward through a wrapper by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name})", False)
         if bad:
+            return False
+        if not r.direct and not r.handed and self._stepped(a, name):
+            # its optimizer steps, so its parameters change: the forward is where ddpify cannot see
+            ctx.finding(bind_or_none(a, name), "DDP139", f"`{name}`'s optimizer steps, but ddpify found no call of `{name}` whose output reaches a backward(): its training forward runs where ddpify cannot follow it, and unwrapped the ranks would train unsynchronised copies: not wrapped; call the model in the training step itself (its output assigned, then the loss), or wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that", False)
             return False
         if not r.direct and not r.handed:
             # an optimizer over it, but no forward of it reaches a backward: nothing to synchronise
