@@ -125,13 +125,28 @@ def _reached(a, node: cst.CSTNode) -> set[str]:
             if name in a.functions and name not in out and a._calls_function_in(c, {name}):
                 out.add(name)
                 work.extend(a.functions[name])
+            elif name in a.classes and f"{name}.__init__" not in out:
+                # Squares(root, download=True) runs Squares.__init__ (and what it calls on self)
+                out.add(f"{name}.__init__")
+                init = next((f for f in a.classes[name].body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+                if init is not None:
+                    work.append(init)
     return out
+
+
+def _defs(a, name: str) -> list[cst.FunctionDef]:
+    """The definitions `_reached` names: a function's, or a class's __init__ ("Squares.__init__")."""
+    if name.endswith(".__init__") and name[: -len(".__init__")] in a.classes:
+        body = a.classes[name[: -len(".__init__")]].body.body
+        return [f for f in body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"]
+    return list(a.functions.get(name, ()))
 
 
 def _in_functions(a, node: cst.CSTNode, names: set[str]) -> bool:
     fn = a.function_of(node)
     while fn is not None:
-        if fn.name.value in names:
+        cls = a.class_of(fn)
+        if fn.name.value in names and cls is None or cls is not None and f"{cls.name.value}.{fn.name.value}" in names:
             return True
         fn = a.function_of(fn)
     return False
@@ -204,7 +219,7 @@ def _whole(ctx: Context, stmt: cst.CSTNode) -> bool:
     a = ctx.a
     if not isinstance(stmt, (cst.SimpleStatementLine, cst.If)):
         return False
-    scopes: list[cst.CSTNode] = [stmt, *(f for name in _reached(a, stmt) for f in a.functions[name])]
+    scopes: list[cst.CSTNode] = [stmt, *(f for name in _reached(a, stmt) for f in _defs(a, name))]
     bound = _bound_names(a, stmt)
     if bound and any(n.value in bound and not _inside(a, n, stmt) for n in a.findall(a.module, m.Name())
                      if not isinstance(a.parent.get(n), cst.Attribute) or a.parent.get(n).value is n):
@@ -280,7 +295,9 @@ class DataPrepTransform(Transform):
                 ctx.edits.after[last].append(ctx.stmt(f"{dist}.barrier()  # rank 0 prepares the data; the other ranks wait for it\n"))
             else:
                 # some of them run on every rank (rank 0 first); rank 0 alone runs the others
-                ctx.edits.before[first].append(ctx.stmt(f"if RANK != 0:\n    {dist}.barrier()  # rank 0 prepares the data first\n"))
+                # first of what goes before it: a data set the sampler lifts out of the statement
+                # (train_dataset = MNIST(..., download=True)) downloads after this barrier too
+                ctx.edits.before[first].insert(0, ctx.stmt(f"if RANK != 0:\n    {dist}.barrier()  # rank 0 prepares the data first\n"))
                 ctx.edits.after[last].append(ctx.stmt(f"if RANK == 0:\n    {dist}.barrier()  # the data is in place: the other ranks go on\n"))
             ctx.barrier_stmts.extend(p.stmt for p in span)
             for p in span:
