@@ -177,3 +177,13 @@ def test_ddp005_the_output_would_read_an_undefined_name(tmp_path, forkrun):
     (tmp_path / "train.py").write_text(partial(d))
     cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
     assert f"NameError: name '{name}' is not defined" in cand.outputs.get(0, ""), cand.outputs.get(0, "")[-2000:]
+
+
+def test_ddp139_a_stepped_model_left_unwrapped_diverges(tmp_path, forkrun):
+    d = FIX / "306_forward_through_bound_method_refused"
+    found = blocking((d / "input.py").read_text())
+    assert codes(found) == ["DDP139"] and "optimizer steps" in found[0].message
+    (tmp_path / "train.py").write_text(partial(d))
+    _, checks = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
+    # sharded data, no wrapper: each rank steps its own copy, and the copies drift apart
+    assert checks["params-in-sync"].status == "FAIL", checks["params-in-sync"].figure
