@@ -39,6 +39,9 @@ class Options:
     ignore: tuple[str, ...] = ()
     # Convert even when a blocking finding remains (the exit status still says so).
     partial: bool = False
+    # a --partial draft raises where a blocking finding remains (off inside project mode, which
+    # marks each file after the split)
+    mark_unresolved: bool = True
     # functions that write files, beyond ddpify's table (ddpify/analysis/writes.py): "mylib.dump_results"
     writers: tuple[str, ...] = ()
     # --optimize: verified-safe speed-ups to add (names from OPTIMIZATIONS); () adds none

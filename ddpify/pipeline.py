@@ -6,13 +6,14 @@ import gc
 
 import libcst as cst
 
-from ddpify import names
+from ddpify import gate, names
 from ddpify.analysis import Analysis, codegen
 from ddpify.edits import Applier
 from ddpify.directives import ignored_codes, unknown_directives
 from ddpify.findings import Finding
 from ddpify.formatting import fit_lines
 from ddpify.options import Options
+from ddpify.partial import mark_unresolved
 from ddpify.result import ConversionError, Result
 from ddpify.transforms import LEGACY, OPTIMIZE, PIPELINE, LaunchTransform
 from ddpify.transforms.base import Context
@@ -56,6 +57,8 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
     result = _apply_policy(source, result, options)
     if "ddpify:" in source:  # a typo in a directive, reported whatever became of the file
         result.findings = sorted(result.findings + [f for f in unknown_directives(source) if f.code not in options.ignore])
+    if result.changed and options.partial and options.mark_unresolved and result.blocking:
+        result.source = mark_unresolved(source, result.source, result.blocking)  # the draft raises there
     if result.changed and options.line_length:
         result.source = fit_lines(source, result.source, options.line_length)
     return result
@@ -166,6 +169,10 @@ def _run(source: str, analysis: Analysis, ctx: Context, planners) -> Result:
     converted = Applier(ctx.edits).apply(analysis.module)
     new = codegen(converted, converted)
     findings = sorted(set(ctx.findings)) + undefined_findings(source, new)
+    # the invariant gate reads the converted program itself, not the planners' reasons
+    # a refusal already says what blocks it; a legacy script keeps its own group and guards
+    if not ctx.legacy and not any(f.blocking for f in findings):
+        findings += gate.check(source, new, ctx.path, {f.code for f in findings})
     return Result(new, new != source, "converted", findings)
 
 

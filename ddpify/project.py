@@ -20,8 +20,10 @@ from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
 from ddpify.formatting import fit_lines
+from ddpify.gate import modules as gate_modules
 from ddpify.merge import merge, split, where
 from ddpify.options import Options
+from ddpify.partial import mark_unresolved
 from ddpify.pipeline import ConversionError, convert_source, undefined_findings
 from ddpify.rules import declare
 
@@ -72,7 +74,7 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     # converted in full even where a finding blocks: whether a module's own __main__ block runs
     # code the conversion changes (DDP102) is read from the outputs; nothing is written here.
     # Lines are wrapped file by file, after the split (fit_lines compares each with its input).
-    result = convert_source(merged.text, replace(options, partial=True, line_length=0), path=entry)
+    result = convert_source(merged.text, replace(options, partial=True, line_length=0, mark_unresolved=False), path=entry)
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
@@ -85,6 +87,11 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))
                 per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
+    if not untouched and result.changed:
+        # the invariant gate's own reading of what the program imports (ddpify/gate/modules.py)
+        index = {m.path: k for k, m in enumerate(files)}
+        for path, line, col, message in gate_modules.check(entry, root, {m.path: m.text for m in files}):
+            per_file[index[path]].append(Finding(line, col, "DDP155", message, False, "blocking"))
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
@@ -107,6 +114,9 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
             line, what = found
             name = os.path.basename(mod.path)
             per_file[k] += _kept([Finding(line, 1, "DDP102", f"{name} is also a script, and `python {name}` would fail: its `if __name__ == \"__main__\":` block runs {what}. Move that block into a script of its own (and convert that one too), or convert by hand", False)], mod.text, options)
+    if options.partial and result.changed:  # the draft raises where a blocking finding remains
+        outputs = [mark_unresolved(m.text, out, [f for f in fs if f.blocking]) if out != m.text else out
+                   for m, out, fs in zip(files, outputs, per_file)]
     if any(f.blocking for fs in per_file for f in fs) and not options.partial:
         status = "refused"  # a wrong program is worse than none: every file stays as it is
         per_file = [[f for f in fs if f.blocking] for fs in per_file]

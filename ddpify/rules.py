@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SEVERITIES = ("blocking", "note")
-TOOLS = ("convert", "lint")
+TOOLS = ("convert", "lint", "gate")  # gate: raised by the invariant gate (ddpify/gate/) on a converted program
 CODE_RE = re.compile(r"^DDP\d{3}$")
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
 
@@ -108,7 +108,7 @@ def table(tool: str | None = None) -> str:
     rows = ["| code | name | severity | fix | verify check | meaning |", "|---|---|---|---|---|---|"]
     for code in sorted(load_all()):
         r = REGISTRY[code]
-        if tool is not None and r.tool != tool:
+        if tool is not None and r.tool != tool and not (tool == "convert" and r.tool == "gate"):
             continue
         fix = "yes" if r.fix else ""
         rows.append(f"| {r.code} | {r.title} | {r.severity} | {fix} | {r.check or ''} | {r.message} |")
@@ -136,7 +136,10 @@ def explain(code: str) -> str:
     out.append(f"Raised by: {rule.module}" + (" (ddpify lint)" if rule.tool == "lint" else ""))
     out += ["", rule.message]
     ex = rule.example
-    for name, title in (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings" if rule.tool == "convert" else "ddpify lint reports")):
+    examples = (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings" if rule.tool == "convert" else "ddpify lint reports"))
+    if rule.tool == "gate":  # a converted program that breaks the invariant, as the gate reads it
+        examples = (("output.py", "A converted program that breaks it"), ("expected.txt", "The gate reports"))
+    for name, title in examples:
         f = ex / name
         if f.exists():
             text = f.read_text()

@@ -118,6 +118,13 @@ def _example_codes(d: Path) -> set[str]:
 def test_every_code_has_a_minimal_example_that_raises_it():
     for code, rule in rules.load_all().items():
         d = rule.example
+        if rule.tool == "gate":  # a converted program that breaks the invariant, fed to the gate
+            assert (d / "output.py").exists() or (d / "output").is_dir(), f"{code}: no example in {d}"
+            from ddpify.gate import example_findings
+
+            assert example_findings(d) == (d / "expected.txt").read_text().splitlines(), f"{code}: tools/regen_fixtures.py {code}"
+            assert code in _example_codes(d), f"{code}: its example does not raise it"
+            continue
         assert (d / "input.py").exists() or (d / "input").is_dir(), f"{code}: no example in {d}"
         assert (d / "expected.txt").exists(), f"{code}: regenerate with tools/regen_fixtures.py {code}"
         assert code in _example_codes(d), f"{code}: its example does not raise it"

@@ -45,6 +45,13 @@ def main() -> None:
     examples = [d for d in sorted((ROOT / "fixtures" / "rules").glob("DDP*")) if getattr(rules.get(d.name), "tool", "") != "lint"]
     dirs = sorted((ROOT / "fixtures").iterdir()) + examples
     for d in dirs:  # whole-script fixtures, then each rule's example (fixtures/rules/<CODE>/)
+        if getattr(rules.get(d.name), "tool", "") == "gate" and d.name.startswith(pattern):
+            from ddpify.gate import example_findings
+
+            lines = example_findings(d)  # a converted program that breaks the invariant
+            (d / "expected.txt").write_text("".join(line + "\n" for line in lines))
+            print(f"{d.name}: gate example, {len(lines)} findings")
+            continue
         if (d / "input").is_dir() and d.name.startswith(pattern):
             regen_project(d)
             continue

@@ -66,6 +66,7 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.schedulers: set[str] = set()
         self.models: list[str] = []
         self._find_optimizers_and_models()
+        self._follow_factories()
         self.manual_updates = self._find_manual_updates()  # no optimizer: p.data.add_(p.grad, ...)
         self.models += [n for n in dict.fromkeys(n for _, n in self.manual_updates) if n not in self.models]
         self.dataparallel_calls = [c for c in self.calls if self.is_call(c, "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")]

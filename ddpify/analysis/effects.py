@@ -10,13 +10,31 @@ import ddpify.match as m
 from ddpify.analysis.tree import dotted
 
 
+# methods of a module that run no forward
+NOT_FORWARD = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
+                         "children", "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
+                         "cpu", "float", "half", "double", "bfloat16", "zero_grad", "apply", "requires_grad_",
+                         "register_buffer", "register_forward_hook", "register_forward_pre_hook", "add_module",
+                         "get_submodule", "extra_repr", "type", "share_memory", "to_empty"})
+
+
 class EffectsMixin:
     def _is_forward_call(self, call: cst.Call) -> bool:
-        return self.is_model_ref(call.func)
+        if self.is_model_ref(call.func):
+            return True
+        # model.compute_loss(x): a method of the model may run its forward (DDP's, once routed)
+        f = call.func
+        return (isinstance(f, cst.Attribute) and f.attr.value not in NOT_FORWARD and not f.attr.value.startswith("_")
+                and self.is_model_ref(f.value))
 
     def _is_collective_call(self, call: cst.Call) -> bool:
         if self._is_forward_call(call):
             return True
+        f = call.func
+        if isinstance(f, cst.Attribute) and f.attr.value == "backward":
+            return True  # under DDP, backward all-reduces the gradients
+        if isinstance(f, cst.Attribute) and f.attr.value == "step" and self.is_optimizer_ref(f.value):
+            return True  # the first step of each optimizer compares gradients across ranks
         if any(q.startswith("torch.distributed.") for q in self.qualified(call.func)):
             return True
         # torch.load gets a barrier; model passed to a function may be run there

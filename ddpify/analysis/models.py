@@ -319,13 +319,87 @@ class ModelsMixin:
             return True
         return False
 
-    def _binds_model_here(self, fn: cst.FunctionDef, name: str) -> bool:
-        # the function itself creates the model (model = Net(); opt = Adam(model.parameters()))
-        return any(self.function_of(c) is fn and name in self._param_sources(c) for c in self.optimizers.values()) or any(
+    def _binds_model_here(self, fn: cst.FunctionDef, name: str, depth: int = 0) -> bool:
+        # the function itself creates the model (model = Net(); opt = Adam(model.parameters()),
+        # or param groups over its parts: model.backbone.parameters()), or gets it back from a
+        # factory of the program that does (model, opt, sched = build(cfg))
+        return any(self.function_of(c) is fn and _covers(name, self._param_sources(c)) for c in self.optimizers.values()) or any(
             self.function_of(c) is fn and dotted(call_args(c)[0][0].value) == name
             for c in self.dataparallel_calls
             if call_args(c)[0]
-        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates) or (fn, name) in self._model_sites
+        ) or any(self.function_of(loop) is fn and n == name for loop, n in self.manual_updates) or (fn, name) in self._model_sites or (
+            depth < 3 and self._returned_model(fn, name, depth))
+
+    def _returned_model(self, fn: cst.FunctionDef, name: str, depth: int) -> bool:
+        """fn binds name from a call of a function of the program whose return value there (the
+        whole value, or the element at the same place of a returned tuple) is a model it built."""
+        for asg in self.findall(fn, m.Assign()):
+            if self.function_of(asg) is not fn or len(asg.targets) != 1 or not isinstance(asg.value, cst.Call):
+                continue
+            target = asg.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)):
+                names = [dotted(el.value) for el in target.elements]
+                if name not in names:
+                    continue
+                index = names.index(name)
+            elif dotted(target) == name:
+                index = None
+            else:
+                continue
+            for g in self.functions.get((dotted(asg.value.func) or "").rsplit(".", 1)[-1], []):
+                if any(self.function_of(st.stmt) is g for st in getattr(self, "steps", ())):
+                    continue  # a function that trains the model and hands it back: no factory
+                for ret in self.findall(g, m.Return()):
+                    if self.function_of(ret) is not g or ret.value is None:
+                        continue
+                    value = ret.value
+                    if index is not None:
+                        if not isinstance(value, cst.Tuple) or len(value.elements) != len(names):
+                            continue
+                        value = value.elements[index].value
+                    if isinstance(value, cst.Name) and self._binds_model_here(g, value.value, depth + 1):
+                        return True
+        return False
+
+    def optimizers_of(self, name: str) -> dict[str, cst.Call]:
+        """The optimizers over the model's parameters, or over parts of it (param groups), under
+        any name the model had where they were built (a factory's local)."""
+        names = {name} | self.__dict__.get("model_aliases", {}).get(name, set())
+        return {o: c for o, c in self.optimizers.items() if any(_covers(n, self._param_sources(c)) for n in names)}
+
+    def _follow_factories(self) -> bool:
+        """A model built with its optimizer in a factory of the program that does not train it
+        and hands it back (`self.net, self.opt, self.sched = build(cfg)`): the model is what the
+        one caller binds it to; the factory's name for it stays an alias (model_aliases)."""
+        aliases: dict[str, set[str]] = self.__dict__.setdefault("model_aliases", {})
+        changed = False
+        for i, name in enumerate(list(self.models)):
+            if "." in name:
+                continue
+            fns = {id(f): f for f in (self.function_of(c) for c in self.optimizers_of(name).values()) if f is not None}
+            for fn in fns.values():
+                if self.findall(fn, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                    continue  # it trains the model: no factory
+                rets = [r.value for r in self.findall(fn, m.Return()) if self.function_of(r) is fn and r.value is not None]
+                places = {_place(r, name) for r in rets} - {None}
+                calls = self.callers(fn)
+                if len(places) != 1 or len(calls) != 1:
+                    continue
+                place = places.pop()
+                par = self.parent.get(calls[0])
+                if not isinstance(par, cst.Assign) or len(par.targets) != 1:
+                    continue
+                target = par.targets[0].target
+                if place >= 0:
+                    if not isinstance(target, (cst.Tuple, cst.List)) or place >= len(target.elements):
+                        continue
+                    target = target.elements[place].value
+                new = dotted(target)
+                if new and new != name and new not in self.models:
+                    self.models[i] = new
+                    aliases.setdefault(new, set()).add(name)
+                    changed = True
+        return changed
 
     def is_optimizer_ref(self, node: cst.CSTNode) -> bool:
         name = dotted(node)
@@ -382,6 +456,22 @@ class ModelsMixin:
                     continue
                 break
         return self.models != before
+
+
+def _place(value: cst.BaseExpression, name: str) -> int | None:
+    """-1: `return name`; k: `return a, name, ...` with name at k; None: name is not returned."""
+    if dotted(value) == name:
+        return -1
+    if isinstance(value, (cst.Tuple, cst.List)):
+        for k, el in enumerate(value.elements):
+            if dotted(el.value) == name:
+                return k
+    return None
+
+
+def _covers(name: str, sources: list[str]) -> bool:
+    """name is one of the modules whose parameters reach an optimizer, or holds one of them."""
+    return any(s == name or s.startswith(name + ".") for s in sources)
 
 
 def _unplaced(node: cst.CSTNode) -> str | None:

@@ -93,6 +93,9 @@ def _module_file(base: str, parts: list[str]) -> list[str]:
             out.append(os.path.join(pkg, "__init__.py"))
             d = pkg
             continue
+        if not last and os.path.isdir(pkg):  # a folder without __init__.py: a namespace package
+            d = pkg
+            continue
         if last and os.path.isfile(pkg + ".py"):
             out.append(pkg + ".py")
             return out
@@ -160,9 +163,59 @@ def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
     return None
 
 
+def path_inserts(tree: ast.Module, path: str) -> list[str]:
+    """Folders a module puts on sys.path at top level (`sys.path.insert(0, "lib")`,
+    `sys.path.append(os.path.join(os.path.dirname(__file__), "utils"))`), where the value can be
+    read from the source: later imports resolve there too. A relative folder is taken from the
+    module's own folder (where scripts are run from)."""
+    out: list[str] = []
+    here = os.path.dirname(os.path.realpath(path))
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else None
+        if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr not in ("insert", "append"):
+            continue
+        if ast.unparse(call.func.value) != "sys.path" or not call.args:
+            continue
+        value = _path_value(call.args[-1], path)
+        if value is not None:
+            out.append(os.path.realpath(os.path.join(here, value)))
+    return out
+
+
+def _path_value(node: ast.expr, path: str) -> str | None:
+    """The string a path expression of the source evaluates to, for the forms scripts use."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and node.id == "__file__":
+        return os.path.realpath(path)
+    if isinstance(node, ast.Call):
+        name = ast.unparse(node.func)
+        args = [_path_value(a, path) for a in node.args]
+        if any(a is None for a in args):
+            return None
+        if name in ("os.path.dirname", "dirname") and len(args) == 1:
+            return os.path.dirname(args[0])
+        if name in ("os.path.abspath", "os.path.realpath", "abspath", "realpath", "str", "Path", "pathlib.Path", "os.fspath") and len(args) == 1:
+            return args[0]
+        if name in ("os.path.join", "join") and args:
+            return os.path.join(*args)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute") and not node.args:
+            return _path_value(node.func.value, path)
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = _path_value(node.value, path)
+        return os.path.dirname(inner) if inner is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        left, right = _path_value(node.left, path), _path_value(node.right, path)
+        return os.path.join(left, right) if left is not None and right is not None else None
+    return None
+
+
 def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile:
     tree = ast.parse(text, path)
     mod = ModuleFile(os.path.realpath(path), text, tree, main_guard=_main_guard(tree))
+    for extra in path_inserts(tree, path):
+        if extra not in bases and os.path.isdir(extra) and _is_local(os.path.join(extra, "x.py"), root):
+            bases.append(extra)
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]

@@ -15,6 +15,7 @@ from ddpify.rules import declare
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP001", "process-group-setup", "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)", fix=True, check="ranks")
 declare("DDP003", "process-group-teardown", "process group destroyed when training ends", fix=True, check="ranks")
+declare("DDP156", "first-step-sync-check", "each optimizer's first step checks that every rank has the same gradients, and stops the run if not (a forward that bypasses the DDP wrapper)", fix=True, check="params-in-sync")
 declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine", fix=True, check="devices")
 
 RANKS = '''\
@@ -108,6 +109,44 @@ QUIET_STDOUT = '''\
 
         sys.stdout.flush()
         {os}.dup2({os}.open({os}.devnull, {os}.O_WRONLY), 1)
+'''
+# Ends ddp_setup()'s body where a model is wrapped: what the source cannot show (a forward that
+# bypasses the wrapper) shows at the first step, when every rank's gradients must agree.
+SYNC_HOOK = '''\
+    if WORLD_SIZE > 1:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        # each optimizer's first step stops if the ranks' gradients differ
+        register_optimizer_step_pre_hook(ddp_check_sync)
+'''
+SYNC_CHECK = '''\
+
+
+def ddp_check_sync(optimizer, args, kwargs):
+    """At an optimizer's first step, stop unless every rank has the same gradients: DDP
+    averages only what its wrapper's forward computed, and a forward that bypasses it
+    would train copies that drift apart."""
+    if getattr(optimizer, "ddp_checked", False):
+        return
+    optimizer.ddp_checked = True
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    # two figures a parameter: a sum alone can agree by chance (a softmax bias's is 0)
+    grads = [p.grad.double() if p.grad is not None else {torch}.zeros(1) for p in params]
+    sums = [float(x) for g in grads for x in (g.sum(), g.norm())]
+    high = {torch}.tensor(sums, dtype={torch}.float64, device=LOCAL_DEVICE)
+    low = -high
+    {dist}.all_reduce(high, op={dist}.ReduceOp.MAX)
+    {dist}.all_reduce(low, op={dist}.ReduceOp.MAX)
+    differ = ((high + low).abs() > 1e-6 * (high.abs() + 1e-12)).tolist()
+    apart = sorted({{i // 2 for i, d in enumerate(differ) if d}})
+    if apart:
+        shapes = ", ".join(str(tuple(params[i].shape)) for i in apart[:4])
+        raise RuntimeError(
+            f"ddpify: {{len(apart)}} of the {{len(params)}} parameters this optimizer steps "
+            f"(shapes {{shapes}}) have different gradients on different ranks at its first "
+            "step: their training forward does not run through the DistributedDataParallel "
+            "wrapper, so each rank would train its own copy"
+        )
 '''
 DECIDES = '''\
 
@@ -294,6 +333,10 @@ class LaunchTransform(Transform):
                 text += SCALER
         text += SETUP_CPU if ctx.cpu_only else SETUP
         text += QUIET_STDOUT
+        synced = bool(ctx.wrappers or ctx.apex_models)
+        if synced:
+            text += SYNC_HOOK + SYNC_CHECK
+            ctx.finding(prelude_end(ctx) or a.module.body[0], "DDP156", "each optimizer's first step checks that every rank has the same gradients (ddp_check_sync), and stops the run with an error if not: a training forward that bypasses the DDP wrapper would otherwise train copies that drift apart", True)
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
         if "shard_stream" in ctx.helpers:

@@ -10,6 +10,7 @@ import ddpify.match as m
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.analysis.tree import _inside
+from ddpify.analysis import effect_kinds
 from ddpify.analysis.writes import WRITE_MODE
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.dataprep import rank0_alone
@@ -332,7 +333,24 @@ class Rank0Transform(Transform):
                 return "progress-bar write"
             if meth == "mkdir" and not any(k.keyword and k.keyword.value == "exist_ok" and m.matches(k.value, m.Name("True")) for k in call.args):
                 return None if base is None else None
-        return None
+        return self._library_effect(a, call)
+
+    @staticmethod
+    def _library_effect(a, call: cst.Call) -> str | None:
+        """A call into an imported library, handed a path, whose value is dropped: it writes
+        somewhere, whatever the library is (analysis/effect_kinds.py)."""
+        if not isinstance(a.parent.get(call), cst.Expr):
+            return None
+        root = call.func
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root is call.func:
+            return None
+        bound = [w for names in a.bindings.values() for w in names.get(root.value, ())]
+        imported = bool(bound) and all(w != "<value>" and not w.startswith("__ddpify_import_") for w in bound)
+        name = next(iter(sorted(a.qualified(call.func))), dotted(call.func) or "")
+        given = any(_pathish(arg.value) for arg in call.args)
+        return f"{dotted(call.func)} (a library call given a path)" if effect_kinds.library_effect(name, imported, given, False) else None
 
     def _guardable(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call) -> bool:
         a = ctx.a
@@ -442,6 +460,24 @@ def _ancestors(a, node: cst.CSTNode, stop: cst.CSTNode):
     while cur is not None and cur is not stop:
         yield cur
         cur = a.parent.get(cur)
+
+
+def _pathish(node: cst.BaseExpression) -> bool:
+    """A path, as effect_kinds reads one: a string with a folder or an extension, an f-string,
+    `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or ckpt_path."""
+    if isinstance(node, cst.SimpleString):
+        return effect_kinds.pathish_literal(node.evaluated_value or "")
+    if isinstance(node, cst.FormattedString):  # its literal parts: f"ckpt/{epoch}.pt"
+        return effect_kinds.pathish_literal("".join(p.value if isinstance(p, cst.FormattedStringText) else "x" for p in node.parts))
+    if isinstance(node, cst.ConcatenatedString):
+        return _pathish(node.left) or _pathish(node.right)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+        return True
+    if isinstance(node, cst.Call):
+        name = dotted(node.func) or (node.func.attr.value if isinstance(node.func, cst.Attribute) else "")
+        return name.endswith(("path.join", "Path", "joinpath", "with_suffix", "with_name"))
+    name = dotted(node)
+    return bool(name) and effect_kinds.pathish_name(name)
 
 
 def _root(node: cst.CSTNode) -> str | None:

@@ -196,6 +196,18 @@ class SamplerTransform(Transform):
             ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
 
     @staticmethod
+    def _epoch_stmt(ctx: Context, where: cst.CSTNode, used: str, counter: str) -> cst.BaseStatement:
+        """`used.sampler.set_epoch(counter)`; in a helper handed its loader by its callers (a
+        shared cycle(loader) or run_epoch(loader)), only where the sampler has set_epoch: another
+        caller may hand it a loader without a distributed sampler."""
+        fn = ctx.a.function_of(where)
+        head = used.split(".")[0]
+        if fn is not None and head != "self" and head in {p.name.value for p in fn.params.params}:
+            return ctx.stmt("# another caller may hand in a loader without a distributed sampler\n"
+                            f'if hasattr({used}.sampler, "set_epoch"):\n    {used}.sampler.set_epoch({counter})\n')
+        return ctx.stmt(f"{used}.sampler.set_epoch({counter})\n")
+
+    @staticmethod
     def _returned(a, ld: Loader):
         """(name, caller) for `train_loader = DataLoader(...)` that its function returns."""
         par = a.parent.get(ld.home)
@@ -217,7 +229,7 @@ class SamplerTransform(Transform):
                 elif (id(stmt), used) not in done:
                     done.add((id(stmt), used))
                     counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
-                    ctx.edits.before[stmt].append(ctx.stmt(f"{used}.sampler.set_epoch({counter})\n"))
+                    ctx.edits.before[stmt].append(self._epoch_stmt(ctx, stmt, used, counter))
                     ctx.finding(stmt, "DDP021", "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently", True)
                 continue
             for loop, expr in loops:
@@ -230,13 +242,13 @@ class SamplerTransform(Transform):
                 if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and not ctx.editable_header(loop):
                     ctx.skipped_here(loop, f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop", severity == "blocking")
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
-                    ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({loop.target.value})\n"))
+                    ctx.edits.prepend[loop].append(self._epoch_stmt(ctx, loop, expr, loop.target.value))
                     ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
                 elif isinstance(loop, cst.While) and ctx.editable_header(loop):
                     # `while epoch < EPOCHS:` counting by hand: its counter, else the sampler's own count
                     counter = self._epoch_counter(a, loop)
                     counter = counter if counter and self._counts_in(a, loop, counter) else f"{expr}.sampler.epoch + 1"
-                    ctx.edits.prepend[loop].append(ctx.stmt(f"{expr}.sampler.set_epoch({counter})\n"))
+                    ctx.edits.prepend[loop].append(self._epoch_stmt(ctx, loop, expr, counter))
                     ctx.finding(loop, "DDP021", f"sampler.set_epoch({counter}) added at the top of this epoch loop so each epoch reshuffles differently", True)
                 else:
                     ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, severity)

@@ -165,7 +165,7 @@ class WrappingTransform(Transform):
         train(model, ...): opt = SGD(model.parameters())`: wrapped there, where it trains);
         else its first assignment in a block."""
         a = ctx.a
-        opt_fns = {a.function_of(c) for o, c in a.optimizers.items() if name in a._param_sources(c)}
+        opt_fns = {a.function_of(c) for c in a.optimizers_of(name).values()}
         cands = []
         for asg in a.assigns:
             targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
@@ -175,10 +175,18 @@ class WrappingTransform(Transform):
                 stmt = self._lift(ctx, a.statement(asg), name)
                 if isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) and stmt not in cands:
                     cands.append(stmt)
-        same = [s for s in cands if a.function_of(s) in opt_fns]
+        # a factory that builds the model and returns it (model, opt, sched = build(cfg)): the
+        # model trains where it is returned to, so it is wrapped there
+        factories = {id(fn) for fn in opt_fns if fn is not None and _returns(a, fn, name)
+                     and not any(a.function_of(st.stmt) is fn for st in a.steps)}
+        kept = [s for s in cands if id(a.function_of(s)) not in factories]
+        cands = kept or cands
+        same = [s for s in cands if a.function_of(s) in opt_fns and id(a.function_of(s)) not in factories]
         if same:
             return same[0]
         for fn in opt_fns:
+            if id(fn) in factories:
+                continue
             param = next((p for p in (fn.params.params if fn is not None else ()) if p.name.value == name), None)
             if param is not None and "." not in name:
                 return param
@@ -453,7 +461,7 @@ class WrappingTransform(Transform):
     @staticmethod
     def _stepped(a, name: str) -> bool:
         """An optimizer over the model's parameters is stepped (opt.step(), scaler.step(opt))."""
-        opts = {o for o, c in a.optimizers.items() if name in a._param_sources(c)}
+        opts = set(a.optimizers_of(name))
         for c in a.calls:
             if isinstance(c.func, cst.Attribute) and c.func.attr.value == "step":
                 if dotted(c.func.value) in opts or any(dotted(x.value) in opts for x in c.args):
@@ -641,6 +649,19 @@ def _build(a, name: str, bind) -> cst.CSTNode:
         if any((dotted(c.func) or "").rsplit(".", 1)[-1] in a.classes or a.call_qualname(c).startswith("torch.nn.") for c in calls):
             return node
     return bind
+
+
+def _returns(a, fn: cst.FunctionDef, name: str) -> bool:
+    """fn returns the model to its caller: `return model`, or inside a returned tuple or dict."""
+    for ret in a.findall(fn, m.Return()):
+        if a.function_of(ret) is not fn or ret.value is None:
+            continue
+        value = ret.value
+        parts = [value] if not isinstance(value, (cst.Tuple, cst.List, cst.Dict)) else (
+            [e.value for e in value.elements if isinstance(e, (cst.Element, cst.DictElement))])
+        if any(dotted(p) == name for p in parts):
+            return True
+    return False
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:

@@ -1,0 +1,200 @@
+"""lifetime: the process group is set up before the first training statement and destroyed
+after the last, on every path the entry really runs: the `if __name__ == "__main__":` block (also
+what `python -m pkg.mod` runs), the module's top-level code when it has no such block, and a
+function that a console script of the project (pyproject.toml, setup.py, setup.cfg) starts after
+importing the module. Each path is the module's top-level statements followed by that block or
+function body; a statement that both sets up and trains (`main()` doing both) is read inside."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import os
+import re
+
+from ddpify.gate.common import Violation
+from ddpify.gate.program import Program
+from ddpify.rules import declare
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+declare("DDP153", "invariant-lifetime", "the output would train outside the process group's lifetime on a path "
+        "its entry runs (set-up missing, after training, or teardown before it): not converted", severity="blocking", tool="gate")
+
+MARK = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
+
+
+def entry_statements(p: Program) -> list[ast.stmt]:
+    """The entry file's top-level statements (a merged project's other modules left out)."""
+    out, inside = [], False
+    for s in p.tree.body:
+        mark = MARK.match(s.name) if isinstance(s, ast.FunctionDef) else None
+        if mark:
+            inside = mark.group(1) == "begin"
+            continue
+        if not inside:
+            out.append(s)
+    return out
+
+
+def main_guard(stmts: list[ast.stmt]) -> ast.If | None:
+    for s in stmts:
+        if isinstance(s, ast.If) and "__name__" in ast.unparse(s.test) and "__main__" in ast.unparse(s.test):
+            return s
+    return None
+
+
+def console_functions(path: str) -> list[str]:
+    """Functions of this file that the project's console scripts start."""
+    from ddpify.analysis.project import project_root
+
+    if not path or path.startswith("<") or not os.path.isfile(path):
+        return []
+    root = project_root(path)
+    targets: list[str] = []
+    try:
+        with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+            data = tomllib.load(f)
+        project = data.get("project", {})
+        targets += list(project.get("scripts", {}).values()) + list(project.get("gui-scripts", {}).values())
+        targets += list(data.get("tool", {}).get("poetry", {}).get("scripts", {}).values())
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        pass
+    try:
+        with open(os.path.join(root, "setup.py"), encoding="utf-8") as f:
+            text = f.read()
+        targets += re.findall(r"""["'][\w.-]+\s*=\s*([\w.]+\s*:\s*[\w.]+)["']""", text)
+    except OSError:
+        pass
+    cfg = configparser.ConfigParser()
+    try:
+        cfg.read(os.path.join(root, "setup.cfg"), encoding="utf-8")
+        if cfg.has_option("options.entry_points", "console_scripts"):
+            targets += [ln.split("=", 1)[1] for ln in cfg.get("options.entry_points", "console_scripts").splitlines() if "=" in ln]
+    except configparser.Error:
+        pass
+    rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")
+    mods = {rel, rel[4:] if rel.startswith("src.") else rel}
+    mods |= {m[: -len(".__init__")] for m in mods if m.endswith(".__init__")}
+    out = []
+    for t in targets:
+        if not isinstance(t, str) or ":" not in t:
+            continue
+        mod, func = (x.strip() for x in t.split(":", 1))
+        if mod in mods:
+            out.append(func.split(".")[0].split("[")[0].strip())
+    return out
+
+
+class _Reach:
+    """Which statements set up, destroy or train, through the program's functions."""
+
+    def __init__(self, p: Program) -> None:
+        self.p = p
+        self.cache: dict[tuple[str, int], bool] = {}
+
+    def _functions_in(self, node: ast.AST) -> list[ast.FunctionDef]:
+        p = self.p
+        fns: list[ast.FunctionDef] = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                fns += p.callees(sub)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in p.functions:
+                par = p.parent.get(sub)
+                if not (isinstance(par, ast.Call) and par.func is sub):  # fire.Fire(main): run by the library
+                    fns += [f for f in p.functions[sub.id] if p.class_of(f) is None]
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in p.classes:
+                par = p.parent.get(sub)
+                if not (isinstance(par, ast.Call) and par.func is sub):  # fire.Fire(Trainer): any method
+                    fns += [f for c in p.classes[sub.id] for f in c.body if isinstance(f, ast.FunctionDef)]
+        return fns
+
+    def has(self, node: ast.AST, what: str, depth: int = 0) -> bool:
+        key = (what, id(node))
+        if key in self.cache:
+            return self.cache[key]
+        self.cache[key] = False
+        found = any(self._is(c, what) for c in ast.walk(node) if isinstance(c, ast.Call))
+        if not found and depth < 6:
+            found = any(self.has(f, what, depth + 1) for f in self._functions_in(node) if f is not node)
+        self.cache[key] = found
+        return found
+
+    def _is(self, call: ast.Call, what: str) -> bool:
+        last = self.p.last(call)
+        if what == "train":
+            return last == "backward" and isinstance(call.func, ast.Attribute)
+        if what == "setup":
+            return last == "init_process_group"
+        return last == "destroy_process_group"
+
+
+def _check_path(p: Program, reach: _Reach, stmts: list[ast.stmt], depth: int = 0) -> tuple[ast.AST, str] | None:
+    """(where, what is wrong) on this path, or None."""
+    trains = [i for i, s in enumerate(stmts) if reach.has(s, "train")]
+    if not trains:
+        return None
+    setups = [i for i, s in enumerate(stmts) if reach.has(s, "setup")]
+    destroys = [i for i, s in enumerate(stmts) if reach.has(s, "destroy")]
+    first, last = trains[0], trains[-1]
+    if not setups or setups[0] > first:
+        return stmts[first], "the process group is not set up before this statement trains"
+    early = [d for d in destroys if setups[0] <= d < last or d < first]
+    if early and early[0] != first:
+        return stmts[early[0]], "the process group is destroyed here, before training that follows"
+    if not any(d >= last for d in destroys):
+        return stmts[last], "the process group is not destroyed after this statement trains"
+    if (setups[0] == first or early) and first == last and depth < 5:
+        inner = _inner(p, stmts[first])  # one statement sets up, trains and tears down: read it
+        if inner is not None:
+            return _check_path(p, reach, inner, depth + 1)
+    if early:
+        return stmts[early[0]], "the process group is destroyed here, before training that follows"
+    return None
+
+
+def _inner(p: Program, stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statements one statement runs: a compound statement's body, a called function's."""
+    if isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
+        return list(stmt.body)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        fns = p.callees(stmt.value)
+        if len(fns) == 1:
+            return list(fns[0].body)
+    return None
+
+
+def check(p: Program, path: str = "") -> list[Violation]:
+    if not p.backwards():
+        return []
+    stmts = entry_statements(p)
+    top = [s for s in stmts if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))]
+    guard = main_guard(stmts)
+    base = [s for s in top if s is not guard]
+    paths: list[tuple[str, list[ast.stmt]]] = []
+    if guard is not None:  # in source order: code after the block runs after it
+        inlined = [x for s in top for x in (list(guard.body) if s is guard else [s])]
+        paths.append(("the `if __name__ == \"__main__\":` block", inlined))
+    for name in console_functions(path):
+        fn = next((s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == name), None)
+        if fn is not None:
+            paths.append((f"the console script's `{name}()`", base + list(fn.body)))
+    if not paths:
+        paths.append(("the module's top-level code", base))
+    reach = _Reach(p)
+    out: list[Violation] = []
+    trained = False
+    for what, body in paths:
+        if any(reach.has(s, "train") for s in body):
+            trained = True
+        bad = _check_path(p, reach, body)
+        if bad is not None:
+            out.append(Violation(bad[0], "DDP153", f"lifetime: on {what}, {bad[1]}"))
+    if not trained:
+        bw = p.backwards()[0]
+        out.append(Violation(bw, "DDP153", "lifetime: no path the entry runs reaches this training step between "
+                             "the process group's set-up and its teardown"))
+    return out
