@@ -129,3 +129,27 @@ def test_apex_standin_keeps_shapes_and_update_rule(tmp_path, opt_level):
     r = _python(code, tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().replace("'", '"')) == {}
+
+
+@pytest.mark.runs
+def test_shim_accepts_the_removed_verbose_argument_of_lr_schedulers(tmp_path):
+    # torch 2.x dropped `verbose`; corpus scripts written for torch 1.x still pass it, by keyword
+    # or (a subclass's super().__init__) positionally: accepted and ignored, the schedule unchanged
+    code = (
+        "import torch\n"
+        "from torch.optim import lr_scheduler as L\n"
+        "o = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1.0)\n"
+        "s = L.LambdaLR(o, lambda e: 0.5 ** e, verbose=True)\n"
+        "o.step(); s.step(); o.step(); s.step()\n"
+        "L.ReduceLROnPlateau(o, patience=1, verbose=True)\n"
+        "class Old(L.LRScheduler):\n"
+        "    def __init__(self, o, last_epoch=-1, verbose=False):\n"
+        "        super().__init__(o, last_epoch, verbose)\n"
+        "    def get_lr(self):\n"
+        "        return [0.1 for _ in self.optimizer.param_groups]\n"
+        "Old(o)\n"
+        "print(s.get_last_lr()[0])\n"
+    )
+    r = _python(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[-1]) == 0.25

@@ -14,6 +14,8 @@
   older scripts (pytorch-vqvae) still pass: accepted again as value_range.
 - numpy 2 removed APIs that older corpus code still calls: `np.fromstring` on bytes (binary mode,
   now frombuffer), `np.bool8` (gym 0.25's env checker), `np.Inf` and `np.product`; all are given back.
+- torch 2.x removed the `verbose` argument of the learning-rate schedulers, which older scripts
+  still pass (`LambdaLR(..., verbose=True)`): accepted again and ignored.
 - RW_WRITE_LOG: the per-process write log of shim/rw_recorder.py (the harness's own judgement of
   "only rank 0 writes" and of the files torch.save wrote).
 """
@@ -136,6 +138,34 @@ def _old_tv_utils(mod):
         setattr(mod, name, wrap(fn))
 
 
+def _old_lr_verbose(mod):
+    import functools
+    import inspect
+
+    bases = tuple(c for c in (getattr(mod, "LRScheduler", None), getattr(mod, "ReduceLROnPlateau", None)) if c)
+    for cls in list(vars(mod).values()):
+        if not (isinstance(cls, type) and issubclass(cls, bases)) or "__init__" not in vars(cls):
+            continue
+        init = cls.__init__
+        params = inspect.signature(init).parameters
+        if "verbose" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            continue
+        npos = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params.values())
+
+        def wrap(init, npos):
+            @functools.wraps(init)
+            def inner(self, *args, **kwargs):
+                kwargs.pop("verbose", None)
+                # a subclass written for torch 1.x passes verbose positionally, last (npos counts self)
+                if len(args) >= npos and isinstance(args[-1], (bool, str)):
+                    args = args[:-1]
+                return init(self, *args, **kwargs)
+
+            return inner
+
+        cls.__init__ = wrap(init, npos)
+
+
 class _NullWriter:
     def __init__(self, *a, **k):
         pass
@@ -173,6 +203,11 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is not None:
                 spec.loader = _Patched(spec.loader, _old_tv_utils)
+            return spec
+        if name == "torch.optim.lr_scheduler":
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None:
+                spec.loader = _Patched(spec.loader, _old_lr_verbose)
             return spec
         if name == "numpy":
             spec = importlib.machinery.PathFinder.find_spec(name, path)
