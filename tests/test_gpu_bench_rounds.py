@@ -93,3 +93,9 @@ def test_phases_split_a_launch(bench):
     f = {"t_import": 103.0, "t_timer": 106.0, "t_step1": 107.5, "t_timed": 108.0, "t_end": 110.0}
     assert bench.phases(f, 100.0, 111.0) == {"start": 3.0, "set-up": 3.0, "first step": 1.5, "warm-up": 0.5, "timed": 2.0, "exit": 1.0}
     assert bench.phases({"t_import": 1.0}, 0.5, 2.0) == {}  # an older BENCH line without the marks
+
+
+def test_warm_up_launch_is_on_for_gpus_and_off_for_the_cpu_smoke(bench):
+    assert bench.parse_args([]).warm_up_launch is True
+    assert bench.parse_args(["--smoke"]).warm_up_launch is False
+    assert bench.parse_args(["--no-warm-up-launch"]).warm_up_launch is False

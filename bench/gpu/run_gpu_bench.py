@@ -117,6 +117,8 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="every variant once per round, order rotated between rounds")
     p.add_argument("--warm-up", type=float, default=None, dest="warm_up",
                    help="seconds of untimed matrix products on every GPU before the first launch (default 30; 0: none)")
+    p.add_argument("--warm-up-launch", action=argparse.BooleanOptionalAction, default=None,
+                   help="one untimed launch of each model's hand-written script before round 1 (default: on, off with --smoke)")
     p.add_argument("--dry-run", action="store_true", help="print the launch order and stop (no conversion, no launch)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results" / "local"))
     p.add_argument("--smoke", action="store_true", help="tiny models, few steps: a CPU check of the harness")
@@ -130,6 +132,8 @@ def parse_args(argv=None):
         args.steps = 4 if args.smoke else 40
     if args.warm_up is None:
         args.warm_up = 0.0 if args.smoke else 30.0
+    if args.warm_up_launch is None:
+        args.warm_up_launch = not args.smoke
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     return args
@@ -192,7 +196,8 @@ def optimize_flags(variant: str) -> str:
 def convert(args, model: str, amp: str, work: Path, log: Log, variant: str = "ddpify") -> tuple[Path | None, str, list[str], tuple[str, str]]:
     """Copy <model>_single.py and convert it in place with the ddpify CLI; None if that failed.
     The last item is the log entry (title, output), written by the caller: conversions run in parallel."""
-    dst = work / variant / f"{model}_ddpify_{amp}.py"
+    # One folder per conversion: conversions run in parallel, and each converts its own benchmodels.py.
+    dst = work / variant / model / f"{model}_ddpify_{amp}.py"
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / f"{model}_single.py", dst)
     # --optimize reads the model's class from the module beside the script.
@@ -312,6 +317,34 @@ def finish_warm_up(args, proc: subprocess.Popen | None, log: "Log") -> str:
     figs = [dict(re.findall(r"(\w+)=(\S+)", ln)) for ln in out.splitlines() if ln.startswith("WARM ")]
     per = "; ".join(f"GPU {f['gpu']}: {f['first_tflops']} TFLOP/s at the start, {f['last_tflops']} at the end" for f in figs)
     return f"GPU warm-up: {args.warm_up:.0f} s of bf16 8192x8192 matrix products on every GPU before round 1 ({per or 'no figures: see raw_logs.txt'})."
+
+
+def script_args(args, run: Run) -> list[str]:
+    extra = (SMOKE_ARGS[run.model] if args.smoke else []) + shlex.split(args.script_args)
+    if run.variant in ("handwritten", "accelerate"):
+        extra += ["--precision", run.precision]
+    return extra
+
+
+def warm_up_launches(args, runs: list[Run], env: dict, log: "Log", t_start: float) -> list[Run]:
+    """One untimed launch of each model's hand-written script per configuration, before round 1.
+
+    The first launch of a model on a fresh machine runs its first steps slowly (seen on 2x H200:
+    GPT's first step 1.6-2.2 s instead of 0.7 s; the text model's warm-up steps 5x slower and a
+    timed chunk at less than half the rate), whichever variant it is; later launches of the same
+    model do not pay it, and matrix products on the GPUs beforehand did not remove it. So a model's
+    first launch is an untimed one. Its figures go in no ratio."""
+    if not args.warm_up_launch:
+        return []
+    warm_runs = []
+    for m, p, n in dict.fromkeys(r.config for r in runs):
+        run = Run(m, "handwritten", p, n, place=-1)
+        run.started_s = round(time.monotonic() - t_start, 1)
+        launch(args, run, HERE / f"{m}_ddp_handwritten.py", script_args(args, run), env, log, args.timeout)
+        figure = f"{run.rate:.1f} samples/s" if run.rate else f"{run.status} {run.reason}"[:200]
+        print(f"[warm-up {time.monotonic() - t_start:5.0f}s] {run.name}: {figure} ({run.wall_s} s, not in any ratio)", flush=True)
+        warm_runs.append(run)
+    return warm_runs
 
 
 def launch(args, run: Run, script: Path, extra: list[str], env: dict, log: Log, timeout: float) -> None:
@@ -472,7 +505,8 @@ class Results:
         return f"{st[0]:.1f} [{st[1]:.1f}, {st[2]:.1f}]" + (f" ({st[3]} of {len(rs)})" if st[3] < len(rs) else "")
 
 
-def report(args, runs: list[Run], machine: str, started: str, elapsed: float, notes: list[str], warm: str = "") -> str:
+def report(args, runs: list[Run], machine: str, started: str, elapsed: float, notes: list[str], warm: str = "",
+           warm_runs: list[Run] = ()) -> str:
     res = Results(runs)
     rate = res.rate
     rounds = sorted({r.round for r in runs if r.status == "ok"} - {0})
@@ -501,6 +535,11 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float, no
     ]
     if warm:
         out += [warm, ""]
+    if warm_runs:
+        out += ["Warm-up launches before round 1 (untimed for the comparison: in no ratio): "
+                + "; ".join(f"{r.name} {fmt_rate(r)}" for r in warm_runs) + ".", ""]
+    elif args.warm_up_launch is False:
+        out += ["No warm-up launch (--no-warm-up-launch): the first launch of each model pays its cold start.", ""]
     for m in args.models:
         out += [f"## {title[m]}: {unit[m]}", ""]
         for p in args.precisions:
@@ -577,7 +616,7 @@ def report(args, runs: list[Run], machine: str, started: str, elapsed: float, no
     problems = [r for r in runs if r.status != "ok"]
     if problems:
         out += ["", "## Runs without a figure", ""] + [f"- {r.name}: {r.status}: {r.reason}" for r in problems]
-    out += phase_section(runs)
+    out += phase_section(runs, warm_runs)
     out += ["", "## Runs", "", "| run | started s | wall s | steps | seconds timed | peak GiB | chunk rates |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         f = r.figures
@@ -616,9 +655,12 @@ def rounds_section(args, res: Results, m: str, p: str, counts: list[int]) -> lis
     return out
 
 
-def phase_section(runs: list[Run]) -> list[str]:
+def phase_section(runs: list[Run], warm_runs=()) -> list[str]:
     """Mean seconds per phase of a launch, per model and variant: what a run's length is made of."""
     groups: dict[tuple, list[Run]] = {}
+    for r in warm_runs:
+        if r.phases:
+            groups.setdefault((r.model, "(warm-up launch)", r.precision, r.gpus), []).append(r)
     for r in runs:
         if r.phases:
             groups.setdefault((r.model, r.variant, r.precision, r.gpus), []).append(r)
@@ -647,10 +689,11 @@ def write_csv(path: Path, runs: list[Run]) -> None:
                         *[r.phases.get(ph, "") for ph in PHASES], r.reason])
 
 
-def save(args, out_dir: Path, runs: list[Run], machine: str, started: str, elapsed: float, notes: list[str], warm: str) -> str:
-    md = report(args, runs, machine, started, elapsed, notes, warm)
+def save(args, out_dir: Path, runs: list[Run], machine: str, started: str, elapsed: float, notes: list[str], warm: str,
+         warm_runs: list[Run]) -> str:
+    md = report(args, runs, machine, started, elapsed, notes, warm, warm_runs)
     (out_dir / "gpu_results.md").write_text(md)
-    write_csv(out_dir / "rounds.csv", runs)
+    write_csv(out_dir / "rounds.csv", warm_runs + runs)
     res = Results(runs)
     summary = [{"model": m, "precision": p, "gpus": n, "ratio": f"{a}/{b}", "median": st[0], "min": st[1], "max": st[2], "rounds": st[3],
                 "per_round": res.per_round(m, a, b, p, n), "reading": reading(st)}
@@ -658,6 +701,7 @@ def save(args, out_dir: Path, runs: list[Run], machine: str, started: str, elaps
                if (st := res.ratio_stats(m, a, b, p, n)) is not None]
     (out_dir / "gpu_results.json").write_text(json.dumps(
         {"args": vars(args), "machine": machine, "warm_up": warm, "elapsed_s": elapsed, "ratios": summary,
+         "warm_up_launches": [asdict(r) | {"name": r.name} for r in warm_runs],
          "runs": [asdict(r) | {"name": r.name} for r in runs]}, indent=1))
     return md
 
@@ -690,8 +734,22 @@ def main(argv=None) -> int:
     notes: list[str] = []
     jobs = [(m, p, v) for m in args.models for p in args.precisions for v in DDPIFY_VARIANTS
             if v in args.variants and any(r.model == m and r.precision == p and r.variant == v for r in runs)]
-    with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:
-        done = dict(zip(jobs, pool.map(lambda j: convert(args, j[0], AMP_FOR[j[1]], work, log, j[2]), jobs)))
+    pool = ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    futures = {j: pool.submit(convert, args, j[0], AMP_FOR[j[1]], work, log, j[2]) for j in jobs}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH", "")]))
+    env.update(PYTHONUNBUFFERED="1", BENCH_WARMUP=str(args.warmup), BENCH_STEPS=str(args.steps), BENCH_CHUNK=str(args.chunk))
+    # NVLink multicast stays off on the shared GPU hosts.
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    if args.smoke:
+        env.setdefault("OMP_NUM_THREADS", "1")  # tiny CPU runs: no thread oversubscription
+
+    warm = finish_warm_up(args, warm_proc, log)
+    print(warm, flush=True)
+    warm_runs = warm_up_launches(args, runs, env, log, t_start)
+    done = {j: f.result() for j, f in futures.items()}
+    pool.shutdown()
     for m in args.models:
         for p in args.precisions:
             plain_text = None
@@ -720,17 +778,6 @@ def main(argv=None) -> int:
                 unavailable[(m, "accelerate", p)] = "accelerate is not installed"
             scripts[(m, "original", p)] = HERE / f"{m}_single.py"
     (out_dir / "converted.txt").write_text("\n\n".join(converted_txt) or "(no conversion succeeded)\n")
-    warm = finish_warm_up(args, warm_proc, log)
-    print(warm, flush=True)
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH", "")]))
-    env.update(PYTHONUNBUFFERED="1", BENCH_WARMUP=str(args.warmup), BENCH_STEPS=str(args.steps), BENCH_CHUNK=str(args.chunk))
-    # NVLink multicast stays off on the shared GPU hosts.
-    env.setdefault("NCCL_NVLS_ENABLE", "0")
-    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    if args.smoke:
-        env.setdefault("OMP_NUM_THREADS", "1")  # tiny CPU runs: no thread oversubscription
 
     round_began: dict[int, float] = {}
     round_took: dict[int, float] = {}
@@ -753,9 +800,7 @@ def main(argv=None) -> int:
         elif elapsed > args.budget + (60 if run.round else 0):
             run.status, run.reason = "skipped", f"budget of {args.budget:.0f} s spent"
         else:
-            extra = (SMOKE_ARGS[run.model] if args.smoke else []) + shlex.split(args.script_args)
-            if run.variant in ("handwritten", "accelerate"):
-                extra += ["--precision", run.precision]
+            extra = script_args(args, run)
             run_env = env
             if args.profile:
                 run_env = dict(env, BENCH_PROFILE=str(prof_root / run.name))
@@ -767,10 +812,10 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(runs)} {time.monotonic() - t_start:5.0f}s] {run.name}: {figure} ({run.wall_s} s)", flush=True)
         if run.status != "skipped":
             # What has run so far survives a command killed at its time limit.
-            save(args, out_dir, runs, machine, started, time.monotonic() - t_start, notes, warm)
+            save(args, out_dir, runs, machine, started, time.monotonic() - t_start, notes, warm, warm_runs)
 
     elapsed = time.monotonic() - t_start
-    md = save(args, out_dir, runs, machine, started, elapsed, notes, warm)
+    md = save(args, out_dir, runs, machine, started, elapsed, notes, warm, warm_runs)
     if args.profile:
         tables = [f"##### {p.relative_to(prof_root)}\n{p.read_text()}" for p in sorted(prof_root.rglob("*.txt"))]
         (out_dir / "profiles.txt").write_text("\n".join(tables) or "(no profile written)\n")
