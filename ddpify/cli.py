@@ -98,10 +98,12 @@ def convert_command(
     """
     if explain is not None:
         _explain(explain)
-    if not paths:
-        sys.exit(0)
     if json_flag:
         output_format = "json"
+    if not paths:
+        if output_format in REVIEW_FORMATS:  # an empty report: a CI step with no changed file still has one
+            click.echo(render(output_format, [], "convert"), nl=False)
+        sys.exit(0)
     find_config.cache_clear()
     gitignore.clear()
     formatting.clear_cache()

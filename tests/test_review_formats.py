@@ -256,3 +256,34 @@ def test_gitlab_fingerprint_survives_a_moved_line():
     b = gitlab.document([FileResult("t.py", f2)], "convert")
     assert [i["fingerprint"] for i in a] == [i["fingerprint"] for i in b]
     assert a[0]["fingerprint"] != a[1]["fingerprint"]
+
+
+# ----------------------------------------------------------------------------- the samples in README and docs
+
+
+def _suggestion_as_posted(diag: dict, source: str) -> str:
+    """The body of reviewdog's suggestion block: the range's first line up to its start, the text,
+    and its last line from its end (see tests/test_rdjson.py's apply_as_github)."""
+    lines = source.split("\n")
+    (s,) = diag["suggestions"]
+    r = s["range"]
+    head = lines[r["start"]["line"] - 1].encode()[: r["start"]["column"] - 1].decode()
+    tail = lines[r["end"]["line"] - 1].encode()[r["end"]["column"] - 1:].decode()
+    return head + s["text"] + tail
+
+
+def test_samples_are_what_ddpify_prints(here):
+    shutil.copy(FIXTURE / "input.py", here / "train.py")
+    annotations = run(convert_command, "--check", "--output-format", "github", "train.py").stdout.splitlines()
+    doc = json.loads(run(convert_command, "--check", "--output-format", "rdjson", "train.py").stdout)
+    (ddp020,) = [d for d in doc["diagnostics"] if d.get("code", {}).get("value") == "DDP020"]
+    body = _suggestion_as_posted(ddp020, (FIXTURE / "input.py").read_text())
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Code review\n"):readme.index("\n## ", readme.index("## Code review\n") + 5)]
+    (annotation,) = re.findall(r"^::warning .*$", section, re.M)
+    assert annotation in annotations
+    (suggestion,) = re.findall(r"```suggestion\n(.*?)```", section, re.S)
+    assert suggestion == body + "\n"
+    docs = (ROOT / "docs" / "code-review.md").read_text()
+    (sample,) = re.findall(r"````markdown\n(.*?)````", docs, re.S)
+    assert sample == f"{ddp020['message']}\n\n```suggestion\n{body}\n```\n"

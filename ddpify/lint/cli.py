@@ -169,10 +169,12 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
 
     if explain is not None:
         _explain(explain)
-    if not paths:
-        sys.exit(0)
     if json_flag:
         output_format = "json"
+    if not paths:
+        if output_format in REVIEW_FORMATS:  # an empty report: a CI step with no changed file still has one
+            click.echo(render(output_format, [], "lint"), nl=False)
+        sys.exit(0)
     as_json = output_format != "text"  # machine output on stdout: no warnings or summary
     find_config.cache_clear()
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
