@@ -7,7 +7,7 @@ property value, also : and , (%3A %2C), which would otherwise end the value.
 
 from __future__ import annotations
 
-from ddpify.report import TOOL_NAME, FileResult, level
+from ddpify.report.common import TOOL_NAME, FileResult, level
 
 # SARIF's level -> the command's name
 COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}

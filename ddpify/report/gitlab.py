@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ddpify.report import TOOL_NAME, FileResult, level
+from ddpify.report.common import TOOL_NAME, FileResult, level
 
 SEVERITY = {"error": "critical", "warning": "minor", "note": "info"}
 

@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ddpify.report import TOOL_NAME, FileResult, level
+from ddpify.report.common import TOOL_NAME, FileResult, level
 
 SEVERITY = {"error": "ERROR", "warning": "WARNING", "note": "INFO"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ddpify import __version__, rules
-from ddpify.report import TOOL_NAME, FileResult, level, rule_level
+from ddpify.report.common import TOOL_NAME, FileResult, level, rule_level
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
