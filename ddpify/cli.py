@@ -20,7 +20,8 @@ from ddpify import __version__, fileio, formatting, gitignore
 from ddpify.collect import collect
 from ddpify.config import find_config
 from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, parse_optimize
-from ddpify.output import json_document, print_report, summary, use_color
+from ddpify.output import json_document, print_report, review_results, summary, use_color
+from ddpify.report import FORMATS, REVIEW_FORMATS, render
 from ddpify.process import Settings, run_jobs
 from ddpify.process_projects import display, loose_members, process_projects, split_projects
 
@@ -44,8 +45,10 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors and blocking findings (what needs a hand fix).")
 @click.option("--partial", is_flag=True, help="Write the conversion even when a blocking finding remains (still exits 2).")
 @click.option("--ignore", "ignore", multiple=True, metavar="CODES", help="Never report these codes (comma-separated; adds to [tool.ddpify] ignore).")
-@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one JSON document on stdout with every file's outcome and findings (severity, code, line, col).")
+@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="json: one JSON document on stdout with every file's outcome and findings (severity, code, line, col); "
+                   "github: annotations (workflow commands); sarif: SARIF 2.1.0 (code scanning); rdjson: reviewdog "
+                   "diagnostics, the conversion as suggested changes; gitlab: a code quality report.")
 @click.option("--json", "json_flag", is_flag=True, help="Same as --output-format json.")
 @click.option("--amp", type=click.Choice(AMP_CHOICES), default=None, help="Mixed precision to add [default: auto].")
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
@@ -95,15 +98,19 @@ def convert_command(
     """
     if explain is not None:
         _explain(explain)
+    if json_flag:
+        output_format = "json"
     if not paths:
+        if output_format in REVIEW_FORMATS:  # an empty report: a CI step with no changed file still has one
+            click.echo(render(output_format, [], "convert"), nl=False)
         sys.exit(0)
-    as_json = json_flag or output_format == "json"
     find_config.cache_clear()
     gitignore.clear()
     formatting.clear_cache()
     settings = Settings(check=check, diff=diff)
-    if as_json and settings.write and "-" in paths:
-        raise click.UsageError("--output-format json writes JSON to stdout: with `-`, add --check or --diff")
+    if output_format != "text" and settings.write and "-" in paths:
+        what = "annotations" if output_format == "github" else "JSON"
+        raise click.UsageError(f"--output-format {output_format} writes {what} to stdout: with `-`, add --check or --diff")
     color_err = use_color(color, sys.stderr)  # findings go to stderr, the diff to stdout
     color = use_color(color, sys.stdout)
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
@@ -132,8 +139,10 @@ def convert_command(
     loose = loose_members(every_job, project_reports)
     reports = run_jobs(job_list + loose, settings, jobs) + [r for r in project_reports if not any(r.path == display(j.path) for j in loose)]
     reports.sort(key=lambda r: (not r.stdin, r.path))
-    if as_json:
+    if output_format == "json":
         click.echo(json.dumps(json_document(reports, settings), indent=2))
+    elif output_format in REVIEW_FORMATS:
+        click.echo(render(output_format, review_results(reports), "convert"), nl=False)
     else:
         for report in reports:
             print_report(report, settings, quiet, color, color_err)

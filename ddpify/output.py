@@ -37,6 +37,9 @@ class Report:
     findings: list = field(default_factory=list)  # Finding objects, for --output-format json
     blocked: bool = False  # a blocking finding remains (refused, or written anyway with --partial)
     member: bool = False  # a module of a project (project mode): run through its entry script
+    # The file's text before and after, when the conversion changes it (review formats: rdjson).
+    original: str | None = None
+    converted: str | None = None
 
     def fail(self, text: str) -> None:
         self.outcome = "error"
@@ -171,6 +174,14 @@ def print_report(report: Report, settings: Settings, quiet: bool, color: bool, c
             click.echo(f"  run it with: {first}", err=True)
             for line in rest:
                 click.echo(f"           or: {line}", err=True)
+
+
+def review_results(reports: list[Report]) -> list:
+    """The reports as the review formats (ddpify/report/) read them."""
+    from ddpify.report import FileResult, parse_error
+
+    return [FileResult(r.path, list(r.findings), [parse_error(r.path, t) for k, t in r.messages if k == "error"],
+                       r.original, r.converted) for r in reports]
 
 
 def json_document(reports: list[Report], settings: Settings) -> dict:

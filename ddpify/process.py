@@ -123,9 +123,10 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
         out = _convert(src, job.options or Options(), job.path, report)
         changed = out != src.data
         report.outcome = "changed" if changed else "refused" if report.status == "refused" else "unchanged"
-        if settings.diff and changed:
-            encoding = src.encoding
-            report.diff = unified_diff(src.data.decode(encoding), out.decode(encoding), job.path)
+        if changed:
+            report.original, report.converted = src.data.decode(src.encoding), out.decode(src.encoding)
+            if settings.diff:
+                report.diff = unified_diff(report.original, report.converted, job.path)
         if job.stdin:
             if settings.write:
                 report.stdout = out

@@ -108,14 +108,17 @@ def process_projects(groups: list[list[Job]], settings: Settings) -> list[Report
                     report.fail(f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug.")
                     blocked = True
             report.outcome = "changed" if out != src.data else "unchanged"
-            if settings.diff and out != src.data:
-                report.diff = unified_diff(src.text, fr.output, path)
+            if out != src.data:
+                report.original, report.converted = src.data.decode(src.encoding), out.decode(src.encoding)
+                if settings.diff:
+                    report.diff = unified_diff(src.text, fr.output, path)
             group_reports.append((fr.path, out, report))
         if blocked:
             n = len(result.blocking)
             for _, _, report in group_reports:
                 report.outcome = "refused" if report.outcome != "error" else "error"
                 report.diff = ""
+                report.original = report.converted = None
                 report.blocked = True
             group_reports[0][2].messages.append(("blocking", (
                 f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "

@@ -21,6 +21,7 @@ from ddpify import __version__, fileio
 from ddpify.fileio import FileError
 from ddpify.findings import Finding
 from ddpify.options import Options
+from ddpify.report import FORMATS, REVIEW_FORMATS, FileResult, parse_error, render
 
 SEVERITY = {"blocking": "error", "note": "note"}
 
@@ -140,8 +141,10 @@ def summary(reports: list[FileReport]) -> str:
 
 @click.command(name="lint", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
-@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one JSON document on stdout with every file's findings (code, severity, line, col).")
+@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="json: one JSON document on stdout with every file's findings (code, severity, line, col); "
+                   "github: annotations (workflow commands); sarif: SARIF 2.1.0 (code scanning); rdjson: reviewdog "
+                   "diagnostics; gitlab: a code quality report.")
 @click.option("--json", "json_flag", is_flag=True, help="Same as --output-format json.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (no notes, no summary).")
 @click.option("--ignore", "ignore", multiple=True, metavar="CODES", help="Never report these codes (comma-separated; adds to [tool.ddpify] ignore).")
@@ -166,9 +169,13 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
 
     if explain is not None:
         _explain(explain)
+    if json_flag:
+        output_format = "json"
     if not paths:
+        if output_format in REVIEW_FORMATS:  # an empty report: a CI step with no changed file still has one
+            click.echo(render(output_format, [], "lint"), nl=False)
         sys.exit(0)
-    as_json = json_flag or output_format == "json"
+    as_json = output_format != "text"  # machine output on stdout: no warnings or summary
     find_config.cache_clear()
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
     jobs, warns = collect(paths, exclude, force_exclude, stdin_filename, {"ignore": codes or None})
@@ -182,7 +189,10 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
     stdin_data = sys.stdin.buffer.read() if any(j.stdin and not j.passthrough for j in jobs) else None
     reports = [lint_file(j, stdin_data) for j in jobs if not j.passthrough] + (lint_projects(entries) if entries else [])
     reports.sort(key=lambda r: (r.path != "-" and r.path != stdin_filename, r.path))
-    if as_json:
+    if output_format in REVIEW_FORMATS:
+        results = [FileResult(r.path, list(r.findings), [parse_error(r.path, t) for t in r.errors]) for r in reports]
+        click.echo(render(output_format, results, "lint"), nl=False)
+    elif as_json:
         doc = {"version": __version__, "files": [r.to_dict() for r in reports], "summary": summary(reports)}
         click.echo(json.dumps(doc, indent=2))
     else:

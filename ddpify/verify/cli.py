@@ -94,11 +94,13 @@ def run_verify(
     compare_plain: bool = False,
     share_gpus: bool | None = None,
     to_end: bool = False,
+    html_path: str | None = None,
 ) -> VerifyOutcome:
     """compare_plain (with options.optimize): also run the plain conversion (no --optimize) as
     N processes, and check that the optimised one trains the same (the optimize-parity check).
     share_gpus: None lets the ranks share the GPUs when there are fewer than processes.
-    to_end: run the script without a step limit, to its own end."""
+    to_end: run the script without a step limit, to its own end.
+    html_path: also write the report as one HTML page (ddpify/verify/html.py)."""
     from ddpify import Options
 
     script_path = Path(script).resolve()
@@ -123,6 +125,7 @@ def run_verify(
 
     runs: list[RunResult] = []
     prep: Prepared | None = None
+    sources: Sources | None = None
 
     def finish(outcome: VerifyOutcome) -> VerifyOutcome:
         outcome.document = doc
@@ -141,6 +144,11 @@ def run_verify(
             sys.stdout.flush()
         elif json_path:
             Path(json_path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        if html_path:  # before the run folder goes: a FAIL's lines may be in the converted copy
+            from ddpify.verify import html
+
+            Path(html_path).write_text(html.page(doc, runs, outcome.checks, sources), encoding="utf-8")
+            note(f"HTML report written to {html_path}")
         if keep:
             note(f"run directory kept: {run_dir}")
         else:
@@ -324,6 +332,7 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--share-gpus/--no-share-gpus", default=None, help="Let the processes share the GPUs there are (gloo for CUDA tensors). Default: on when there are fewer GPUs than processes.")
 @click.option("--timeout", type=str, default="auto", show_default=True, help="Seconds without progress before a rank counts as hung; auto: from the baseline's pace (30-300 s).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Also write the report as JSON (- for stdout; the text report then goes to stderr).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Also write the report as one self-contained HTML page (checks, loss curves, throughput, the lines of a failure).")
 @click.option("--show-output", is_flag=True, help="Print the script's own output (baseline and every rank) after the report.")
 @click.option("--no-baseline", is_flag=True, help="Skip the one-process run of the original.")
 @click.option("--no-convert", is_flag=True, help="Run SCRIPT as it is (it is already distributed).")
@@ -334,7 +343,7 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--optimize-only", metavar="NAMES", default=None, help="As --optimize, with only these speed-ups (comma-separated).")
 @click.option("--min-scaling", type=click.FloatRange(0, 1), default=None, help="Fail when scaling efficiency is below this.")
 @click.option("--keep", is_flag=True, help="Keep the run directory (logs, per-rank records).")
-def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, nnodes, share_gpus, timeout, json_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
+def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, nnodes, share_gpus, timeout, json_path, html_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
     """Run SCRIPT as one process and distributed under torchrun, and check the DDP conversion.
 
     Arguments after `--` go to the script:
@@ -390,5 +399,6 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, n
         colour=use_colour(sys.stderr if to_stdout else sys.stdout),
         share_gpus=share_gpus,
         to_end=to_end,
+        html_path=html_path,
     )
     sys.exit(outcome.exit_code)
