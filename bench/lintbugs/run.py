@@ -36,7 +36,7 @@ FAMILY_CODES = {
     "uneven-batches": {"DDP212"},
     "unused-params": {"DDP260"},
     "checkpoint-keys": {"DDP250", "DDP252"},
-    "checkpoint-device": {"DDP253", "DDP230"},
+    "checkpoint-device": {"DDP230"},
     "file-race": {"DDP220", "DDP222", "DDP223"},
     "writer-local-rank": {"DDP221"},
     "rank-device": {"DDP230", "DDP231", "DDP232", "DDP233", "DDP282", "DDP283"},

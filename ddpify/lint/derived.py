@@ -14,6 +14,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import call_args, code, dotted
+from ddpify.lint.values import UNK
 
 GLOBAL_SEEDERS = {"random.seed": "random", "numpy.random.seed": "numpy", "torch.manual_seed": "torch",
                   "torch.random.manual_seed": "torch"}
@@ -21,6 +22,8 @@ GENERATORS = ("random.Random", "numpy.random.default_rng", "numpy.random.RandomS
 # draws from the global generators of each module
 DRAWS = {"random": "random.", "numpy": "numpy.random.", "torch": ("torch.rand", "torch.randn", "torch.randint", "torch.randperm",
                                                                     "torch.multinomial", "torch.bernoulli", "torch.normal")}
+NOT_A_COUNT = {"device", "map_location", "non_blocking", "dtype", "disable", "desc", "position", "leave", "pin_memory",
+               "pin_memory_device", "generator", "worker_init_fn", "persistent_workers", "num_workers"}
 EVEN = ("torch.utils.data.distributed.DistributedSampler", "torch.utils.data.DistributedSampler")
 
 
@@ -28,7 +31,6 @@ class DerivedMixin:
     @cached_property
     def per_rank_seeded(self) -> dict[str, cst.Call]:
         """The global random generators (random, numpy, torch) seeded with a per-rank seed."""
-        a = self.a
         out: dict[str, cst.Call] = {}
         for c, qs in self.qualified_calls:
             for q in qs:
@@ -86,10 +88,18 @@ class DerivedMixin:
         if id(node) in seen:
             return None
         seen.add(id(node))
+        even = [c for c in a.findall(node, m.Call()) if a.qualified(c.func) & set(EVEN)]
+        inside_even = {id(x) for c in even for x in a.findall(c, m.Name() | m.Attribute() | m.Call())}
+        if length:  # where a value sits or how it is shown is not how many there are
+            for arg in a.findall(node, m.Arg()):
+                call = a.parent.get(arg)
+                placement = isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+                if placement or (arg.keyword is not None and arg.keyword.value in NOT_A_COUNT):
+                    inside_even |= {id(x) for x in a.findall(arg, m.Name() | m.Attribute() | m.Call())}
         for sub in [node, *a.findall(node, m.Name() | m.Attribute() | m.Call())]:
+            if id(sub) in inside_even:
+                continue  # DistributedSampler(..., rank=rank) gives every rank as many samples
             if isinstance(sub, cst.Call):
-                if a.qualified(sub.func) & set(EVEN):
-                    continue
                 why = self._draw(sub)
                 if why and (not length or self._filters(sub)):
                     return why
@@ -110,6 +120,9 @@ class DerivedMixin:
                 continue
             if isinstance(sub, (cst.Name, cst.Attribute)):
                 if self.ranks.depends(sub):
+                    v = self.ranks.values(sub)
+                    if length and all(isinstance(x, bool) for x in v if x is not UNK):
+                        continue  # a rank-0 test (logging, a progress bar), not a count
                     return f"`{code(sub)}` is the rank"
                 if isinstance(sub, cst.Attribute) and sub.value is not None and isinstance(sub.value, cst.Name) and sub.value.value == "self":
                     for v in self._self_values(sub):

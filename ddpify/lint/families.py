@@ -17,7 +17,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
                         "the wrapper), loud with strict loading and silent (nothing loaded) with strict=False",
                         ("DDP250", "DDP251", "DDP252")),
     "checkpoint-device": ("a checkpoint loaded onto the device it was saved from (GPU 0) by every rank",
-                          ("DDP253", "DDP230")),
+                          ("DDP230",)),
     "file-race": ("a file, download or log written by every rank at once, or read by the other ranks before rank 0 "
                   "has written it", ("DDP220", "DDP222", "DDP223")),
     "writer-local-rank": ("the writer chosen by the local rank: once a node on a multi-node run", ("DDP221",)),

@@ -101,6 +101,11 @@ class Probe:
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
         self.hb_time = 0.0
         self.hb_fd = os.open(self.prefix + ".hb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # every collective this rank entered (torch.distributed's, a DDP forward, a backward that
+        # all-reduces): its count, what it was and the script's line, overwritten in place, so a
+        # rank that hangs or dies mid-collective still tells where it was
+        self.coll_n = 0
+        self.coll_fd = os.open(self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.heartbeat()
 
     # ---------------------------------------------------------------- bookkeeping
@@ -309,6 +314,12 @@ class Probe:
             rec["bw_last"] = self.backward
             self.last_epoch = rec
         self.heartbeat(force=False)
+
+    def on_collective(self, what: str) -> None:
+        self.coll_n += 1
+        _, _, where, _ = self.callers(3)
+        line = f"{self.coll_n}\t{what}\t{where or '?'}"[:480].ljust(511) + "\n"
+        os.pwrite(self.coll_fd, line.encode(), 0)
 
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch

@@ -44,6 +44,8 @@ def check(ctx) -> None:
         for skey, skind, snode in saves:
             if key is not None and skey is not None and key != skey:
                 continue
+            if key is None and skey is not None and _whole_file(ctx, c.args[0].value):
+                continue  # the file loaded is a state dict itself; that save wrote a dict around one
             if (skind == "wrapper-state") != (into == "wrapper") and _loose(c):
                 saved = "the DDP wrapper (keys start with `module.`)" if skind == "wrapper-state" else "the plain module (no `module.` prefix)"
                 ctx.report(c, "DDP252", f"{code(c.func.value)}.load_state_dict(..., strict=False) loads a state dict saved from {saved} (`{code(snode)}`) into {'the plain module' if into == 'plain' else 'the DDP wrapper'}: no key matches, so nothing is loaded and no error is raised, and training goes on from the initial weights; save model.module.state_dict() (or strip the prefix) and load with strict=True")
@@ -53,6 +55,11 @@ def check(ctx) -> None:
                 target = "the plain module" if into == "plain" else "the DDP wrapper, which expects `module.` keys"
                 ctx.report(c, "DDP250", f"{code(c.func.value)}.load_state_dict(...) loads into {target}, but the checkpoint's state dict was saved from {saved} (`{code(snode)}`): the keys do not match and load_state_dict raises; save model.module.state_dict() and load into the plain module (or strip the prefix)")
                 break
+
+
+def _whole_file(ctx, expr) -> bool:
+    """The loaded value is torch.load(...)'s result itself (not an entry of it)."""
+    return any(isinstance(v, cst.Call) and ctx.a.is_call(v, "torch.load") for v in ctx.facts.sources(expr))
 
 
 def _loose(call: cst.Call) -> bool:

@@ -11,6 +11,7 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.devices import gpu_index_literals
 from ddpify.analysis.tree import call_args, code, dotted
+from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
 declare("DDP230", "hard-coded-gpu-index", "a hard-coded GPU index: every rank uses that GPU (NCCL refuses it, or the ranks share one GPU's memory)", severity="blocking", tool="lint")
@@ -85,7 +86,9 @@ def _global_device(ctx) -> None:
         else:
             continue
         for x in args:
-            if "%" in code(x) or f.ranks.kind(x) != "global" or _single_process(ctx, c):
+            v = f.ranks.values(x)
+            known = v[0] is not UNK and v[2] is not UNK and not isinstance(v[0], (bool, str)) and not isinstance(v[2], (bool, str))
+            if "%" in code(x) or not known or v[0] == v[2] or _single_process(ctx, c):
                 continue
             ctx.report(c, "DDP233", f"`{code(c).strip()}` takes the device from the global rank (`{code(x)}`): on a second node rank 8 asks for GPU 8 (\"invalid device ordinal\") or two ranks share a GPU; use the local rank (int(os.environ[\"LOCAL_RANK\"]))")
             return

@@ -79,6 +79,6 @@ def _reduced_in_evaluation(ctx, loader) -> bool:
         scope = fn if fn is not None else a.module
         for c in a.findall(scope, m.Call()):
             what = f.collective(c)
-            if what is not None and not what.startswith("the forward") and "backward" not in what:
+            if what is not None and not what.startswith(("the forward", "dist.init_process_group", "torch.distributed.init_process_group")) and "backward" not in what and "init_process_group" not in what:
                 return True
     return False

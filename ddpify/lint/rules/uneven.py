@@ -11,6 +11,7 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import code, dotted
+from ddpify.lint.rules.divergent_exit import silent_forward
 from ddpify.rules import declare
 
 declare("DDP212", "uneven-batches-per-rank", "a loop that runs collectives (a DDP forward, an all_reduce, a metric gather) iterates data whose length is each rank's own (a file per rank, a list split by the rank, a subset drawn after a per-rank seed): the rank with more batches waits for the others and the job hangs", severity="blocking", tool="lint")
@@ -28,7 +29,7 @@ def check(ctx) -> None:
         why = _uneven(ctx, loop.iter)
         if why is None:
             continue
-        syncs = [c for c in a.findall(loop.body, m.Call()) if f.sync_point(c) is not None and not f.reach.divergent(c)]
+        syncs = [c for c in a.findall(loop.body, m.Call()) if f.sync_point(c) is not None and not f.reach.divergent(c) and not silent_forward(f, c)]
         if not syncs or _joined(ctx, loop):
             continue
         ctx.report(loop, "DDP212", f"this loop iterates `{code(loop.iter).strip()}`, whose length is this rank's own ({why}), and runs {f.sync_point(syncs[0])} at every iteration: a rank with more batches waits in a collective the others never join, and the job hangs; give every rank as many batches (DistributedSampler pads to equal counts, or drop the remainder), or run the loop under `with model.join():`")
@@ -45,6 +46,12 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
         it = it.args[0].value
     if isinstance(it, cst.Call) and dotted(it.func) == "range":
         return None  # a count the script chose, not its data
+    if isinstance(it, cst.Name) and depth < 3:  # pbar = tqdm(loader, disable=rank != 0)
+        fn = a.function_of(it)
+        values = a._local_values(fn, it.value) if fn is not None and a._is_local(fn, it.value) else a._local_values(None, it.value)
+        if values and all(isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] in ITER_WRAPPERS and v.args for v in values):
+            whys = [_uneven(ctx, v, depth + 1) for v in values]
+            return next((w for w in whys if w), None)
     loader = _loader_call(ctx, it)
     if loader is not None:
         args = f.loader_args(loader)
@@ -64,7 +71,7 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
         return f"its data set: {why}" if why else None
     if isinstance(it, cst.Call) and f.own_call(it):
         for x in it.args:
-            why = f.rank_derived_len(x.value)
+            why = _uneven(ctx, x.value, depth + 1)
             if why:
                 return f"{f.own_call(it)}() is handed {why}"
         return None

@@ -40,6 +40,8 @@ def check(ctx) -> None:
             continue  # save_pretrained(..., is_main_process=...): the library writes on the main process
         if path is not None and (any(f.ranks.reads_rank(v) for v in f.sources(path)) or any(n in code(path) for n in NULL_PATHS)):
             continue  # a file of this rank's own, or none
+        if path is not None and _per_item(ctx, c, path):
+            continue  # a file per sample of this rank's shard (`for p in predictions: open(p["file_name"])`)
         kind = f.reach.guard_kind(c)
         if kind is None:
             if not f.reach.every_rank(c):
@@ -74,10 +76,17 @@ def _read_before_written(ctx) -> None:
         fn = a.function_of(c)
         name = (dotted(c.func) or "").rsplit(".", 1)[-1]
         first = code(c.args[0].value) if c.args else None
+        # what rank 0's block prepares: the arguments of its calls (paths, roots)
+        block = a.ancestor(c, cst.If)
+        prepared = {code(x.value) for b in (a.findall(block.body, m.Call()) if block is not None else [c]) for x in b.args
+                    if isinstance(x.value, (cst.SimpleString, cst.Name, cst.Attribute))}
         for r in a.calls:
-            if r is c or a.function_of(r) is not fn or (dotted(r.func) or "").rsplit(".", 1)[-1] != name:
+            if r is c or a.function_of(r) is not fn:
                 continue
-            if first is not None and (not r.args or code(r.args[0].value) != first):
+            same = (dotted(r.func) or "").rsplit(".", 1)[-1] == name and (first is None or (r.args and code(r.args[0].value) == first))
+            after_block = block is not None and f.order(r) >= a._subtree_end(block)
+            shares = after_block and f.own_call(r) is not None and any(code(x.value) in prepared for x in r.args)
+            if not (same or shares):
                 continue
             if f.reach.local(r)[1] is False:
                 continue  # rank 1 does not read it here
@@ -88,6 +97,19 @@ def _read_before_written(ctx) -> None:
                 continue  # a barrier in between
             ctx.report(r, "DDP223", f"`{code(r).strip()}` reads what `{code(c).strip()}` prepares on rank 0 only, with no barrier in between: the other ranks read before rank 0 has written it (\"not found\", a truncated file); call dist.barrier() on every rank after rank 0 prepares, and read after it")
             break
+
+
+def _per_item(ctx, c: cst.Call, path) -> bool:
+    """The path is built from the target of a loop around the call: one file per item."""
+    a = ctx.a
+    loop = a.enclosing_loop(c)
+    while loop is not None:
+        if isinstance(loop, cst.For):
+            names = {n.value for n in a.findall(loop.target, m.Name())}
+            if names & {n.value for n in a.findall(path, m.Name())}:
+                return True
+        loop = a.enclosing_loop(loop)
+    return False
 
 
 def _site(ctx, c: cst.Call):
