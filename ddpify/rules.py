@@ -135,6 +135,14 @@ def explain(code: str) -> str:
         out.append(f"Proved at run time by: ddpify verify's `{rule.check}` check")
     out.append(f"Raised by: {rule.module}" + (" (ddpify lint)" if rule.tool == "lint" else ""))
     out += ["", rule.message]
+    if rule.tool == "lint":
+        from ddpify.lint.families import FAMILIES, family_of
+
+        fam = family_of(rule.code)
+        if fam is not None:
+            what, codes = FAMILIES[fam]
+            others = [c for c in codes if c != rule.code]
+            out += ["", f"Family: {fam}: {what}" + (f" (also {', '.join(others)})" if others else "")]
     ex = rule.example
     examples = (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings" if rule.tool == "convert" else "ddpify lint reports"))
     if rule.tool == "gate":  # a converted program that breaks the invariant, as the gate reads it

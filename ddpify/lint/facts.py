@@ -12,6 +12,7 @@ import libcst as cst
 
 from ddpify.analysis.tree import call_args, dotted
 from ddpify.lint.collectives import CollectivesMixin
+from ddpify.lint.derived import DerivedMixin
 from ddpify.lint.ranks import Ranks
 from ddpify.lint.reach import Reach
 from ddpify.lint.wrappers import Wrap, WrappersMixin
@@ -28,7 +29,7 @@ FRAMEWORKS = {
 }
 
 
-class Facts(WrappersMixin, CollectivesMixin):
+class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
     def __init__(self, a, text: str, effects) -> None:
         self.a = a
         self.text = text

@@ -234,8 +234,8 @@ class Ranks:
                 return got
         if last in RANK_FUNC and not pos:
             return _leaf(RANK_FUNC[last])
-        if MAIN_FUNC.match(last) and not pos:
-            return _leaf("main")
+        if MAIN_FUNC.match(last) and (not pos or not fns):
+            return _leaf("main")  # is_main_process(), utils.is_primary(args) of another module
         if LOCAL_MAIN_FUNC.match(last) and not pos:
             return _leaf("local_main")
         return ALL_UNK

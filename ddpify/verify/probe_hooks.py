@@ -20,6 +20,12 @@ else:  # started by path in a rank: probe.py loads its parts by their file names
     import probe_values as V  # type: ignore[no-redef]
 
 
+# torch.distributed's collectives every rank must join (their entries are noted, see Probe.on_collective)
+COLLECTIVES = ("barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
+               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
+               "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "monitored_barrier")
+
+
 class OutputTee:
     """sys.stdout / sys.stderr as the script sees them: every write goes to the real stream, and
     the probe notes the line of the script that wrote it (print, .write, a logging handler)."""
@@ -76,6 +82,8 @@ def install(probe: S.Probe) -> None:
         if safe("stop", probe.should_stop_before_backward):
             raise S.StopVerify
         safe("backward", probe.on_backward, tensors)
+        if probe.ddp_modules:
+            safe("collective", probe.on_collective, "backward")
         return orig_backward(tensors, *args, **kwargs)
 
     torch.autograd.backward = backward
@@ -151,7 +159,9 @@ def install(probe: S.Probe) -> None:
     def ddp_init(self, module, *args, **kwargs):
         # Recorded before DDP's own collectives run, so a rank that dies inside them still tells where its model was.
         safe("ddp", note_ddp, module, args, kwargs)
+        safe("collective", probe.on_collective, "DistributedDataParallel()")
         orig_ddp_init(self, module, *args, **kwargs)
+        self.register_forward_pre_hook(lambda m, a: safe("collective", probe.on_collective, "the DDP forward"))
         if len(probe.ddp_modules) == 1:
             safe("ddp hooks", watch, self, module)
 
@@ -170,6 +180,22 @@ def install(probe: S.Probe) -> None:
 
     dist.init_process_group = init_process_group
     dist.distributed_c10d.init_process_group = init_process_group
+
+    def noting(name, real):
+        def collective(*args, **kwargs):
+            safe("collective", probe.on_collective, name)
+            return real(*args, **kwargs)
+
+        collective.__wrapped__ = real
+        return collective
+
+    for name in COLLECTIVES:
+        real = getattr(dist, name, None)
+        if real is not None:
+            wrapped = noting(name, real)
+            setattr(dist, name, wrapped)
+            if getattr(dist.distributed_c10d, name, None) is real:
+                setattr(dist.distributed_c10d, name, wrapped)
 
     if torch.cuda.is_available():
         orig_set_device = torch.cuda.set_device

@@ -77,6 +77,7 @@ class Probe:
             "writes": [],
             "outside_writes": {"n": 0, "sample": []},
             "set_epoch_calls": [],
+            "one_shard": [],  # lines printed right after an evaluation over one shard, with no collective between
         }
         self.printed: dict[tuple[str, str], dict] = {}
         self.opt_steps: dict[int, int] = {}
@@ -101,6 +102,12 @@ class Probe:
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
         self.hb_time = 0.0
         self.hb_fd = os.open(self.prefix + ".hb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # every collective this rank entered (torch.distributed's, a DDP forward, a backward that
+        # all-reduces): its count, what it was and the script's line, overwritten in place, so a
+        # rank that hangs or dies mid-collective still tells where it was
+        self.coll_n = 0
+        self.last_eval: dict | None = None
+        self.coll_fd = os.open(self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.heartbeat()
 
     # ---------------------------------------------------------------- bookkeeping
@@ -238,6 +245,10 @@ class Probe:
             entry = self.printed[key] = {"where": where, "stream": stream, "n": 0, "text": lines[0], "last": lines[0]}
         entry["n"] += 1
         entry["last"] = lines[-1]
+        ev = self.last_eval
+        if ev is not None and ev.get("coll_end") == self.coll_n and any(c.isdigit() for c in text) and len(self.record["one_shard"]) < 8:
+            self.record["one_shard"].append({"where": where, "text": lines[-1][:160], "seq": ev["seq"], "drawn": ev.get("drawn"),
+                                             "dataset_len": ev.get("dataset_len")})
 
     def mark_step(self) -> None:
         import torch
@@ -310,6 +321,12 @@ class Probe:
             self.last_epoch = rec
         self.heartbeat(force=False)
 
+    def on_collective(self, what: str) -> None:
+        self.coll_n += 1
+        _, _, where, _ = self.callers(3)
+        line = f"{self.coll_n}\t{what}\t{where or '?'}"[:480].ljust(511) + "\n"
+        os.pwrite(self.coll_fd, line.encode(), 0)
+
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch
 
@@ -334,6 +351,11 @@ class Probe:
             rec["complete"] = True
             if rec["bw_first"] is not None and rec["bw_last"] > rec["bw_first"]:
                 self.train_epochs_done += 1
+            elif rec.get("sampler") == "DistributedSampler" and (rec.get("num_replicas") or 1) > 1:
+                # an evaluation over one shard of the data: what the script reports next, before
+                # any collective, is this rank's own figure
+                rec["coll_end"] = self.coll_n
+                self.last_eval = rec
 
     def new_epoch(self, it) -> dict:
         from torch.utils.data import IterableDataset

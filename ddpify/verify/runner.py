@@ -58,6 +58,8 @@ class RunResult:
     # From torchrun's failure summary: {rank: {"exitcode": int, "signal": "SIGABRT" | None}}.
     exits: dict[int, dict] = field(default_factory=dict)
     max_gap: float = 0.0  # the longest time a rank went without progress (seconds)
+    # each rank's last collective: (how many it entered, what, "path:line" of the script)
+    collectives: dict[int, tuple[int, str, str]] = field(default_factory=dict)
     node_dirs: list[Path] = field(default_factory=list)
 
     @property
@@ -371,6 +373,11 @@ def _collect(result: RunResult) -> None:
                 result.heartbeats[r] = (s, b, n)
             except ValueError:
                 pass
+        coll = _read(prefix.with_suffix(".coll"))
+        if coll and coll.strip():
+            parts = coll.strip().split("\t")
+            if len(parts) == 3 and parts[0].isdigit():
+                result.collectives[r] = (int(parts[0]), parts[1], parts[2].strip())
         out = _read(prefix.with_suffix(".out"))
         if out is not None:
             result.outputs[r] = out[-6000:]

@@ -8,16 +8,18 @@ from ddpify.lint.rules import (
     divergent_exit,
     iterable,
     loaders,
+    metrics,
     notes,
     rank_collective,
     sampler_seed,
     scaler,
     set_epoch,
+    uneven,
     unused_params,
     unwrapped,
     wrap_order,
     writes,
 )
 
-RULES = (loaders, iterable, set_epoch, sampler_seed, rank_collective, divergent_exit, writes, devices, unwrapped, wrap_order,
-         bypass, checkpoints, unused_params, scaler, notes)
+RULES = (loaders, iterable, set_epoch, sampler_seed, rank_collective, divergent_exit, uneven, writes, devices, unwrapped, wrap_order,
+         bypass, checkpoints, unused_params, scaler, metrics, notes)

@@ -11,11 +11,13 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.devices import gpu_index_literals
 from ddpify.analysis.tree import call_args, code, dotted
+from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
 declare("DDP230", "hard-coded-gpu-index", "a hard-coded GPU index: every rank uses that GPU (NCCL refuses it, or the ranks share one GPU's memory)", severity="blocking", tool="lint")
 declare("DDP231", "local-rank-flag-under-torchrun", "the device comes from a --local_rank flag, which torchrun never passes: every rank gets the flag's default, the same GPU", severity="blocking", tool="lint")
 declare("DDP232", "default-cuda-device", "the model goes to CUDA's default device (`.cuda()`, \"cuda\") and no torch.cuda.set_device(local_rank) runs: every rank uses GPU 0", severity="blocking", tool="lint")
+declare("DDP233", "global-rank-as-device", "the GPU index comes from the global rank: on a second node rank 8 asks for GPU 8 (invalid device ordinal) or ranks land on the wrong GPUs; the device is the local rank", severity="blocking", tool="lint")
 declare("DDP282", "legacy-launch-flag", "a --local_rank flag: torch.distributed.launch (deprecated) passes --local-rank since torch 2.0, torchrun passes none; read os.environ[\"LOCAL_RANK\"]", tool="lint")
 
 CUDA_INDEX = re.compile(r"^\s*cuda\s*:\s*\d+\s*$")
@@ -28,6 +30,7 @@ def check(ctx) -> None:
     if not f.distributed or f.framework is not None:
         return
     _indices(ctx)
+    _global_device(ctx)
     _flag(ctx)
     _flag_defaults(ctx)
     _default_device(ctx)
@@ -65,6 +68,49 @@ def _indices(ctx) -> None:
         if isinstance(asg, cst.Assign) and any(_is_cvd(t.target) for t in asg.targets) and isinstance(asg.value, cst.SimpleString):
             if not _single_process(ctx, asg) and re.fullmatch(r"\s*\d+\s*", asg.value.evaluated_value or ""):
                 _report_index(ctx, asg.value, f"CUDA_VISIBLE_DEVICES={asg.value.evaluated_value}")
+
+
+def _global_device(ctx) -> None:
+    """set_device(rank), torch.device("cuda", rank), .cuda(rank), device_ids=[rank] with the global rank."""
+    a, f = ctx.a, ctx.facts
+    for c in a.calls:
+        pos, kw = call_args(c)
+        if a.is_call(c, "torch.cuda.set_device"):
+            args = [x.value for x in pos[:1]]
+        elif a.is_call(c, "torch.device") and len(pos) > 1:
+            args = [pos[1].value]
+        elif isinstance(c.func, cst.Attribute) and c.func.attr.value == "cuda" and pos:
+            args = [pos[0].value]
+        elif any(w.call is c for w in f.ddp_wraps) and "device_ids" in kw and isinstance(kw["device_ids"].value, (cst.List, cst.Tuple)):
+            args = [e.value for e in kw["device_ids"].value.elements]
+        else:
+            continue
+        for x in args:
+            v = f.ranks.values(x)
+            known = v[0] is not UNK and v[2] is not UNK and not isinstance(v[0], (bool, str)) and not isinstance(v[2], (bool, str))
+            if "%" in code(x) or not known or v[0] == v[2] or _single_process(ctx, c):
+                continue
+            ctx.report(c, "DDP233", f"`{code(c).strip()}` takes the device from the global rank (`{code(x)}`): on a second node rank 8 asks for GPU 8 (\"invalid device ordinal\") or two ranks share a GPU; use the local rank (int(os.environ[\"LOCAL_RANK\"]))")
+            return
+
+
+def _code_strings(a) -> set[str]:
+    """String literals of the code (docstrings left out)."""
+    return {s.evaluated_value for s in a.findall(a.module, m.SimpleString())
+            if isinstance(s.evaluated_value, str) and not isinstance(a.parent.get(s), cst.Expr)}
+
+
+def _gates_setup(ctx, flag_dest: str) -> cst.Call | None:
+    """init_process_group (or the DDP wrap) runs only where a test on the flag's value holds
+    (`if args.local_rank != -1:`), followed through the names the test reads."""
+    a, f = ctx.a, ctx.facts
+    setups = [c for c in a.calls if a.is_call(c, "torch.distributed.init_process_group")] + [w.call for w in f.ddp_wraps]
+    for c in setups:
+        for test, _ in f.reach.conditions(c):
+            names = [test] + [v for n in a.findall(test, m.Name()) for v in a._local_values(a.function_of(n), n.value)[:3]]
+            if any((dotted(x) or "").endswith("." + flag_dest) for n in names for x in [n, *a.findall(n, m.Attribute())]):
+                return c
+    return None
 
 
 def _is_cvd(t: cst.BaseExpression) -> bool:
@@ -111,8 +157,12 @@ def _flag(ctx) -> None:
     env_default = default is not None and "LOCAL_RANK" in code(default)
     # args.local_rank = int(os.environ["LOCAL_RANK"]) somewhere: the flag is overwritten from torchrun's variable
     env_set = any(isinstance(asg, cst.Assign) and any((dotted(t.target) or "").endswith(".local_rank") for t in asg.targets) and "LOCAL_RANK" in code(asg.value) for asg in a.assigns)
-    reads_env = "LOCAL_RANK" in f.text.replace("local_rank", "")
+    reads_env = "LOCAL_RANK" in _code_strings(a)
     if env_default or env_set:
+        return
+    gated = _gates_setup(ctx, "local_rank")
+    if gated is not None and not reads_env:
+        ctx.report(flag, "DDP231", f"the process group is set up only when --local_rank is given (`{code(a.statement(gated)).strip().splitlines()[0]}` runs under a test on it), but torchrun passes no flag (it sets LOCAL_RANK): under torchrun every process keeps the default {code(default) if default is not None else 'None'} and trains alone on the whole data set; default=int(os.environ.get(\"LOCAL_RANK\", -1))")
         return
     uses = [c for c in a.calls if _device_call(ctx, c) and any((dotted(n) or "").endswith("local_rank") for n in a.findall(c, m.Attribute()))]
     if TORCHRUN.search(f.text) and uses and not reads_env:

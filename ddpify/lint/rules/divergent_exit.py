@@ -5,17 +5,21 @@ is the usual case."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import code, dotted
 from ddpify.lint.rules.common import sampler_kind
+from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
 declare("DDP211", "rank-local-loop-exit", "a break/return/continue on a condition computed from one rank's values (its rank, its loss, a metric of its shard) in a loop that runs collectives: that rank leaves, the others hang", severity="blocking", tool="lint")
 
 PLACEMENT = {"to", "cuda", "cpu", "pin_memory"}  # where a value sits is not what it is
 DEVICE_ARGS = {"device", "device_ids", "output_device", "map_location", "non_blocking"}
+OPTIONS = re.compile(r"^(args|opts?|cfg|config|conf|hparams|flags|params|hp)$")
 SAME_ON_EVERY_RANK = {"len", "shape", "size", "numel", "dim", "ndim", "range", "enumerate"}
 
 
@@ -32,7 +36,7 @@ def check(ctx) -> None:
         if not conds:
             continue
         syncs = [c for c in a.findall(loop, m.Call()) if (not isinstance(x, cst.Continue) or f.order(c) > f.order(x))
-                 and f.sync_point(c) is not None and not f.reach.divergent(c)]
+                 and f.sync_point(c) is not None and not f.reach.divergent(c) and not silent_forward(f, c)]
         if not syncs:
             continue
         why = None
@@ -50,6 +54,12 @@ def check(ctx) -> None:
         word = {cst.Break: "break", cst.Continue: "continue", cst.Return: "return"}[type(x)]
         effect = "skips the rest of this iteration" if word == "continue" else "leaves the loop"
         ctx.report(x, "DDP211", f"`{word}` {effect} on one rank: {why}, but the loop runs {f.sync_point(syncs[0])} on every rank, so the other ranks wait for this one and hang; decide on every rank alike (all_reduce the value first, or broadcast rank 0's decision)")
+
+
+def silent_forward(f, c: cst.Call) -> bool:
+    """A forward of a DDP model without buffers under torch.no_grad(): it communicates nothing."""
+    w = f.wrapper(c.func)
+    return w is not None and w.kind == "ddp" and f.no_grad(c) and f.buffers(w) == "no"
 
 
 class _Local:
@@ -120,7 +130,7 @@ class _Local:
 
     def _compute(self, node: cst.CSTNode, name: str) -> str | None:
         if isinstance(node, cst.Call):
-            return next((w for x in node.args if (w := self.source(x.value))), None)
+            return next((w for x in node.args if not self._flag(x.value) and (w := self.source(x.value))), None)
         if isinstance(node, cst.For):
             if id(node) in self.seeds:
                 if any(id(el) in self.index_targets and dotted(el) == name for el in _flatten(node.target)):
@@ -177,6 +187,12 @@ class _Local:
         self._returns[name] = why
         return why
 
+    def _flag(self, node: cst.CSTNode) -> bool:
+        """A rank-0 test handed to a function (`log_info=is_primary(args)`): it chooses who logs,
+        not what is computed."""
+        v = self.f.ranks.values(node)
+        return self.f.ranks.depends(node) and all(isinstance(x, bool) for x in v if x is not UNK)
+
     def source(self, node: cst.CSTNode, depth: int = 0) -> str | None:
         """Why node's value is this rank's own (None: the same on every rank, as far as is seen)."""
         a, f = self.a, self.f
@@ -196,6 +212,8 @@ class _Local:
                     return f"{d} is the rank"
                 if isinstance(node, cst.Name):
                     return None
+                if isinstance(node.value, cst.Name) and OPTIONS.match(node.value.value):
+                    return None  # args.val_interval: an option, the same on every rank
                 return self.source(node.value, depth + 1)
         if isinstance(node, cst.Call):
             callee = (dotted(node.func) or "").rsplit(".", 1)[-1]
@@ -208,7 +226,7 @@ class _Local:
                 if why:
                     return f"{callee}() returns a value computed from {why}"
             for x in node.args:
-                if not (x.keyword is not None and x.keyword.value in DEVICE_ARGS):
+                if not (x.keyword is not None and x.keyword.value in DEVICE_ARGS) and not self._flag(x.value):
                     why = self.source(x.value, depth + 1)
                     if why:
                         return why

@@ -28,7 +28,7 @@ def check(ctx) -> None:
         if ld.role != "train":
             continue
         dataset = args.get("dataset")
-        if dataset is not None and (is_iterable_dataset(ctx, dataset) or any(f.ranks.reads_rank(v) for v in f.sources(dataset))):
+        if dataset is not None and (is_iterable_dataset(ctx, dataset) or any(f.ranks.reads_rank(v) for v in f.sources(dataset)) or f.rank_derived(dataset)):
             continue  # an IterableDataset (DDP202) or a data set split by rank by hand
         kinds = {sampler_kind(ctx, s) for s in ([sampler] if sampler is not None else []) + ([batch_sampler] if batch_sampler is not None else [])}
         if "distributed" in kinds or "unknown" in kinds:

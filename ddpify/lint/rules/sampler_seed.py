@@ -26,27 +26,47 @@ def check(ctx) -> None:
         _, kw = call_args(s)
         if "seed" in kw and f.ranks.depends(kw["seed"].value):
             ctx.report(kw["seed"].value, "DDP204", f"DistributedSampler(seed={code(kw['seed'].value)}) differs per rank: each rank takes its share of a different permutation, so the shares overlap and some samples are never seen; use the same seed on every rank")
-    # a permutation drawn after a per-rank seed, then split by rank by hand
-    for c in a.calls:
-        if not (a.is_call(c, *SEEDERS) or (isinstance(c.func, cst.Attribute) and c.func.attr.value == "manual_seed")):
+    # a permutation drawn after a per-rank seed (or from a generator seeded per rank), then split
+    # by rank by hand: each rank splits a different permutation
+    done: set[int] = set()
+    for p in a.calls:
+        perm = _permuted(ctx, p)
+        if perm is None:
             continue
-        pos, kw = call_args(c)
-        seed = pos[0].value if pos else kw["seed"].value if "seed" in kw else None
-        if seed is None or not f.ranks.depends(seed):
+        why = f._draw(p) if not _in_place(ctx, p) else _shuffle_seed(ctx, p)
+        if not why:
             continue
-        fn = a.function_of(c)
+        fn = a.function_of(p)
         scope = fn if fn is not None else a.module
-        shuffled: set[str | None] = set()
-        for p in a.findall(scope, m.Call()):
-            if f.order(p) <= f.order(c):
-                continue
-            meth = p.func.attr.value if isinstance(p.func, cst.Attribute) else dotted(p.func)
-            if meth == "shuffle" or a.is_call(p, "random.shuffle", "numpy.random.shuffle"):
-                shuffled.add(dotted(p.args[0].value) if p.args else None)  # in place
-            elif meth in ("permutation", "randperm") or a.is_call(p, *PERMUTATIONS):
-                shuffled.add(a._assign_target(p))
-        shuffled.discard(None)
         for sub in a.findall(scope, m.Subscript()):
-            if dotted(sub.value) in shuffled and f.order(sub) > f.order(c) and any(f.ranks.reads_rank(el.slice) for el in sub.slice):
-                ctx.report(c, "DDP204", f"{code(c.func)}({code(seed)}) seeds per rank, and {dotted(sub.value)} is a permutation drawn after it and split by rank ({code(sub)}): each rank splits a different permutation, so the shares overlap and some samples are never seen; draw the permutation with a seed that is the same on every rank")
+            if dotted(sub.value) == perm and f.order(sub) > f.order(p) and any(f.ranks.reads_rank(el.slice) for el in sub.slice):
+                if id(scope) in done:
+                    break
+                done.add(id(scope))
+                seeder = next((c for c in f.per_rank_seeded.values() if f"`{code(c)}`" in why), p)
+                ctx.report(seeder, "DDP204", f"`{code(p).strip()}` is {why}, and {perm} is then split by rank ({code(sub)}): each rank takes its share of a different permutation, so the shares overlap and some samples are never seen; draw the permutation with a seed that is the same on every rank")
                 break
+
+
+def _in_place(ctx, p: cst.Call) -> bool:
+    meth = p.func.attr.value if isinstance(p.func, cst.Attribute) else dotted(p.func)
+    return meth == "shuffle"
+
+
+def _permuted(ctx, p: cst.Call) -> str | None:
+    """The name that holds the permutation a call draws (shuffled in place, or assigned)."""
+    a = ctx.a
+    meth = p.func.attr.value if isinstance(p.func, cst.Attribute) else (dotted(p.func) or "").rsplit(".", 1)[-1]
+    if meth == "shuffle" or a.is_call(p, "random.shuffle", "numpy.random.shuffle"):
+        return dotted(p.args[0].value) if p.args else None
+    if meth in ("permutation", "randperm", "sample") or a.is_call(p, *PERMUTATIONS):
+        return a._assign_target(p)
+    return None
+
+
+def _shuffle_seed(ctx, p: cst.Call) -> str | None:
+    """An in-place shuffle: random.shuffle(x) draws from the global generator, rng.shuffle(x) from rng."""
+    f = ctx.facts
+    if isinstance(p.func, cst.Attribute) and dotted(p.func.value) in f.per_rank_generators:
+        return f"a shuffle by {dotted(p.func.value)}, seeded per rank"
+    return f._draw(p)

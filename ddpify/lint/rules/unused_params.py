@@ -5,6 +5,8 @@ the prior iteration")."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 import ddpify.match as m
@@ -27,7 +29,7 @@ def check(ctx) -> None:
         why: list[str] = []
         bind = f.wrapped_call(w)
         if bind is not None:
-            why = [r for r in unused_parameters(a, bind, used=_read_outside(a, w)) if "no_grad" not in r]
+            why = [r for r in unused_parameters(a, bind, used=_read_outside(a, w)) if "no_grad" not in r and not _not_a_module(a, r)]
         if not why and w.target:
             thrown = discarded_outputs(a, w.target)
             if thrown:
@@ -51,3 +53,13 @@ def _read_outside(a, w) -> set[str]:
             if d.startswith(n + ".") and not isinstance(a.parent.get(node), cst.Call) and ".backward(" in code(a.function_of(node) or a.module):
                 out.add("self." + d[len(n) + 1 :].split(".")[0])
     return out
+
+
+def _not_a_module(a, reason: str) -> bool:
+    """The attribute a reason names holds no parameters: `self.init_rng = torch.Generator()`,
+    a plain tensor, a number."""
+    mo = re.match(r"^`?(self\.\w+)", reason)
+    if not mo:
+        return False
+    values = [asg.value for asg in a.assigns if isinstance(asg, cst.Assign) and any(dotted(t.target) == mo.group(1) for t in asg.targets)]
+    return bool(values) and all(isinstance(v, cst.Call) and (a.qualified(v.func) & {"torch.Generator", "torch.tensor", "torch.zeros", "torch.ones", "torch.empty"}) for v in values)

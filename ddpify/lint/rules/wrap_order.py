@@ -25,9 +25,12 @@ def check(ctx) -> None:
     for w in f.ddp_wraps:
         anchor = a.statement(w.call)
         wrap = f"`{w.target + ' = ' if w.target else ''}{dotted(w.call.func)}({w.inner or '...'}, ...)`"
-        for node, kind in _late(ctx, w, anchor) if w.inner else []:
-            what = PHRASES.get(kind, "changes {m}").format(m=w.inner)
-            ctx.report(node, "DDP241", f"this {what} after its DDP wrap {wrap}: DDP fixed the model's device, its parameters and which need gradients when it was built; do this before the wrap")
+        late = _late(ctx, w, anchor, w.inner) if w.inner else []
+        if w.target and w.target != w.inner:  # the wrapper itself moved or cast later (`ddp.to(torch.float64)`)
+            late += [(n, k) for n, k in _late(ctx, w, anchor, w.target) if k == "move"]
+        for node, kind in late:
+            what = PHRASES.get(kind, "changes {m}").format(m=w.inner or w.target)
+            ctx.report(node, "DDP241", f"this {what} after its DDP wrap {wrap}: DDP fixed the model's device, its parameters and which need gradients when it was built (its gradient hooks stay on the old parameters); do this before the wrap")
         for c in a.calls:
             if not isinstance(c.func, cst.Attribute) or c.func.attr.value != "load_state_dict":
                 continue
@@ -39,11 +42,11 @@ def check(ctx) -> None:
                 ctx.report(c, "DDP241", f"weights loaded on some ranks only, after the DDP wrap {wrap}: DDP broadcast rank 0's weights once, at construction, so the ranks now train different models; load on every rank, or before the wrap")
 
 
-def _late(ctx, w, anchor) -> list[tuple[cst.CSTNode, str]]:
+def _late(ctx, w, anchor, name) -> list[tuple[cst.CSTNode, str]]:
     """Changes DDP cannot take, after the wrap: later in its function (up to the end of its
-    last training loop), and for `self.model`, in the class's other methods."""
+    last training loop, also inside the script's functions it hands the model to), and for
+    `self.model`, in the class's other methods."""
     a, f = ctx.a, ctx.facts
-    name = w.inner
     fn = a.function_of(anchor)
     scope = fn if fn is not None else a.module
     start = a._subtree_end(anchor)
@@ -58,7 +61,7 @@ def _late(ctx, w, anchor) -> list[tuple[cst.CSTNode, str]]:
             continue
         if f.exclusive(s, anchor):
             continue  # the other branch of the if that wraps: never both
-        found = changes_in(a, s, name)
+        found = changes_in(a, s, name) + _through_own_functions(ctx, s, name)
         if any(k == "rebind" and not any(wr.call is getattr(n, "value", None) for wr in f.wraps) for n, k in found):
             break  # the name holds another module from here on
         out += [(n, k) for n, k in found if k in UNSAFE_AFTER_WRAP and not (k == "move" and code(n) in placed)]
@@ -70,4 +73,29 @@ def _late(ctx, w, anchor) -> list[tuple[cst.CSTNode, str]]:
         for meth in cls.body.body if cls is not None else []:
             if isinstance(meth, cst.FunctionDef) and meth is not fn and meth.name.value != "__init__" and not f._only_before(meth, w):
                 out += [(n, k) for n, k in changes_in(a, meth.body, name) if k in UNSAFE_AFTER_WRAP and not (k == "move" and code(n) in placed)]
+    return out
+
+
+def _through_own_functions(ctx, stmt, name: str) -> list[tuple[cst.CSTNode, str]]:
+    """`apply_recipe(model)`: a function of the script handed the model that changes it (swaps
+    its submodules with setattr, re-initialises, freezes, moves it)."""
+    a, f = ctx.a, ctx.facts
+    out: list[tuple[cst.CSTNode, str]] = []
+    for c in a.findall(stmt, m.Call()):
+        callee = f.own_call(c)
+        if not callee or isinstance(c.func, cst.Attribute) and dotted(c.func.value) == name:
+            continue
+        for fn in a.functions.get(callee, [])[:2]:
+            for param in fn.params.params:
+                try:
+                    arg = a.argument_for(c, fn, param.name.value)
+                except ValueError:
+                    arg = None
+                if arg is None or dotted(arg) != name:
+                    continue
+                kinds = [k for _, k in changes_in(a, fn.body, param.name.value) if k in UNSAFE_AFTER_WRAP]
+                if any(a.is_call(x, "setattr") and x.args and dotted(x.args[0].value) == param.name.value for x in a.findall(fn, m.Call())):
+                    kinds.append("structure")
+                if kinds:
+                    out.append((c, kinds[0]))
     return out

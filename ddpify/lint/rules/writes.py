@@ -15,6 +15,8 @@ declare("DDP220", "write-on-every-rank", "a file, checkpoint, log or tracker wri
 declare("DDP221", "writer-by-local-rank", "the writer is chosen by the local rank: one process per node writes, so a multi-node run writes the same path once a node; use the global rank (RANK == 0) unless each node needs its own copy", tool="lint")
 declare("DDP222", "download-on-every-rank", "data downloaded or extracted by every rank at once: the processes write the same files concurrently; download on rank 0 first, the others after a barrier", severity="blocking", tool="lint")
 
+declare("DDP223", "read-before-written", "rank 0 prepares a file or data set (downloads, extracts, writes it) while the other ranks read it with no barrier in between: they read a file that is missing or half-written", severity="blocking", tool="lint")
+
 TRACKERS = ("torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter", "tensorboardX.SummaryWriter",
             "wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init", "comet_ml.Experiment", "clearml.Task.init")
 MKDIR = ("os.makedirs", "os.mkdir")
@@ -25,6 +27,7 @@ def check(ctx) -> None:
     a, f = ctx.a, ctx.facts
     if not f.distributed:
         return
+    _read_before_written(ctx)
     prepared: set[int] = set()  # one DDP222 a function: a download and its extraction are one step
     for c in a.calls:
         site = _site(ctx, c)
@@ -37,6 +40,8 @@ def check(ctx) -> None:
             continue  # save_pretrained(..., is_main_process=...): the library writes on the main process
         if path is not None and (any(f.ranks.reads_rank(v) for v in f.sources(path)) or any(n in code(path) for n in NULL_PATHS)):
             continue  # a file of this rank's own, or none
+        if path is not None and _per_item(ctx, c, path):
+            continue  # a file per sample of this rank's shard (`for p in predictions: open(p["file_name"])`)
         kind = f.reach.guard_kind(c)
         if kind is None:
             if not f.reach.every_rank(c):
@@ -56,6 +61,55 @@ def check(ctx) -> None:
             test = next((t for t, _ in f.reach.rank_conditions(c)), None)
             where = f" (`{code(test)}`)" if test is not None else ""
             ctx.report(c, "DDP221", f"{what} is decided by the local rank{where}: one process a node writes, so on several nodes the same path is written once a node; use the global rank (RANK == 0 / dist.get_rank() == 0) unless each node needs its own copy")
+
+
+def _read_before_written(ctx) -> None:
+    """`if rank == 0: ds = Data(root, download=True) else: ds = Data(root)` (or the read after the
+    `if`) with no barrier between: the other ranks read before rank 0 has written."""
+    a, f = ctx.a, ctx.facts
+    for c in a.calls:
+        if not (ctx.effects.downloads(c) or ctx.effects.extracts(c) or _download_kwarg(c)):
+            continue
+        runs = f.reach.local(c)
+        if not f.reach.rank_conditions(c) or runs[1] is not False:
+            continue  # rank 1 prepares too: DDP222's case
+        fn = a.function_of(c)
+        name = (dotted(c.func) or "").rsplit(".", 1)[-1]
+        first = code(c.args[0].value) if c.args else None
+        # what rank 0's block prepares: the arguments of its calls (paths, roots)
+        block = a.ancestor(c, cst.If)
+        prepared = {code(x.value) for b in (a.findall(block.body, m.Call()) if block is not None else [c]) for x in b.args
+                    if isinstance(x.value, (cst.SimpleString, cst.Name, cst.Attribute))}
+        for r in a.calls:
+            if r is c or a.function_of(r) is not fn:
+                continue
+            same = (dotted(r.func) or "").rsplit(".", 1)[-1] == name and (first is None or (r.args and code(r.args[0].value) == first))
+            after_block = block is not None and f.order(r) >= a._subtree_end(block)
+            shares = after_block and f.own_call(r) is not None and any(code(x.value) in prepared for x in r.args)
+            if not (same or shares):
+                continue
+            if f.reach.local(r)[1] is False:
+                continue  # rank 1 does not read it here
+            if not (f.exclusive(r, c) or f.order(r) > f.order(c)):
+                continue
+            lo, hi = (f.order(c), f.order(r))
+            if any(a.function_of(b) is fn and lo < f.order(b) < hi and f.collective(b) is not None for b in a.calls) and not f.exclusive(r, c):
+                continue  # a barrier in between
+            ctx.report(r, "DDP223", f"`{code(r).strip()}` reads what `{code(c).strip()}` prepares on rank 0 only, with no barrier in between: the other ranks read before rank 0 has written it (\"not found\", a truncated file); call dist.barrier() on every rank after rank 0 prepares, and read after it")
+            break
+
+
+def _per_item(ctx, c: cst.Call, path) -> bool:
+    """The path is built from the target of a loop around the call: one file per item."""
+    a = ctx.a
+    loop = a.enclosing_loop(c)
+    while loop is not None:
+        if isinstance(loop, cst.For):
+            names = {n.value for n in a.findall(loop.target, m.Name())}
+            if names & {n.value for n in a.findall(path, m.Name())}:
+                return True
+        loop = a.enclosing_loop(loop)
+    return False
 
 
 def _site(ctx, c: cst.Call):

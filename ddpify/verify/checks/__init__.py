@@ -12,7 +12,7 @@ from ddpify.verify.checks.coverage import check_reached, verdict
 from ddpify.verify.checks.data import check_epoch_order, check_even_batches, check_sharding
 from ddpify.verify.checks.files import check_saved, check_writes, written_alike
 from ddpify.verify.checks.hang import check_hang, parse_stack, waiting_in
-from ddpify.verify.checks.output import check_rank0_output
+from ddpify.verify.checks.output import check_metrics, check_rank0_output
 from ddpify.verify.checks.processes import check_devices, check_imports, check_ranks
 from ddpify.verify.checks.source import Sources
 from ddpify.verify.checks.training import check_loss, check_optimized, check_params, check_throughput
@@ -30,6 +30,7 @@ CHECKS = [
     ("epoch-shuffle", check_epoch_order, False),
     ("rank0-writes", check_writes, False),
     ("rank0-output", check_rank0_output, False),
+    ("metrics", check_metrics, False),
     ("saved", check_saved, False),
     ("loss", check_loss, False),
     ("throughput", check_throughput, False),

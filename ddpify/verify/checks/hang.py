@@ -79,6 +79,57 @@ def _loop_exit_causes(ctx: Context, run: RunResult, exec_path: str, waits: dict)
     return []
 
 
+def _end_of(run: RunResult, r: int) -> str:
+    rec = run.records.get(r) or {}
+    status = rec.get("status")
+    if status == "finished":
+        return "then ran to the end of the script"
+    if status == "stopped":
+        return "then stopped at the step limit"
+    if status in ("crashed", "exited"):
+        err = (rec.get("error") or "").splitlines()[0][:160] if rec.get("error") else status
+        return f"then failed: {err}"
+    if run.hang and r in run.hang.get("ranks", []):
+        return "and waits there"
+    return "and is still there"
+
+
+def collective_cause(ctx: Context, run: RunResult) -> str | None:
+    """Which rank ran ahead, from the collectives each rank entered (the probe notes each one's
+    count and the script's line): the rank that entered one more than another waits in it for a
+    rank that will never come, or the ranks entered different collectives at the same count."""
+    colls = run.collectives
+    if len(colls) < 2:
+        return None
+    src = ctx.sources
+    counts = {r: c[0] for r, c in colls.items()}
+
+    def at(r: int) -> str:
+        n, what, where = colls[r]
+        return f"{what} at {ctx.where(where)}" + (f" `{src.line_text(*_split(where))}`" if where != "?" else "")
+
+    ahead = max(counts, key=lambda r: (counts[r], -r))
+    behind = min(counts, key=lambda r: (counts[r], r))
+    if counts[ahead] != counts[behind]:
+        return (f"rank {ahead} ran ahead: its collective #{counts[ahead]}, {at(ahead)}, was never joined by rank {behind}, "
+                f"whose last collective was #{counts[behind]}, {at(behind)}, {_end_of(run, behind)}: the ranks took different "
+                "paths through the script (a branch on the rank, a data-dependent exit, or more batches on one rank)")
+    kinds = {colls[r][1:] for r in colls}
+    if len(kinds) > 1:
+        a, b = sorted(colls)[:2]
+        return (f"at their collective #{counts[a]} the ranks called different ones: rank {a} {at(a)}, rank {b} {at(b)}: "
+                "each waits for the other in a collective it never calls")
+    return None
+
+
+def _split(where: str) -> tuple[str, int]:
+    path, _, line = where.rpartition(":")
+    try:
+        return path, int(line)
+    except ValueError:
+        return path, 0
+
+
 def check_hang(ctx: Context) -> Check:
     src = ctx.sources
     for run in (ctx.baseline, ctx.candidate):
@@ -113,6 +164,10 @@ def check_hang(ctx: Context) -> Check:
                     )
         if not causes:
             causes.extend(_loop_exit_causes(ctx, run, exec_path, waits))
+        if not causes:
+            told = collective_cause(ctx, run)
+            if told:
+                causes.append(told)
         kinds = {w[0] for w in waits.values()}
         cause = causes[0] if causes else (
             "the ranks wait in different collectives: " + ", ".join(sorted(kinds)) if len(kinds) > 1 else

@@ -93,3 +93,23 @@ def check_rank0_output(ctx: Context) -> Check:
         return Check("rank0-output", NA, "rank 0 printed no loss or metric line to compare")
     others = "rank 1" if ctx.nproc == 2 else f"ranks 1-{ctx.nproc - 1}"
     return Check("rank0-output", PASS, f"rank 0 alone printed its log ({plural(count, 'loss or metric line')}); {others} none of it")
+
+
+def check_metrics(ctx: Context) -> Check:
+    """A figure rank 0 reports right after evaluating its own shard (a DistributedSampler's share),
+    with no collective between the evaluation and the report: one shard's figure, shown as the
+    whole data set's."""
+    rec = ctx.candidate.records.get(0) or {}
+    evals = [e for e in rec.get("epochs", []) if e.get("sampler") == "DistributedSampler" and e.get("bw_first") == e.get("bw_last")]
+    hits = rec.get("one_shard") or []
+    if hits:
+        h = hits[0]
+        n = ctx.nproc
+        cause = (f"rank 0 reported `{h['text']}` at {ctx.where(h['where'])} right after evaluating only its own shard "
+                 f"(a DistributedSampler's 1/{n} of the {h.get('dataset_len') or '?'} samples), with no all_reduce or "
+                 "gather in between: the figure is one shard's, not the data set's. all_reduce the sums and counts "
+                 "before reporting (or evaluate every sample on one rank)")
+        return Check("metrics", FAIL, f"{len(hits)} figure(s) reported from one shard", cause, [f"{ctx.where(x['where'])}: {x['text']}" for x in hits[1:]])
+    if not evals:
+        return Check("metrics", NA, "no evaluation over a sharded loader")
+    return Check("metrics", PASS, f"{len(evals)} sharded evaluation pass(es); nothing reported from one shard alone")

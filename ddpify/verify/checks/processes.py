@@ -9,7 +9,7 @@ import os
 import re
 
 from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, error_line, plural, steps_of, tail, training_epochs
-from ddpify.verify.checks.hang import parse_stack, waiting_in
+from ddpify.verify.checks.hang import collective_cause, parse_stack, waiting_in
 from ddpify.verify.runner import RunResult
 
 
@@ -83,6 +83,9 @@ def _unused_cause(rec: dict) -> str | None:
     )
 
 
+# What a rank says when a peer it waits for in a collective is gone (the peer ran ahead or exited).
+_PEER_GONE = r"Connection closed by peer|Connection reset by peer|closed by remote|ProcessGroupGloo.*(closed|timed out)|NCCL.*(remote|Timeout)"
+
 # A script that assumes a GPU per process, run with shared GPUs.
 _NOT_SHARED = r"invalid device ordinal|Duplicate GPU detected|device >= 0 && device < num_gpus|CUDA error: invalid device"
 
@@ -142,6 +145,11 @@ def check_ranks(ctx: Context) -> Check:
             unused = next((c for c in (_unused_cause(recs.get(r) or {}) for r in sorted(died, key=lambda r: died[r][0])) if c), None)
             if unused:
                 cause = unused
+            elif re.search(_PEER_GONE, died[first][1]):
+                # gloo's "Connection closed by peer" is the symptom: the cause is the rank that left
+                told = collective_cause(ctx, run)
+                if told:
+                    cause = f"{told} (rank {first} then failed with: {died[first][1][:100]})"
         if ctx.shared_gpus and any(re.search(_NOT_SHARED, d[1], re.I) for d in died.values()):
             cause += (f"; the ranks share {plural(ctx.shared_gpus, 'GPU')} (--share-gpus): a script must then pick GPU "
                       "LOCAL_RANK % torch.cuda.device_count(), and gloo for CUDA tensors when LOCAL_WORLD_SIZE exceeds "
