@@ -21,7 +21,7 @@ import grammar  # noqa: E402
 from gen import Program, draw, generate  # noqa: E402
 from shrink import _simplify  # noqa: E402
 
-DRAWS = 500
+DRAWS = 150
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_sample_is_legal_and_the_simplest_is_too(programs):
 
 
 def test_generated_scripts_compile(programs):
-    for p in programs[:200]:
+    for p in programs:
         for rel, text in p.files.items():
             if rel.endswith(".py"):
                 compile(text, rel, "exec")
@@ -167,8 +167,16 @@ CONVERTED = textwrap.dedent("""\
 """)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _launchers():
+    yield
+    from oracle import close_launchers
+
+    close_launchers()
+
+
 def _planted(tmp_path: Path, converted: str, saved: str = "model.state_dict()", saved_conv: str | None = None) -> dict:
-    from oracle import close_launchers, run_program
+    from oracle import run_program
 
     prog = Program(dims=dict(grammar.simplest()), name_seed="planted", files={"train.py": ORIGINAL.replace("SAVED", saved)},
                    argv=["train.py"], entry_file="train.py", loop="epochs", steps="halved", seeded_data=True)
@@ -178,10 +186,7 @@ def _planted(tmp_path: Path, converted: str, saved: str = "model.state_dict()", 
         (conv / entry).write_text(text)
         return {"exit": 0, "codes": [], "blocking": [], "outcomes": {entry: "changed"}, "errors": []}
 
-    try:
-        return run_program(prog, tmp_path, verify=False, converter=plant)
-    finally:
-        close_launchers()
+    return run_program(prog, tmp_path, verify=False, converter=plant)
 
 
 @pytest.mark.runs

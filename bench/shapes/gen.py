@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from grammar import ITERATION_DATA, expected_steps, loop_kind
+from grammar import expected_steps, loop_kind
 from names import Names
 
 FEATURES = 6
@@ -525,7 +525,7 @@ class Gen:
         if f == "call":
             lines = [f"{self.N['out']} = {call(x)}", f"{loss} = {env['crit']}({self.N['out']}, {y})"]
             if teach:
-                lines = [f"with torch.no_grad():", f"    {self.N['tout']} = {env['teacher']}({x})"] + lines + [
+                lines = ["with torch.no_grad():", f"    {self.N['tout']} = {env['teacher']}({x})"] + lines + [
                     f"{loss} = {loss} + 0.5 * F.mse_loss({self.N['out']}, {self.N['tout']})"]
             return lines
         if f == "loss_in_forward":
@@ -556,7 +556,7 @@ class Gen:
     def crit_lib_def(self) -> list[str]:
         if self.d["loss"] != "bce_prob" or not self.uses_crit():
             return []
-        return [f"def {self.N['crit']}(o, t):", f"    return F.binary_cross_entropy(torch.sigmoid(o), t)"]
+        return [f"def {self.N['crit']}(o, t):", "    return F.binary_cross_entropy(torch.sigmoid(o), t)"]
 
     def uses_crit(self) -> bool:
         return self.d["forward"] in ("call", "step_helper", "partial")
@@ -709,7 +709,7 @@ class Gen:
         if ev == "periodic":
             with b.open(f"if {tag} % 2 == 0:"):
                 b.add(f"{val} = {self.eval_call(env, val_src)}", f"print({self.fq('val {' + val + ':.4f}')})")
-            b.add(f"else:", f"    {val} = {loss_expr}")
+            b.add("else:", f"    {val} = {loss_expr}")
         elif ev in ("no_grad", "best_copy"):
             b.add(f"{val} = {self.eval_call(env, val_src)}", f"print({self.fq('val {' + val + ':.4f}')})")
         if ev == "best_copy":
@@ -729,7 +729,7 @@ class Gen:
 
     def inner_epoch(self, env, train_src: str) -> Block:
         """One epoch over the training data: sets env['epoch_loss']."""
-        d, N = self.d, self.N
+        N = self.N
         b = Block()
         b.add(f"{N['running']}, {N['nb']} = 0.0, 0")
         if train_src == "FULL":
@@ -806,7 +806,7 @@ class Gen:
     def build(self) -> Program:
         d, N, F_, C, A = self.d, self.N, self.F, self.C, self.A
         site = d["model_site"]
-        layout, entry = d["layout"], d["entry"]
+        entry = d["entry"]
         trainer = site == "trainer"
 
         # settings whose reads appear in the body

@@ -396,5 +396,12 @@ def signature(res: dict) -> tuple[str, str]:
         m = re.search(r"(\w+Error|\w+Exception)", res.get("reason", ""))
         return ("crash", m.group(1) if m else "")
     if res["verdict"] == "wrong":
-        return ("wrong", res["failed"][0])
+        first = res["failed"][0]
+        if first == "exit":
+            # a crash: which error (names and numbers of the script left out)
+            m = re.search(r"(\w+(?:Error|Exception)): ([^;()]*)", res.get("reason", ""))
+            if m:
+                msg = re.sub(r"'[^']*'|\[[^\]]*\]|\d+", "?", m.group(2))[:60].strip()
+                return ("wrong", f"exit: {m.group(1)}: {msg}")
+        return ("wrong", first)
     return (res["verdict"], "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -97,8 +98,9 @@ def case_record(i, prog: Program, res: dict, seconds: float) -> dict:
 def save_found(root: Path, prog: Program, res: dict, orig_case: dict, runs: int) -> Path:
     sig = signature(res)
     base = simplest()
-    parts = [sig[1] or sig[0]] + [f"{k}-{v}" for k, v in prog.dims.items() if v != base[k]]
-    name = "_".join(parts).replace("__", "_")[:80].rstrip("_-")
+    head = re.sub(r"[^A-Za-z0-9]+", "-", sig[1] or sig[0]).strip("-")[:48].rstrip("-")
+    parts = [head] + [f"{k}-{v}" for k, v in prog.dims.items() if v != base[k]]
+    name = "_".join(parts).replace("__", "_")[:110].rstrip("_-")
     out = root / name
     if out.exists():
         shutil.rmtree(out)
@@ -118,7 +120,7 @@ def save_found(root: Path, prog: Program, res: dict, orig_case: dict, runs: int)
           "What goes wrong:", "", *[f"- {r.strip()}" for r in res.get("reason", "").split("; ") if r.strip()], "",
           f"ddpify exit {c.get('exit')}, codes: {', '.join(c.get('codes', [])) or 'none'}", "",
           f"Found as case {orig_case['index']} of seed {orig_case.get('seed')} ({short(orig_case['dims'])}); shrunk in {runs} runs.", "",
-          "Reproduce:", "", "```", f"python bench/shapes/run.py --case {out.relative_to(out.parents[2]) if len(out.parents) > 2 else out}",
+          "Reproduce:", "", "```", f"python bench/shapes/run.py --case {_from_repo(out)}",
           f"# or by hand, in files/: python -m ddpify {prog.entry_file} && torchrun --standalone --nproc_per_node=2 {run_line}", "```", ""]
     ver = res.get("verify")
     if ver:
@@ -126,6 +128,13 @@ def save_found(root: Path, prog: Program, res: dict, orig_case: dict, runs: int)
                + (f", failed checks: {', '.join(ver['failed'])}" if ver.get("failed") else ""), ""]
     (out / "expected.md").write_text("\n".join(md))
     return out
+
+
+def _from_repo(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(HERE.parent.parent))
+    except ValueError:
+        return str(p)
 
 
 def load_case(path: Path) -> Program:
@@ -137,8 +146,8 @@ def table(doc: dict) -> str:
     cases = doc["cases"]
     n = len(cases)
     tot = {v: sum(1 for c in cases if c["verdict"] == v) for v in ("correct", "wrong", "crash", "refused", "invalid")}
-    lines = [f"# Shapes: outcome by dimension", "",
-             f"{n} generated scripts (seed {doc.get('seed')}), ddpify {doc.get('ddpify', {}).get('version', '')} "
+    lines = ["# Shapes: outcome by dimension", "",
+             f"{n} generated scripts (seed {doc.get('seed')}), {doc.get('ddpify', {}).get('version', 'ddpify')} "
              f"at {doc.get('ddpify', {}).get('commit', '?')}: "
              f"{tot['correct']} correct, {tot['wrong'] + tot['crash']} wrong ({tot['crash']} of them ddpify crashes), "
              f"{tot['refused']} refused" + (f", {tot['invalid']} invalid" if tot["invalid"] else "") + ".", "",
@@ -193,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink-max", type=int, default=12, help="at most this many shrinks")
     ap.add_argument("--shrink-budget", type=int, default=30, help="runs per shrink")
     ap.add_argument("--found", default=str(HERE / "found"), help="where shrunk cases go")
+    ap.add_argument("--reshrink", help="shrink the wrong scripts of a JSON written by --json (its seed), skipping the "
+                                       "ways of failing already under --found")
     ap.add_argument("--table", help="a JSON written by --json: print its table by dimension (Markdown)")
     ap.add_argument("--md", help="with --table: write the table to this file")
     a = ap.parse_args(argv)
@@ -214,6 +225,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(a, argv, keep) -> int:
+    if a.reshrink:
+        doc = json.loads(Path(a.reshrink).read_text())
+        a.seed = doc["seed"]
+        results = {c["index"]: (draw(a.seed, c["index"]), c) for c in doc["cases"]}
+        have = set()
+        for f in Path(a.found).glob("*/dims.json"):
+            have.add(tuple(json.loads(f.read_text())["signature"]))
+        found = do_shrink(a, [c["index"] for c in doc["cases"]], results, keep, skip=have)
+        doc["found"] = doc.get("found", []) + found
+        Path(a.reshrink).write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     if a.case:
         prog = load_case(Path(a.case))
         res = run_one(prog, keep, not a.no_verify)
@@ -258,12 +280,12 @@ def _main(a, argv, keep) -> int:
     return 0
 
 
-def do_shrink(a, indices, results, keep) -> list[dict]:
+def do_shrink(a, indices, results, keep, skip=frozenset()) -> list[dict]:
     """One shrink per way of failing (signature), in index order; each saved under --found."""
     groups: dict[tuple, list[int]] = {}
     for i in indices:
         prog, res = results[i]
-        if res["verdict"] in ("wrong", "crash"):
+        if res["verdict"] in ("wrong", "crash") and signature(res) not in skip:
             groups.setdefault(signature(res), []).append(i)
     found = []
     seen_min: set[tuple] = set()
