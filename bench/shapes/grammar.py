@@ -70,7 +70,7 @@ def violations(d: dict[str, str]) -> list[str]:
          "chained parameters need two models and one optimizer")
     need(d["model_site"] != "two_models" or d["optimizer"] == "chained" or (d["step"] == "two_opts" and d["optimizer"] == "params"),
          "two models are trained by a chained optimizer or by one optimizer each")
-    need(d["step"] != "two_opts" or (d["optimizer"] == "params" and d["model_site"] not in ("factory_tuple", "trainer", "teacher", "ema")),
+    need(d["step"] != "two_opts" or (d["optimizer"] == "params" and d["model_site"] not in ("factory_tuple", "factory_dict", "trainer", "teacher", "ema")),
          "two optimizers are built from plain parameter lists, outside factories and classes")
     need(d["model_site"] != "teacher" or d["forward"] in ("call", "step_helper", "partial"),
          "distillation needs the student's output")
