@@ -429,6 +429,10 @@ class Trainer:
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()
+
+
+if __name__ == "__main__":
+    Trainer(nn.Linear(4, 1), [], None).run()
 '''
     out = convert_source(src, Options(line_length=0)).source  # the statements unwrapped
     assert "self.ddp_model = DDP(self.model" in out, out

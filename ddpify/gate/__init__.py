@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 
+from ddpify.directives import skipped_lines
 from ddpify.findings import Finding
 from ddpify.gate import callers, collectives, lifetime, shards, sync, writers
 from ddpify.gate.common import Violation
@@ -51,6 +52,7 @@ def check(source: str, output: str, path: str = "", notes: frozenset[str] | set[
     if not violations:
         return []
     back = line_map(source, output)
+    skipped = skipped_lines(source)  # `# ddpify: off`/`skip`: the user keeps those lines as they are
     found = []
     for v in violations:
         line = getattr(v.node, "lineno", 1)
@@ -59,6 +61,8 @@ def check(source: str, output: str, path: str = "", notes: frozenset[str] | set[
         if orig is None:
             col = 1
             orig = _nearest(back, line)
+        if orig in skipped:
+            continue
         found.append(Finding(orig, col, v.code, v.message + " (ddpify's own check of the converted program; "
                              "convert this part by hand, or restructure it as the message says)", False, "blocking"))
     return sorted(set(found))

@@ -59,9 +59,9 @@ class Program:
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for t in targets:
-                    self._bind(t, node.value, ())
+                    self._bind(t, node.value, (), node)
             elif isinstance(node, ast.NamedExpr):
-                self._bind(node.target, node.value, ())
+                self._bind(node.target, node.value, (), node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 scope = id(self.scope(node))
                 for alias in node.names:
@@ -73,16 +73,16 @@ class Program:
                         full = f"{node.module or ''}.{alias.name}".lstrip(".")
                     self._imports[(scope, name)] = full
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                self._bind(node.optional_vars, node.context_expr, ())
+                self._bind(node.optional_vars, node.context_expr, (), self.parent[node])
 
-    def _bind(self, target: ast.AST, value: ast.AST, index: tuple[int | str, ...]) -> None:
+    def _bind(self, target: ast.AST, value: ast.AST, index: tuple[int | str, ...], at: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             for i, el in enumerate(target.elts):
                 if isinstance(el, ast.Starred):
                     return
-                self._bind(el, value, index + (i,))
+                self._bind(el, value, index + (i,), at)
         elif isinstance(target, ast.Name):
-            self._assigned.setdefault((id(self.scope(target)), target.id), []).append((value, index))
+            self._assigned.setdefault((id(self.scope(target)), target.id), []).append((value, index, at))
         elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
             cls = self.class_of(target)
             if cls is not None:
@@ -250,7 +250,7 @@ class Program:
             values = self._assigned.get((id(scope), name.id))
             if values:
                 out = []
-                for value, index in values:
+                for value, index, _ in (self._reaching(name, values) if scope is self.scope(name) else values):
                     out += self._indexed_origins(value, index, depth, seen)
                 return out
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and name.id in self.params(scope):
@@ -266,6 +266,26 @@ class Program:
                 return []
         return []
 
+    def _reaching(self, use: ast.Name, values: list) -> list:
+        """The assignments of the use's own scope that may reach it: from the last one before it
+        that always runs on the way to it (in a block around the use), plus, in a loop, those
+        later in the loop (the next pass sees them). A use before every assignment sees them all."""
+        line = use.lineno
+        before = [v for v in values if v[2].lineno < line]
+        if not before:
+            return values
+        chain = {id(a) for a in self.ancestors(use)}
+        start = 0
+        for k, v in enumerate(before):
+            holder = self.parent.get(v[2])
+            if holder is None or id(holder) in chain or holder is self.tree:
+                start = k  # its block holds the use: every later path passes it
+        kept = before[start:]
+        loop = next((a for a in self.ancestors(use) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
+        if loop is not None:
+            kept += [v for v in values if v[2].lineno >= line and self.inside(v[2], loop)]
+        return kept
+
     def _binds_in_loop(self, scope: ast.AST, name: str) -> bool:
         for node in ast.walk(scope):
             if isinstance(node, (ast.For, ast.comprehension)) and any(
@@ -279,7 +299,11 @@ class Program:
         out = []
         for o in self.origins(value, depth + 1, seen):
             el = _element(o.node, index[0])
-            if el is None:
+            if el is None and isinstance(o.node, ast.Call) and not self.callees(o.node) and isinstance(index[0], int) \
+                    and index[0] < len(o.node.args) and not isinstance(o.node.args[index[0]], ast.Starred):
+                # `model, opt = amp.initialize(model, opt)`: a library call handing back its arguments
+                out += self._indexed_origins(o.node.args[index[0]], index[1:], depth + 1, seen)
+            elif el is None:
                 out.append(Origin(value))
             else:
                 out += self._indexed_origins(el, index[1:], depth + 1, seen)

@@ -90,20 +90,28 @@ def held(p: Program, call: ast.Call) -> list[Origin]:
     arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
     if arg is None:
         return []
-    out: list[Origin] = []
-    for o in p.origins(arg):
-        out.append(o)
-        if isinstance(o.node, ast.Call) and p.last(o.node) in p.classes and not o.path:
+    return expand(p, p.origins(arg))
+
+
+def expand(p: Program, origins: list[Origin], depth: int = 0) -> list[Origin]:
+    """Origins and what they were made from: a call handed a module holds its parameters
+    (torch.compile(model), amp.initialize(model, opt), ForwardTo(model), nn.Sequential(a, b))."""
+    out = list(origins)
+    if depth > 3:
+        return out
+    for o in origins:
+        if isinstance(o.node, ast.Call) and not o.path:
             for a in o.node.args:
-                out += p.origins(a)
+                if not isinstance(a, ast.Constant):
+                    out += expand(p, p.origins(a), depth + 1)
     return out
 
 
-def covered(root: list[Origin], wrapped: list[Origin]) -> bool | None:
+def covered(root: list[Origin], wrapped: list[Origin], made_from: list[Origin] = ()) -> bool | None:
     """True: some wrapper holds the owner (or a module above it); False: every owner is known
     and none is held; None: an owner the source does not show."""
     known = [o for o in root if isinstance(o.node, ast.Call)]
-    if any(w.node is o.node and o.path[: len(w.path)] == w.path for o in root for w in wrapped):
+    if any(w.node is o.node and o.path[: len(w.path)] == w.path for o in list(root) + list(made_from) for w in wrapped):
         return True
     if not known or len(known) != len(root):
         return None
@@ -128,7 +136,7 @@ def check(p: Program, notes: set[str]) -> list[Violation]:
         call, roots = opts[key]
         if "DDP039" in notes:
             break  # a model left unwrapped on purpose, every parameter frozen
-        verdicts = [covered(p.origins(r), wrapped) for r in roots]
+        verdicts = [covered(p.origins(r), wrapped, expand(p, p.origins(r))) for r in roots]
         if verdicts and all(v is False for v in verdicts):
             names = ", ".join(sorted({ast.unparse(r) for r in roots}))
             out.append(Violation(step, "DDP150", f"sync: the optimizer built at line {call.lineno} steps the parameters "
@@ -138,8 +146,10 @@ def check(p: Program, notes: set[str]) -> list[Violation]:
         par = p.parent.get(c)
         if isinstance(par, ast.Assign) and len(par.targets) == 1:
             target = ast.unparse(par.targets[0])
+            attr = target.split(".", 1)[1] if target.startswith("self.") else None
+            # self.ddp_net is also read as trainer.ddp_net outside the class
             uses = [n for n in ast.walk(p.tree) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(getattr(n, "ctx", None), ast.Load)
-                    and ast.unparse(n) == target]
+                    and (ast.unparse(n) == target or attr is not None and isinstance(n, ast.Attribute) and n.attr == attr)]
             if not uses:
                 out.append(Violation(c, "DDP150", f"sync: the wrapper `{target}` is built but never run, so no "
                                      "training forward goes through DistributedDataParallel"))

@@ -123,9 +123,9 @@ SYNC_CHECK = '''\
 
 
 def ddp_check_sync(optimizer, args, kwargs):
-    """At an optimizer's first step, stop unless every rank has the same gradients: DDP
-    averages only what its wrapper's forward computed, and a forward that bypasses it
-    would train copies that drift apart."""
+    """At an optimizer's first step, stop unless every rank has the same gradients."""
+    # DDP averages only what its wrapper's forward computed: a forward that bypasses it
+    # would train copies that drift apart
     if getattr(optimizer, "ddp_checked", False):
         return
     optimizer.ddp_checked = True
@@ -142,10 +142,10 @@ def ddp_check_sync(optimizer, args, kwargs):
     if apart:
         shapes = ", ".join(str(tuple(params[i].shape)) for i in apart[:4])
         raise RuntimeError(
-            f"ddpify: {{len(apart)}} of the {{len(params)}} parameters this optimizer steps "
-            f"(shapes {{shapes}}) have different gradients on different ranks at its first "
-            "step: their training forward does not run through the DistributedDataParallel "
-            "wrapper, so each rank would train its own copy"
+            f"ddpify: {{len(apart)}} of the {{len(params)}} parameters this optimizer "
+            f"steps (shapes {{shapes}}) have different gradients on different ranks "
+            "at its first step: their training forward does not run through the "
+            "DistributedDataParallel wrapper, so each rank would train its own copy"
         )
 '''
 DECIDES = '''\

@@ -466,7 +466,8 @@ def _pathish(node: cst.BaseExpression) -> bool:
     """A path, as effect_kinds reads one: a string with a folder or an extension, an f-string,
     `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or ckpt_path."""
     if isinstance(node, cst.SimpleString):
-        return effect_kinds.pathish_literal(node.evaluated_value or "")
+        value = node.evaluated_value
+        return isinstance(value, str) and effect_kinds.pathish_literal(value)
     if isinstance(node, cst.FormattedString):  # its literal parts: f"ckpt/{epoch}.pt"
         return effect_kinds.pathish_literal("".join(p.value if isinstance(p, cst.FormattedStringText) else "x" for p in node.parts))
     if isinstance(node, cst.ConcatenatedString):
