@@ -42,6 +42,9 @@ class Options:
     # a --partial draft raises where a blocking finding remains (off inside project mode, which
     # marks each file after the split)
     mark_unresolved: bool = True
+    # project mode: (file index, function) each console script of the project starts (a single
+    # file reads its own from the project's pyproject.toml/setup.py/setup.cfg)
+    console: tuple[tuple[int, str], ...] | None = None
     # functions that write files, beyond ddpify's table (ddpify/analysis/writes.py): "mylib.dump_results"
     writers: tuple[str, ...] = ()
     # --optimize: verified-safe speed-ups to add (names from OPTIMIZATIONS); () adds none

@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
+from ddpify.analysis.entries import console_functions
 from ddpify.analysis.project import ModuleFile, local_modules
 from ddpify.directives import ignored_codes
 from ddpify.findings import Finding
@@ -74,7 +75,8 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     # converted in full even where a finding blocks: whether a module's own __main__ block runs
     # code the conversion changes (DDP102) is read from the outputs; nothing is written here.
     # Lines are wrapped file by file, after the split (fit_lines compares each with its input).
-    result = convert_source(merged.text, replace(options, partial=True, line_length=0, mark_unresolved=False), path=entry)
+    console = tuple((k, f) for k, mod in enumerate(files) for f in console_functions(mod.path))
+    result = convert_source(merged.text, replace(options, partial=True, line_length=0, mark_unresolved=False, console=console), path=entry)
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)

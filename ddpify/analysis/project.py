@@ -60,6 +60,22 @@ def project_root(entry: str) -> str:
     return marked
 
 
+def package_parent(here: str) -> str:
+    """The folder above the outermost package holding `here` (where `python -m pkg.mod` runs,
+    so `from pkg.sub import x` resolves there); `here` itself outside a package."""
+    d = here
+    while os.path.isfile(os.path.join(d, "__init__.py")) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    return d
+
+
+def _within(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:
+        return False
+
+
 def _marked_root(here: str) -> str:
     d = here
     for _ in range(6):
@@ -234,9 +250,12 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
 def local_modules(entry: str, read=None) -> tuple[str, list[ModuleFile]]:
     """(root, files): the entry first, then every local module it reaches through top-level imports,
     each once, dependencies before the modules importing them."""
-    root = project_root(entry)
     here = os.path.dirname(os.path.realpath(entry))
-    bases = list(dict.fromkeys([here, root]))
+    top = package_parent(here)
+    root = project_root(entry)
+    if _within(root, top) and root != top:  # the package starts above the marked root
+        root = top
+    bases = list(dict.fromkeys([here, root, top]))
     if read is None:
         def read(p: str) -> str:
             if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the open

@@ -101,12 +101,40 @@ class SeedsMixin:
                 return SEED_FAMILIES[q]
         return ()
 
+    def _a_generator(self, node: cst.BaseExpression, where: cst.CSTNode, depth: int = 0) -> bool:
+        """node holds a generator of the script's own (not None): `g`, bound to torch.Generator(),
+        or a parameter every caller hands one. A parameter whose default or argument is None
+        draws from the global generator."""
+        if m.matches(node, m.Name("None")) or depth > 3:
+            return False
+        if not isinstance(node, cst.Name):
+            return True  # self.gen, a call: taken as a generator
+        fn = self.function_of(where)
+        values = self._local_values(fn, node.value)
+        if values:
+            return all(self._a_generator(v, v, depth + 1) for v in values)
+        param = next((p for p in (fn.params.params if fn is not None else ()) if p.name.value == node.value), None)
+        if param is None:
+            return True
+        calls = self.callers(fn)
+        if not calls:
+            return param.default is None or self._a_generator(param.default, param, depth + 1)
+        for c in calls:
+            arg = self.argument_for(c, fn, node.value)
+            if arg is None:  # the default is used
+                if param.default is None or not self._a_generator(param.default, param, depth + 1):
+                    return False
+            elif not self._a_generator(arg, c, depth + 1):
+                return False
+        return True
+
     def global_draw(self, call: cst.Call) -> str | None:
         """The global generator a call draws from: torch/numpy/random draws, and library calls
         (random_split, train_test_split) not given a generator of their own."""
         fam = self.draw_family(call)
         if fam is not None:
-            return None if "generator" in call_args(call)[1] else fam
+            given = call_args(call)[1].get("generator")
+            return None if given is not None and self._a_generator(given.value, call) else fam
         for q in self.qualified(call.func):
             if q in LIBRARY_DRAWS:
                 fam, kw, pos = LIBRARY_DRAWS[q]

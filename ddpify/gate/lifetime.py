@@ -8,18 +8,13 @@ function body; a statement that both sets up and trains (`main()` doing both) is
 from __future__ import annotations
 
 import ast
-import configparser
-import os
 import re
 
+from ddpify.analysis.entries import console_functions
 from ddpify.gate.common import Violation
 from ddpify.gate.program import Program
+from ddpify.gate.sync import is_ddp
 from ddpify.rules import declare
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 declare("DDP153", "invariant-lifetime", "the output would train outside the process group's lifetime on a path "
         "its entry runs (set-up missing, after training, or teardown before it): not converted", severity="blocking", tool="gate")
@@ -47,54 +42,21 @@ def main_guard(stmts: list[ast.stmt]) -> ast.If | None:
     return None
 
 
-def console_functions(path: str) -> list[str]:
-    """Functions of this file that the project's console scripts start."""
-    from ddpify.analysis.project import project_root
-
-    if not path or path.startswith("<") or not os.path.isfile(path):
-        return []
-    root = project_root(path)
-    targets: list[str] = []
-    try:
-        with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-            data = tomllib.load(f)
-        project = data.get("project", {})
-        targets += list(project.get("scripts", {}).values()) + list(project.get("gui-scripts", {}).values())
-        targets += list(data.get("tool", {}).get("poetry", {}).get("scripts", {}).values())
-    except (OSError, tomllib.TOMLDecodeError, AttributeError):
-        pass
-    try:
-        with open(os.path.join(root, "setup.py"), encoding="utf-8") as f:
-            text = f.read()
-        targets += re.findall(r"""["'][\w.-]+\s*=\s*([\w.]+\s*:\s*[\w.]+)["']""", text)
-    except OSError:
-        pass
-    cfg = configparser.ConfigParser()
-    try:
-        cfg.read(os.path.join(root, "setup.cfg"), encoding="utf-8")
-        if cfg.has_option("options.entry_points", "console_scripts"):
-            targets += [ln.split("=", 1)[1] for ln in cfg.get("options.entry_points", "console_scripts").splitlines() if "=" in ln]
-    except configparser.Error:
-        pass
-    rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")
-    mods = {rel, rel[4:] if rel.startswith("src.") else rel}
-    mods |= {m[: -len(".__init__")] for m in mods if m.endswith(".__init__")}
-    out = []
-    for t in targets:
-        if not isinstance(t, str) or ":" not in t:
-            continue
-        mod, func = (x.strip() for x in t.split(":", 1))
-        if mod in mods:
-            out.append(func.split(".")[0].split("[")[0].strip())
-    return out
-
-
 class _Reach:
     """Which statements set up, destroy or train, through the program's functions."""
 
     def __init__(self, p: Program) -> None:
         self.p = p
         self.cache: dict[tuple[str, int], bool] = {}
+        # functions registered by a decorator (`@cli.command()`, `@app.main`): calling anything
+        # of the object that registered them (`cli()`, `app.run()`) may run them
+        self.registered: dict[str, list[ast.FunctionDef]] = {}
+        for fns in p.functions.values():
+            for fn in fns:
+                for dec in fn.decorator_list:
+                    root = _root_name(dec)
+                    if root:
+                        self.registered.setdefault(root, []).append(fn)
 
     def _functions_in(self, node: ast.AST) -> list[ast.FunctionDef]:
         p = self.p
@@ -102,6 +64,9 @@ class _Reach:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
                 fns += p.callees(sub)
+                root = _root_name(sub.func)
+                if root and not isinstance(sub.func, ast.Name) or root in self.registered and isinstance(sub.func, ast.Name):
+                    fns += self.registered.get(root, [])
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in p.functions:
                 par = p.parent.get(sub)
                 if not (isinstance(par, ast.Call) and par.func is sub):  # fire.Fire(main): run by the library
@@ -125,11 +90,19 @@ class _Reach:
 
     def _is(self, call: ast.Call, what: str) -> bool:
         last = self.p.last(call)
-        if what == "train":
-            return last == "backward" and isinstance(call.func, ast.Attribute)
+        if what == "train":  # also what needs the group to exist: a DDP wrapper, a distributed sampler
+            return (last == "backward" and isinstance(call.func, ast.Attribute)
+                    or last in ("DistributedSampler", "DistributedDataParallel") or is_ddp(self.p, call))
         if what == "setup":
             return last == "init_process_group"
         return last == "destroy_process_group"
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """cli for cli.command(), app for @app.main(...)."""
+    while isinstance(node, (ast.Attribute, ast.Call)):
+        node = node.value if isinstance(node, ast.Attribute) else node.func
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _check_path(p: Program, reach: _Reach, stmts: list[ast.stmt], depth: int = 0) -> tuple[ast.AST, str] | None:

@@ -41,7 +41,10 @@ def check(entry: str, root: str, files: dict[str, str]) -> list[tuple[str, int, 
     read = set(files)
     out = []
     here = os.path.dirname(os.path.realpath(entry))
-    extra: list[str] = []
+    top = here
+    while os.path.isfile(os.path.join(top, "__init__.py")) and os.path.dirname(top) != top:
+        top = os.path.dirname(top)  # `python -m pkg.mod` runs from above the package
+    extra: list[str] = [top]
     for path, text in files.items():
         try:
             tree = ast.parse(text)

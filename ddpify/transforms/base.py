@@ -48,6 +48,7 @@ class Context:
         self.helpers: set[str] = set()  # generated helper blocks: "amp", "rank0_decides"
         self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
         self.wrap_before: set[str] = set()  # models wrapped before ctx.wrapped's statement (a parameter used at once)
+        self.relocated: set[str] = set()  # models built at import time, wrapped in the function that trains them
         self.wrappers: dict[str, str] = {}  # model name -> the wrapper's own name there ("ddp_model", "self.ddp_model")
         self.routes: dict[str, object] = {}  # model name -> its training forwards' Route (ddpify/analysis/routes.py)
         self.helper_texts: list[str] = []  # generated helper definitions the set-up block ends with
@@ -65,7 +66,21 @@ class Context:
         # apex needs CUDA, so --amp apex keeps the GPU set-up (and DDP035 where the model stays)
         self.cpu_only = options.amp != "apex" and devices.device_handling(analysis) is None
         self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
+        self._console = options.console  # (region, function) console scripts start; see console()
         self.model_code: dict[str, object] = {}  # --optimize: model name -> its class code (or why none)
+
+    def console(self) -> list[cst.FunctionDef]:
+        """The module-level functions of the program that the project's console scripts start
+        (they run without any `if __name__ == "__main__":` block)."""
+        from ddpify.analysis.entries import console_functions
+
+        targets = self._console if self._console is not None else tuple((0, f) for f in console_functions(self.path))
+        out = []
+        for region, name in targets:
+            for s in self.a.module.body:
+                if isinstance(s, cst.FunctionDef) and s.name.value == name and self.a.region_of(s) == region:
+                    out.append(s)
+        return out
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:

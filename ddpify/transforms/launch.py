@@ -7,6 +7,7 @@ the flag is a legacy one (legacy.py reads it from LOCAL_RANK)."""
 from __future__ import annotations
 
 import libcst as cst
+import ddpify.match as m
 
 from ddpify.analysis import dotted
 from ddpify.transforms.base import IMPORTS, Context, Transform
@@ -385,6 +386,15 @@ class LaunchTransform(Transform):
         guard = a.main_guard
         setup = ctx.stmt("ddp_setup()\n")
         destroy = ctx.stmt(f"{dist}.destroy_process_group()\n")
+        console = ctx.console()
+        if console and not self._module_level_work(ctx, guard):
+            # a console script starts these functions after importing their module, without any
+            # `__main__` block: the group lives inside each, and a block that calls one adds none
+            for fn in console:
+                self._inside(ctx, fn, setup, destroy)
+            if guard is None or any((dotted(c.func) or "").rsplit(".", 1)[-1] in {f.name.value for f in console}
+                                    for c in ctx.a.findall(guard, m.Call())):
+                return
         if guard is not None and not self._module_level_work(ctx, guard):
             ctx.edits.prepend[guard].extend([setup, *ctx.after_setup])
             body = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
@@ -403,6 +413,27 @@ class LaunchTransform(Transform):
         else:
             ctx.edits.after[last].append(destroy.with_changes(leading_lines=[cst.EmptyLine()]) if not isinstance(last, cst.SimpleStatementLine) else destroy)
         ctx.finding(last, "DDP003", "process group destroyed when training ends", True)
+
+    @staticmethod
+    def _inside(ctx: Context, fn: cst.FunctionDef, setup, destroy) -> None:
+        """ddp_setup() first in fn (after its docstring), the teardown before each return at its
+        top level and at its end."""
+        body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
+        if not body:
+            return
+        first = body[0]
+        doc = isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr) and isinstance(
+            first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        if doc:  # after the docstring, before anything planned at the body's first statement
+            ctx.edits.after[first].extend([setup, *ctx.after_setup])
+        else:
+            ctx.edits.prepend[fn].extend([setup, *ctx.after_setup])
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Return):
+                ctx.edits.before[stmt].append(destroy)
+        if not (isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return)):
+            ctx.edits.append[fn].append(destroy)
+        ctx.finding(fn, "DDP003", f"process group set up and destroyed inside `{fn.name.value}()`, which a console script of the project starts", True)
 
     def _exit_after_destroy(self, ctx: Context, last: cst.SimpleStatementLine, destroy) -> None:
         # sys.exit(main()): run main() first, then tear down, then exit with its status

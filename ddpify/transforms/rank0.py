@@ -306,6 +306,9 @@ class Rank0Transform(Transform):
         a = ctx.a
         func = call.func
         if m.matches(func, m.Name("print")):
+            _, kw = call_args(call)
+            if "file" in kw and dotted(kw["file"].value) == "sys.stderr":
+                return None  # stderr stays on every rank: each rank's warnings and errors show
             return "print"
         what = ctx.effects.writer(call)  # the one table of file writers (ddpify/analysis/writes.py)
         if what is not None:

@@ -236,6 +236,13 @@ class WrappingTransform(Transform):
         if place is None:
             ctx.finding(None, "DDP139", f"no statement of `{a.function_of(bind).name.value}()` that trains `{name}` was found to wrap it before: not wrapped; wrap it by hand, ddp_{name} = DDP({name}), and run its training forward through that", False)
             return
+        if a.function_of(place) is None and (a.region_of(place) != 0 or ctx.console()):
+            # a model built at import time of a module (or of one a console script starts from):
+            # the group is set up later, in the entry or in the function that trains it
+            moved = self._into_trainer(ctx, name, r)
+            if moved is not None:
+                anchor, place = None, moved
+                ctx.relocated.add(name)
         if not ctx.editable(place):
             ctx.skipped_here(place, f"`{name}` not wrapped in DistributedDataParallel: the ranks would train unsynchronised copies", blocking=True)
             return
@@ -346,9 +353,27 @@ class WrappingTransform(Transform):
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why}){uses}", True)
         else:
             where = "where it is built (a CPU program: no device_ids)" if ctx.cpu_only else "after it reaches its device (no device_ids: DDP follows the model's own device, this rank's GPU or the CPU where the script keeps it)"
+            if name in ctx.relocated:
+                where = f"in `{a.function_of(place).name.value}()`, before it trains (the model is built when its module is imported, before the process group exists)"
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` {where}{uses}", True)
         if not ctx.cpu_only and not self._ever_placed(ctx, name, bind):
             ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
+
+    @staticmethod
+    def _into_trainer(ctx: Context, name: str, r) -> cst.BaseStatement | None:
+        """The first statement of the one module-level function that runs every training forward
+        of a model built at module level (wrapped there, once the group exists), or None."""
+        a = ctx.a
+        fns = {id(f): f for f in (a.function_of(tf.call) for tf, _, _ in r.direct)}
+        fns.update({id(f): f for f in (a.function_of(c) for c, _, _ in r.handed)})
+        if len(fns) != 1 or "." in name:
+            return None
+        fn = next(iter(fns.values()))
+        if fn is None or a.function_of(fn) is not None or a.class_of(fn) is not None or a._is_local(fn, name):
+            return None
+        body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
+        sites = r.sites()
+        return next((s for s in body if any(n is s or _inside(a, n, s) for n in sites)), None)
 
     @staticmethod
     def _holder_needs_module(ctx: Context, r) -> bool:

@@ -312,6 +312,10 @@ class Probe:
         rec = it.__dict__.get("_ddpify_epoch")
         if rec is not None:
             rec["drawn"] += 1
+            import torch
+
+            # a batch drawn under no_grad (a validation batch from a shared cycle()) trains nothing
+            rec["grad_on"] = rec.get("grad_on", 0) + int(torch.is_grad_enabled())
             if rec["iterable"] and len(rec["fingerprints"]) < MAX_FINGERPRINTS:
                 # No indices to compare for an IterableDataset: compare what the batches hold instead.
                 rec["fingerprints"].append(V.fingerprint(data))

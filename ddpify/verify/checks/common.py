@@ -105,5 +105,7 @@ def tail(text: str, lines: int = 12) -> list[str]:
 
 
 def training_epochs(rec: dict) -> list[dict]:
-    """The epochs a backward pass happened in (between their batches)."""
-    return [e for e in rec.get("epochs", []) if e.get("bw_first") is not None and (e.get("bw_last") or 0) > e["bw_first"]]
+    """The epochs a backward pass happened in (between their batches), whose batches were not
+    all drawn under no_grad (an evaluation loader drawn from in the training loop)."""
+    return [e for e in rec.get("epochs", []) if e.get("bw_first") is not None and (e.get("bw_last") or 0) > e["bw_first"]
+            and e.get("grad_on", 1) > 0]

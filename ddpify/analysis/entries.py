@@ -1,0 +1,58 @@
+"""Entry points a project declares: the functions its console scripts start (pyproject.toml's
+[project.scripts] and [project.gui-scripts], poetry's scripts, setup.py's and setup.cfg's
+console_scripts). Such a function runs after its module is imported, without the module's
+`if __name__ == "__main__":` block, so the process group's set-up belongs inside it. Read from
+the project's files only; shared by the launch planner and the gate's lifetime invariant."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from ddpify.analysis.project import project_root
+
+
+def console_functions(path: str) -> list[str]:
+    """Functions of this file that the project's console scripts start."""
+    if not path or path.startswith("<") or not os.path.isfile(path):
+        return []
+    root = project_root(path)
+    targets: list[str] = []
+    try:
+        with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+            data = tomllib.load(f)
+        project = data.get("project", {})
+        targets += list(project.get("scripts", {}).values()) + list(project.get("gui-scripts", {}).values())
+        targets += list(data.get("tool", {}).get("poetry", {}).get("scripts", {}).values())
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        pass
+    try:
+        with open(os.path.join(root, "setup.py"), encoding="utf-8") as f:
+            text = f.read()
+        targets += re.findall(r"""["'][\w.-]+\s*=\s*([\w.]+\s*:\s*[\w.]+)["']""", text)
+    except OSError:
+        pass
+    cfg = configparser.ConfigParser()
+    try:
+        cfg.read(os.path.join(root, "setup.cfg"), encoding="utf-8")
+        if cfg.has_option("options.entry_points", "console_scripts"):
+            targets += [ln.split("=", 1)[1] for ln in cfg.get("options.entry_points", "console_scripts").splitlines() if "=" in ln]
+    except configparser.Error:
+        pass
+    rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")
+    mods = {rel, rel[4:] if rel.startswith("src.") else rel}
+    mods |= {m[: -len(".__init__")] for m in mods if m.endswith(".__init__")}
+    out = []
+    for t in targets:
+        if not isinstance(t, str) or ":" not in t:
+            continue
+        mod, func = (x.strip() for x in t.split(":", 1))
+        if mod in mods:
+            out.append(func.split(".")[0].split("[")[0].strip())
+    return out
