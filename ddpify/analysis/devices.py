@@ -95,3 +95,27 @@ def gpu_index_literals(a) -> list[cst.Integer]:
         if "device" in kw:
             origins(kw["device"].value, a.function_of(call), 0)
     return sorted(found.values(), key=lambda n: (a.pos[n].start.line, a.pos[n].start.column))
+
+
+DTYPES = re.compile(r"^(torch\.)?(float|double|half|bfloat16|int|long|short|bool|uint8|int8|complex|cfloat|memory_format|channels_last)")
+
+
+def places_anything(a) -> bool:
+    """The script puts a module or tensor on a device somewhere: .cuda(), .to(<not a dtype>),
+    a device= argument, set_device, DataParallel, a default device. A script that only asks
+    whether CUDA is there (autocast or a GradScaler enabled by torch.cuda.is_available()) and
+    places nothing still trains on the CPU."""
+    for call in a.calls:
+        func = call.func
+        pos, kw = call_args(call)
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and dotted(func.value) != "torch":
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value in ("to", "to_empty"):
+            first = pos[0].value if pos else kw["device"].value if "device" in kw else None
+            text = (dotted(first) or "") if first is not None else ""
+            if first is not None and not DTYPES.match(text) and not (isinstance(first, cst.Attribute) and DTYPES.match(first.attr.value)):
+                return True
+        if "device" in kw or a.is_call(call, "torch.cuda.set_device", "torch.set_default_device",
+                                       "torch.nn.DataParallel", "torch.nn.parallel.DataParallel"):
+            return True
+    return False

@@ -52,6 +52,8 @@ class LoopsMixin:
                 if cls is not None and not module_class and isinstance(call.func, cst.Attribute) and self.is_model_ref(call.func.value):
                     continue  # self.unet.train(True) is nn.Module.train, not a Solver's train()
                 out.append(call)
+        # functools.partial(fn, model, loss_fn): the call that binds fn's first arguments
+        out += [c for c in self.partial_calls() if dotted(c.args[0].value) == fn.name.value and self.class_of(fn) is None]
         if self.class_of(fn) is None and self.function_of(fn) is None:
             # getattr(datasets, args.dataset)(...) / eval("datasets." + name)(...) may call any
             # function of that module of the program
@@ -70,14 +72,25 @@ class LoopsMixin:
             self._by_factory = found
         return found
 
-    @staticmethod
-    def argument_for(call: cst.Call, fn: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
+    def partial_calls(self) -> list[cst.Call]:
+        """functools.partial(f, ...) calls whose function f is named (a function of the program)."""
+        found = self.__dict__.get("_partials")
+        if found is None:
+            found = [c for c in self.calls if c.args and c.args[0].keyword is None and dotted(c.args[0].value) in self.functions
+                     and self.is_call(c, "functools.partial")]
+            self._partials = found
+        return found
+
+    def argument_for(self, call: cst.Call, fn: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
         """The expression `call` passes to fn's parameter `param` (None: the default is used);
-        a method's self/cls is passed by the call's receiver or the constructor."""
+        a method's self/cls is passed by the call's receiver or the constructor;
+        functools.partial(fn, a, b) passes a and b to fn's first parameters."""
         params = [p.name.value for p in fn.params.params]
         pos, kw = call_args(call)
         if param in kw:
             return kw[param].value
+        if any(call is c for c in self.__dict__.get("_partials") or ()) and pos and dotted(pos[0].value) == fn.name.value:
+            pos = pos[1:]
         i = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0)
         return pos[i].value if 0 <= i < len(pos) else None
 

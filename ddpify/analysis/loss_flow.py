@@ -341,6 +341,9 @@ class _Walk:
         name = dotted(call.func)
         if name is None:
             return []
+        bound = self._partial_target(name, fn)
+        if bound is not None:  # run = functools.partial(step, model, loss_fn); run(x, y)
+            return a.functions.get(bound, [])
         last = name.rsplit(".", 1)[-1]
         if name.startswith("self.") and name.count(".") == 1 and fn is not None:
             cls = a.class_of(fn)
@@ -358,6 +361,16 @@ class _Walk:
             # obj.meth(...): a method of one of the script's classes, or a module's function
             return [d for d in defs if a.class_of(d) is not None or a._local_module(name)]
         return [d for d in defs if a.class_of(d) is None or name.startswith("self.")]
+
+    def _partial_target(self, name: str, fn: cst.FunctionDef | None) -> str | None:
+        """The function of the program a name bound to functools.partial(f, ...) runs."""
+        if "." in name:
+            return None
+        a = self.a
+        for value in a._local_values(fn, name) or a._local_values(None, name):
+            if isinstance(value, cst.Call) and any(value is c for c in a.partial_calls()):
+                return dotted(value.args[0].value)
+        return None
 
     def _instance_class(self, name: str, fn: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The script's class whose instance `name` holds in fn (or globally)."""

@@ -286,12 +286,14 @@ class ModelsMixin:
                 fname = dotted(call.func)
                 if not fname and isinstance(call.func, cst.Attribute):
                     fname = "." + call.func.attr.value  # Trainer(net).fit(loader): a method of a built object
+                pos, kw = call_args(call)
+                if pos and fname in ("functools.partial", "partial") and dotted(pos[0].value) in self.functions:
+                    fname, pos = dotted(pos[0].value), pos[1:]  # partial(step, model, loss): step(model, loss, ...)
                 if not fname:
                     continue
                 defs = self.functions.get(fname.rsplit(".", 1)[-1], [])
                 if not defs:
                     continue
-                pos, kw = call_args(call)
                 for fn in defs:
                     params = [p.name.value for p in fn.params.params]
                     offset = 1 if params and params[0] in ("self", "cls") and "." in fname else 0

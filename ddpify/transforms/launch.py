@@ -300,6 +300,16 @@ def in_float32(op):
     return run
 '''
 
+NEXT_EPOCH = '''\
+
+
+def next_epoch(loader):
+    """A new pass over the loader: its distributed sampler's epoch goes up by one."""
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(sampler.epoch + 1)
+'''
+
 RANK0_VALUE = '''\
 
 
@@ -354,6 +364,8 @@ class LaunchTransform(Transform):
             text += IN_FLOAT32
         if "rank0_seed" in ctx.helpers:
             text += RANK0_SEED
+        if "next_epoch" in ctx.helpers:
+            text += NEXT_EPOCH
         text += "".join(ctx.helper_texts)  # the concerns' own (wrapping.py: ForwardTo)
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
@@ -375,7 +387,7 @@ class LaunchTransform(Transform):
         self._entry(ctx, anchor)
         ctx.finding(anchor or a.module.body[0], "DDP001", "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)", True)
         if ctx.cpu_only:
-            ctx.finding(anchor or a.module.body[0], "DDP120", "the script never names a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
+            ctx.finding(anchor or a.module.body[0], "DDP120", "the script places no model or tensor on a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
 
     def _missing(self, ctx: Context, key: str) -> bool:
         return IMPORTS[key][1] not in ctx._bound

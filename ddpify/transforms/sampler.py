@@ -6,7 +6,6 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
-from ddpify.analysis.loops import LoopsMixin
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
@@ -191,9 +190,51 @@ class SamplerTransform(Transform):
                 for name, caller, idx in a.returned_whole(value):
                     sites += a.loader_iteration_sites(name, caller, element=idx)
         self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
-        if len(done) == before and not sites:
+        if len(done) == before and not sites and not self._each_pass(ctx, ld):
             what = ld.target or "loader"
             ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
+
+    def _each_pass(self, ctx: Context, ld: Loader) -> bool:
+        """Where the loader cannot be followed to the loops that read it (`loaders["train"]` from a
+        helper's dict), each training loop's pass over what it iterates starts a new epoch there:
+        next_epoch(<what it iterates>) before the loop, which sets the epoch of a distributed
+        sampler when the object has one, and does nothing otherwise."""
+        a = ctx.a
+        done: set[int] = ctx.__dict__.setdefault("_next_epoch_loops", set())
+        added = False
+        for loop in self._training_loops(a):
+            expr = _iterated(loop.iter)
+            if expr is None or id(loop) in done or not ctx.editable(loop):
+                continue
+            done.add(id(loop))
+            ctx.helpers.add("next_epoch")
+            ctx.edits.before[loop].append(ctx.stmt(f"next_epoch({code(expr)})\n"))
+            ctx.finding(loop, "DDP021", f"next_epoch({code(expr)}) added before each pass over the training data: a distributed "
+                        "sampler's epoch goes up by one there, so each epoch reshuffles differently", True)
+            added = True
+        return added
+
+    @staticmethod
+    def _training_loops(a) -> list[cst.For]:
+        """The `for` loops that hold a training step, in their function or around a call that
+        leads to it."""
+        out: list[cst.For] = []
+        for step in a.steps:
+            work, seen = [(step.stmt, 0)], set()
+            while work:
+                node, depth = work.pop()
+                if id(node) in seen or depth > 3:
+                    continue
+                seen.add(id(node))
+                loop = a.enclosing_loop(node)
+                while loop is not None:
+                    if isinstance(loop, cst.For) and all(loop is not x for x in out):
+                        out.append(loop)
+                    loop = a.enclosing_loop(loop)
+                fn = a.function_of(node)
+                if fn is not None:
+                    work += [(c, depth + 1) for c in a.callers(fn)]
+        return out
 
     @staticmethod
     def _epoch_stmt(ctx: Context, where: cst.CSTNode, used: str, counter: str) -> cst.BaseStatement:
@@ -310,31 +351,44 @@ class SamplerTransform(Transform):
                 cfn = a.function_of(call)
                 if cfn is None:
                     continue
-                expr = self._arg_for(call, fn, params, used)
+                expr = self._arg_for(a, call, fn, params, used)
                 if expr is None:
                     continue
                 for call2 in a.callers(cfn):
                     l2 = a.enclosing_loop(call2)
                     if l2 is not None:
-                        e2 = self._arg_for(call2, cfn, [p.name.value for p in cfn.params.params], expr)
+                        e2 = self._arg_for(a, call2, cfn, [p.name.value for p in cfn.params.params], expr)
                         if e2:
                             out.append((l2, e2))
                 continue
-            expr = self._arg_for(call, fn, params, used)
+            expr = self._arg_for(a, call, fn, params, used)
             if expr:
                 out.append((cloop, expr))
         return out
 
     @staticmethod
-    def _arg_for(call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
+    def _arg_for(a, call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
         if used.startswith("self.") and isinstance(call.func, cst.Attribute):
             # trainer.train_epoch() iterates self.loader: at the call site that is trainer.loader
             receiver = code(call.func.value)
             return used if receiver == "self" else (f"{receiver}.{used[5:]}" if dotted(call.func.value) else None)
         if used not in params:
             return used  # a global: same name at the call site
-        arg = LoopsMixin.argument_for(call, fn, used)
+        arg = a.argument_for(call, fn, used)
         return code(arg) if arg is not None and dotted(arg) is not None else None  # a name the loop can reach
+
+
+def _iterated(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What a loop iterates, through enumerate/tqdm/zip-like wrappers: a name, an attribute or a
+    literal subscript (`loaders["train"]`); None for a call built in place or a range."""
+    while isinstance(node, cst.Call) and node.args and (dotted(node.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "trange", "progress", "track"):
+        node = node.args[0].value
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return node
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and isinstance(
+            node.slice[0].slice.value, (cst.SimpleString, cst.Integer, cst.Name)):
+        return node
+    return None
 
 
 def _unique(a, base: str) -> str:
