@@ -65,6 +65,7 @@ class Analysis(TreeMixin, WalkMixin, PositionsMixin, NamesMixin, ApisMixin, Mode
         self.optimizers: dict[str, cst.Call] = {}
         self.schedulers: set[str] = set()
         self.models: list[str] = []
+        self.model_aliases: dict[str, set[str]] = {}  # model -> its factory's own names for it
         self._find_optimizers_and_models()
         self._follow_factories()
         self.manual_updates = self._find_manual_updates()  # no optimizer: p.data.add_(p.grad, ...)

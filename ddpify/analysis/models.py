@@ -118,6 +118,8 @@ class ModelsMixin:
                 base = dotted(c.func.value)  # type: ignore[attr-defined]
                 if base and base not in found:
                     found.append(base)
+                    if self.function_of(c) is not fn:  # handed in by a caller: the model lives there
+                        self.__dict__.setdefault("_model_sites", []).append((self.function_of(c), base.split(".")[0]))
             # learner.params(): a method of the program that returns self.net.parameters()
             for c in self.findall(node, m.Call()):
                 for base in self._returned_param_sources(c):
@@ -128,10 +130,47 @@ class ModelsMixin:
                 if name in seen_names:
                     continue
                 seen_names.add(name)
-                for value in self._local_values(fn, name):
+                values = self._local_values(fn, name)
+                for value in values:
                     work.append(value)
+                if not values and fn is not None and name in {p.name.value for p in fn.params.params} - {"self", "cls"}:
+                    # Holder(model.parameters()) built into an optimizer in __init__: the callers' arguments
+                    for c in self._plain_callers(fn)[:4]:
+                        arg = self.argument_for(c, fn, name)
+                        if arg is not None:
+                            work.append(arg)
+        found = self._through_parameters(call, fn, found)
         self._param_cache[id(call)] = found
         return found
+
+    def _plain_callers(self, fn: cst.FunctionDef) -> list[cst.Call]:
+        """Calls of fn by its name (its class's for __init__), before the models are known."""
+        cls = self.class_of(fn)
+        want = cls.name.value if fn.name.value == "__init__" and cls is not None else fn.name.value
+        out = [c for c in self.calls if (dotted(c.func) or "").rsplit(".", 1)[-1] == want]
+        return out + [c for c in self.partial_calls() if dotted(c.args[0].value) == fn.name.value]
+
+    def _through_parameters(self, call: cst.Call, fn, found: list[str]) -> list[str]:
+        """`def make_optimizer(net): return SGD(net.parameters())`: the model is what each caller
+        hands to `net` (its own name there), not the parameter."""
+        if fn is None or self.class_of(fn) is not None and fn.name.value != "__init__":
+            return found
+        params = {p.name.value for p in fn.params.params} - {"self", "cls"}
+        out: list[str] = []
+        for base in found:
+            head, _, rest = base.partition(".")
+            if head not in params or self._local_values(fn, head):
+                out.append(base)
+                continue
+            mapped = []
+            for c in self._plain_callers(fn)[:4]:
+                arg = self.argument_for(c, fn, head)
+                d = dotted(arg) if arg is not None else None
+                if d is not None and d != "self":
+                    mapped.append(d + (f".{rest}" if rest else ""))
+                    self.__dict__.setdefault("_model_sites", []).append((self.function_of(c), d.split(".")[0]))
+            out += [m_ for m_ in mapped if m_ not in out] or [base]
+        return out
 
     def _holder_object(self, name: str, near: cst.CSTNode) -> bool:
         """name is bound to an instance of a class of the program that is no nn.Module (a
@@ -220,7 +259,8 @@ class ModelsMixin:
         return names
 
     def _find_optimizers_and_models(self) -> None:
-        self._model_sites: list[tuple[cst.FunctionDef | None, str]] = []  # model.configure_optimizers() here
+        # model.configure_optimizers() here; a model handed to a helper that builds its optimizer
+        self._model_sites: list[tuple[cst.FunctionDef | None, str]] = self.__dict__.get("_model_sites", [])
         assigned = self._assigned_names()
         for call in self.calls:
             qn = self.call_qualname(call)
@@ -366,14 +406,28 @@ class ModelsMixin:
     def optimizers_of(self, name: str) -> dict[str, cst.Call]:
         """The optimizers over the model's parameters, or over parts of it (param groups), under
         any name the model had where they were built (a factory's local)."""
-        names = {name} | self.__dict__.get("model_aliases", {}).get(name, set())
+        names = {name} | self.__dict__.get("model_aliases", {}).get(name, set())  # set before steps are found
         return {o: c for o, c in self.optimizers.items() if any(_covers(n, self._param_sources(c)) for n in names)}
+
+    def _picked(self, holder: cst.BaseExpression, key: str, near: cst.CSTNode) -> cst.BaseExpression | None:
+        """The name bound to holder["key"] in the same function (`model = parts["model"]`)."""
+        name = dotted(holder)
+        fn = self.function_of(near)
+        for asg in self.assigns:
+            if not isinstance(asg, cst.Assign) or len(asg.targets) != 1 or self.function_of(asg) is not fn:
+                continue
+            v = asg.value
+            if isinstance(v, cst.Subscript) and dotted(v.value) == name and len(v.slice) == 1 and isinstance(v.slice[0].slice, cst.Index):
+                k = v.slice[0].slice.value
+                if isinstance(k, cst.SimpleString) and k.evaluated_value == key:
+                    return asg.targets[0].target
+        return None
 
     def _follow_factories(self) -> bool:
         """A model built with its optimizer in a factory of the program that does not train it
         and hands it back (`self.net, self.opt, self.sched = build(cfg)`): the model is what the
         one caller binds it to; the factory's name for it stays an alias (model_aliases)."""
-        aliases: dict[str, set[str]] = self.__dict__.setdefault("model_aliases", {})
+        aliases = self.model_aliases
         changed = False
         for i, name in enumerate(list(self.models)):
             if "." in name:
@@ -392,7 +446,11 @@ class ModelsMixin:
                 if not isinstance(par, cst.Assign) or len(par.targets) != 1:
                     continue
                 target = par.targets[0].target
-                if place >= 0:
+                if isinstance(place, str):  # parts = build(); model = parts["model"]
+                    target = self._picked(target, place, calls[0])
+                    if target is None:
+                        continue
+                elif place >= 0:
                     if not isinstance(target, (cst.Tuple, cst.List)) or place >= len(target.elements):
                         continue
                     target = target.elements[place].value
@@ -460,14 +518,19 @@ class ModelsMixin:
         return self.models != before
 
 
-def _place(value: cst.BaseExpression, name: str) -> int | None:
-    """-1: `return name`; k: `return a, name, ...` with name at k; None: name is not returned."""
+def _place(value: cst.BaseExpression, name: str) -> int | str | None:
+    """-1: `return name`; k: `return a, name, ...` with name at k; "key": `return {"key": name}`;
+    None: name is not returned."""
     if dotted(value) == name:
         return -1
     if isinstance(value, (cst.Tuple, cst.List)):
         for k, el in enumerate(value.elements):
             if dotted(el.value) == name:
                 return k
+    if isinstance(value, cst.Dict):
+        for el in value.elements:
+            if isinstance(el, cst.DictElement) and dotted(el.value) == name and isinstance(el.key, cst.SimpleString):
+                return el.key.evaluated_value
     return None
 
 

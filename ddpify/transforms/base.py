@@ -64,7 +64,7 @@ class Context:
         self.effects = Effects(analysis, options.writers)  # which calls write / read files
         # a script that never names a device stays a CPU program (gloo, no device_ids, no AMP);
         # apex needs CUDA, so --amp apex keeps the GPU set-up (and DDP035 where the model stays)
-        self.cpu_only = options.amp != "apex" and (devices.device_handling(analysis) is None or not devices.places_anything(analysis))
+        self.cpu_only = options.amp != "apex" and devices.device_handling(analysis) is None
         self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
         self._console = options.console  # (region, function) console scripts start; see console()
         self.model_code: dict[str, object] = {}  # --optimize: model name -> its class code (or why none)

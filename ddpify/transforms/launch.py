@@ -387,7 +387,7 @@ class LaunchTransform(Transform):
         self._entry(ctx, anchor)
         ctx.finding(anchor or a.module.body[0], "DDP001", "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)", True)
         if ctx.cpu_only:
-            ctx.finding(anchor or a.module.body[0], "DDP120", "the script places no model or tensor on a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
+            ctx.finding(anchor or a.module.body[0], "DDP120", "the script never names a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
 
     def _missing(self, ctx: Context, key: str) -> bool:
         return IMPORTS[key][1] not in ctx._bound
@@ -492,10 +492,25 @@ class LaunchTransform(Transform):
 
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:
     """The last of the leading imports: the set-up block goes after it (None: before everything)."""
-    body = ctx.a.module.body
+    a = ctx.a
+    body = a.module.body
     last = None
-    for s in body:
-        if isinstance(s, (cst.FunctionDef, cst.ClassDef)) or s is ctx.a.main_guard:
+    # the first top-level statement of the entry that needs the group (a wrap, a sharded loader,
+    # a barrier, a training step): the set-up goes before it, whatever is imported later
+    needs = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])] + ctx.barrier_stmts
+    needs += ctx.setup_before + [st.stmt for st in a.steps]
+    top = {id(s): k for k, s in enumerate(body)}
+    first = len(body)
+    for node in needs:
+        cur = node
+        while cur is not None and id(cur) not in top:
+            cur = a.parent.get(cur)
+        if cur is not None and a.region_of(cur) == 0:
+            first = min(first, top[id(cur)])
+    for k, s in enumerate(body):
+        # the first definition or loop ends the leading imports: an import after a training loop
+        # is not where the group may be set up
+        if k >= first or isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With)) or s is a.main_guard:
             break
         if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
             last = s

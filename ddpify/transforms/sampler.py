@@ -315,20 +315,31 @@ class SamplerTransform(Transform):
 
     @staticmethod
     def _epoch_counter(a, stmt: cst.CSTNode) -> str | None:
-        """A name like `epoch` assigned before stmt in the same scope."""
-        fn = a.function_of(stmt)
-        line = a.pos[stmt].start.line
-        found = []
-        for asg in a.assigns:
-            if a.function_of(asg) is not fn or a.pos[asg].start.line >= line:
-                continue
-            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
-            for t in targets:
-                if isinstance(t, cst.Name) and "epoch" in t.value.lower() and not t.value.isupper():
-                    found.append(t.value)
-        if not found:
+        """The epoch counter, by what the code does: for a `while` epoch loop, a name its test
+        reads and its body increases (`while ep < n: ... ep += 1`); where a pass restarts
+        inside the loop (`it = iter(loader)` on StopIteration), a name increased beside it
+        (`epoch += 1`)."""
+        if isinstance(stmt, cst.While):
+            tested = {n.value for n in a.findall(stmt.test, m.Name())}
+            for aug in a.findall(stmt.body, m.AugAssign()):
+                if isinstance(aug.target, cst.Name) and aug.target.value in tested and isinstance(aug.operator, cst.AddAssign) \
+                        and a.enclosing_loop(aug) is stmt:
+                    return aug.target.value
             return None
-        return "epoch" if "epoch" in found else found[-1]
+        # the statements that start a pass over the same iterator: this one, and the restarts
+        # that bind the same name again (`batches = iter(loader)` before the loop and in it)
+        starts = [stmt]
+        target = stmt.body[0].targets[0].target if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign) else None
+        if target is not None and dotted(target):
+            for asg in a.assigns:
+                if isinstance(asg, cst.Assign) and a.function_of(asg) is a.function_of(stmt) and any(dotted(t.target) == dotted(target) for t in asg.targets):
+                    starts.append(a.statement(asg))
+        for start in starts:
+            for sib in getattr(a.block(start), "body", ()):
+                for aug in (sib.body if isinstance(sib, cst.SimpleStatementLine) else ()):
+                    if isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name) and isinstance(aug.operator, cst.AddAssign):
+                        return aug.target.value
+        return None
 
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
         """(epoch loop, loader expression there) around an iteration site."""

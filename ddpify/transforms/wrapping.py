@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import forwards, gradients, lifecycle, loss_flow, model_code, model_uses, routes
+from ddpify.analysis import devices, forwards, gradients, lifecycle, loss_flow, model_code, model_uses, routes
 from ddpify.analysis import call_args, code, dotted
 from ddpify.analysis.tree import _inside
 from ddpify.transforms.base import Context, Transform
@@ -356,7 +356,10 @@ class WrappingTransform(Transform):
             if name in ctx.relocated:
                 where = f"in `{a.function_of(place).name.value}()`, before it trains (the model is built when its module is imported, before the process group exists)"
             ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` {where}{uses}", True)
-        if not ctx.cpu_only and not self._ever_placed(ctx, name, bind):
+        # only where something else is placed: a script that places nothing trains on the CPU
+        # wherever it runs, its model and batches alike (a GradScaler or autocast enabled by
+        # torch.cuda.is_available() names a device without placing anything)
+        if not ctx.cpu_only and devices.places_anything(a) and not self._ever_placed(ctx, name, bind):
             ctx.finding(bind, "DDP035", f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)", False)
 
     @staticmethod
@@ -582,6 +585,7 @@ class WrappingTransform(Transform):
         a = ctx.a
         origins = _origins(a, name, bind)
         names = {name, "self"} | {d for o in origins if (d := dotted(o)) is not None}
+        names |= a.model_aliases.get(name, set())  # the factory's own name for it
         cls = a.class_of(bind) if name.startswith("self.") else None
         if cls is not None and self._module_class(a, cls):
             # a part of a module that is placed whole: gan = GAN().to(device) moves self.gen
