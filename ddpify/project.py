@@ -116,7 +116,7 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
             line, what = found
             name = os.path.basename(mod.path)
             per_file[k] += _kept([Finding(line, 1, "DDP102", f"{name} is also a script, and `python {name}` would fail: its `if __name__ == \"__main__\":` block runs {what}. Move that block into a script of its own (and convert that one too), or convert by hand", False)], mod.text, options)
-    if options.partial and result.changed:  # the draft raises where a blocking finding remains
+    if options.partial and options.mark_unresolved and result.changed:  # the draft raises where a blocking finding remains
         outputs = [mark_unresolved(m.text, out, [f for f in fs if f.blocking]) if out != m.text else out
                    for m, out, fs in zip(files, outputs, per_file)]
     if any(f.blocking for fs in per_file for f in fs) and not options.partial:

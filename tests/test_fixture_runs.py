@@ -91,6 +91,10 @@ ACCEPTED_FAILURES = {
     "42_apex_two_encoders_fusedadam": {"saved"},
     # the input accepts DDP027 with `# ddpify: ignore[DDP027]`: no set_epoch, as asked
     "86_ignore_comment_accepts": {"epoch-shuffle"},
+    # accuracy measured over the training loader, which is sharded: each rank reports its own
+    # shard's figure (verify says so); the training itself is in sync
+    "51_trainer_move_in_init": {"metrics"},
+    "304_solver_train_method_name_clash": {"metrics"},
 }
 
 
