@@ -488,7 +488,8 @@ class Gen:
             total = self.n_train + self.n_val
             b.add(f"{N['full']} = {self.ds_expr(total, g)}")
             if d == "random_split":
-                b.add(f"{N['train_ds']}, {N['val_ds']} = random_split({N['full']}, [{self.n_train}, {self.n_val}])")
+                split_g = f", generator={g}" if g != "None" else ""  # the split is the data's, seeded alike
+                b.add(f"{N['train_ds']}, {N['val_ds']} = random_split({N['full']}, [{self.n_train}, {self.n_val}]{split_g})")
             else:
                 b.add(f"{N['idx']} = list(range({total}))", f"{N['train_ds']} = Subset({N['full']}, {N['idx']}[:{self.n_train}])",
                       f"{N['val_ds']} = Subset({N['full']}, {N['idx']}[{self.n_train}:])")

@@ -46,7 +46,9 @@ def summary(obj, torch, depth=0):
     if isinstance(obj, torch.Tensor):
         return ["T", list(obj.shape)]
     if isinstance(obj, torch.nn.Module):
-        return ["M", f"{type(obj).__module__}.{type(obj).__qualname__}", summary(dict(obj.state_dict()), torch, depth + 1)]
+        # its state walked as _module_state walks a placeholder's: a torch module may hold one
+        state = _module_state(obj.__dict__)
+        return ["M", f"{type(obj).__module__}.{type(obj).__qualname__}", summary(state, torch, depth + 1)]
     if isinstance(obj, Placeholder):
         st = obj.__dict__.get("_state")
         return ["M", type(obj)._shapes_qualname, summary(_module_state(st), torch, depth + 1)]
@@ -69,9 +71,8 @@ def _module_state(st, prefix=""):
     for k, sub in (st.get("_modules") or {}).items():
         if isinstance(sub, Placeholder):
             out.update(_module_state(sub.__dict__.get("_state"), prefix + k + "."))
-        elif sub is not None and hasattr(sub, "state_dict"):
-            for kk, vv in sub.state_dict().items():
-                out[prefix + k + "." + kk] = vv
+        elif sub is not None and hasattr(sub, "__dict__"):
+            out.update(_module_state(sub.__dict__, prefix + k + "."))
     return out
 
 

@@ -152,10 +152,27 @@ class SeedsMixin:
             anchor = self.training_anchor(loop or step.stmt)
             stops.append(anchor if anchor is not None else (loop or step.stmt))
         w = _Walk(stops)
+        reached = False
         for stmt in self.module.body if stops else []:
             w.top = stmt
             if self._walk_stmt(stmt, w, 0, False):
+                reached = True
                 break
+        fn = self.function_of(stops[0]) if stops and not reached else None
+        for _ in range(4):  # up to its one caller that the walk did not reach either
+            found = self.callers(fn) if fn is not None else []
+            outer = self.function_of(found[0]) if len(found) == 1 else None
+            if outer is None or id(outer) in w.seen:
+                break
+            w.stops.append(self.statement(found[0]))
+            fn = outer
+        if fn is not None and id(fn) not in w.seen:
+            # the training function is started by something the walk cannot follow (a CLI
+            # library's registry, a callback): what runs before training is its own start
+            w.top, w.seen = None, w.seen | {id(fn)}
+            for s in fn.body.body if isinstance(fn.body, cst.IndentedBlock) else []:
+                if self._walk_stmt(s, w, 1, False):
+                    break
         return PreTraining(w.draws, w.tops, list(w.own.values()))
 
     # -- the walk ---------------------------------------------------------------------

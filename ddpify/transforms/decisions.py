@@ -3,52 +3,63 @@ shared, so no rank leaves the loop while the others wait in a collective."""
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 import ddpify.match as m
 
+from ddpify.analysis.rank_invariance import RankInvariance
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP080", "rank0-decides", "loop-ending decision taken by rank 0 and shared with every rank", fix=True, check="no-hang")
 
-DATA_DEPENDENT = {
-    "loss", "acc", "accuracy", "metric", "metrics", "score", "best", "patience", "stop", "stopping", "early", "bad",
-    "improve", "improved", "improvement", "converged", "val", "valid", "validation", "ppl", "perplexity", "error",
-    "err", "wait", "trigger", "triggered", "plateau", "f1", "auc", "bleu", "mse", "mae", "rmse",
-}
-
-
-def _tokens(name: str) -> set[str]:
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
-    return {t for t in re.split(r"[_\W]+", spaced) if t}
-
 
 class DecisionTransform(Transform):
     name = "decisions"
 
     def plan(self, ctx: Context) -> None:
+        """Every `if` between a training loop and a `break` or `return` that leaves it is
+        taken by rank 0, unless its test is provably the same on every rank: a loss, a
+        metric or anything else computed from a rank's own batches differs per rank. All
+        the ifs of that path are shared, so every rank reaches each one equally often."""
         a = ctx.a
         training_loops = self._training_loops(ctx)
-        for if_ in a.ifs:
-            if not ctx.editable(if_):
+        same = RankInvariance(a)
+        decided: set[int] = set()
+        for exit_ in [*a.findall(a.module, m.Break()), *a.findall(a.module, m.Return())]:
+            loop = self._left(ctx, exit_, training_loops)
+            if loop is None:
                 continue
-            exits = [b for b in a.findall(if_.body, m.Break()) if a.ancestor(b, cst.If) is if_]
-            if not exits:
-                continue
-            loop = a.enclosing_loop(if_)
-            if loop is None or id(loop) not in training_loops:
-                continue
-            if any(a.enclosing_loop(b) is not loop for b in exits):
-                continue
-            names = {n.value for n in a.findall(if_.test, m.Name())} | {n.attr.value for n in a.findall(if_.test, m.Attribute())}
-            if not any(_tokens(n) & DATA_DEPENDENT for n in names) and not a.findall(if_.test, m.Call(func=m.Attribute(attr=m.Name("item")))):
-                continue
-            ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
-            ctx.helpers.add("rank0_decides")
-            ctx.finding(if_, "DDP080", "loop-ending decision taken by rank 0 and shared with every rank (rank0_decides)", True)
+            cur, child = a.parent.get(exit_), exit_
+            path = []
+            while cur is not None and cur is not loop:
+                if isinstance(cur, cst.If) and child is not cur.test:
+                    path.append(cur)
+                if isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                    path = []
+                    break
+                cur, child = a.parent.get(cur), cur
+            for if_ in reversed(path):
+                if id(if_) in decided or not ctx.editable(if_) or same.same_on_every_rank(if_.test, if_):
+                    continue
+                decided.add(id(if_))
+                ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
+                ctx.helpers.add("rank0_decides")
+                ctx.finding(if_, "DDP080", "loop-ending decision taken by rank 0 and shared with every rank (rank0_decides)", True)
+
+    def _left(self, ctx: Context, exit_: cst.CSTNode, training_loops: set[int]) -> cst.CSTNode | None:
+        """The training loop that exit_ leaves (a return: the outermost one of its function)."""
+        a = ctx.a
+        if isinstance(exit_, cst.Break):
+            loop = a.enclosing_loop(exit_)
+            return loop if loop is not None and id(loop) in training_loops else None
+        fn, found = a.function_of(exit_), None
+        loop = a.enclosing_loop(exit_)
+        while loop is not None and a.function_of(loop) is fn:
+            if id(loop) in training_loops:
+                found = loop
+            loop = a.enclosing_loop(loop)
+        return found
 
     def _training_loops(self, ctx: Context) -> set[int]:
         """Loops that run a training step, directly or through a function they call."""
