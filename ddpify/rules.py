@@ -4,7 +4,7 @@ A module declares its codes at import time with `declare(...)`: the code, a shor
 title (like ruff's rule names), the severity of the finding when ddpify did not fix it, the
 message, whether ddpify changes code for it (`fix`), and for a fix the `ddpify verify` check that
 proves it at run time. Each code has one minimal example under fixtures/rules/<CODE>/ (input.py,
-expected.py, expected.txt; options.json where the code needs an option). The README's table,
+expected.py, expected.txt; options.json where the code needs an option). docs/rules.md's tables,
 `ddpify --explain CODE` and the tests all read this registry.
 """
 
@@ -96,8 +96,8 @@ def default_severity(code: str, fixed: bool) -> str:
 
 
 def table(tool: str | None = None) -> str:
-    """The markdown table of the README's "Finding codes" section (tool="convert"), of its
-    "ddpify lint" section (tool="lint": severity error or note, no fix), or of every code."""
+    """The markdown table of docs/rules.md's converter codes (tool="convert"), of its `ddpify lint`
+    codes (tool="lint": severity error or note, no fix), or of every code."""
     if tool == "lint":
         rows = ["| code | name | severity | meaning |", "|---|---|---|---|"]
         for code in sorted(load_all()):

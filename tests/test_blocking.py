@@ -198,11 +198,11 @@ def test_off_around_an_epoch_loop_names_the_skip_not_the_loop_shape():
     assert not msgs[0].blocking  # the loader does not shuffle: the order is fixed anyway
 
 
-def test_readme_code_table_matches_the_registry():
-    readme = (ROOT / "README.md").read_text()
+def test_rules_page_code_table_matches_the_registry():
+    page = (ROOT / "docs" / "rules.md").read_text()
     rows = dict(
         (line.split("|")[1].strip(), line.split("|")[2].strip())
-        for line in readme.splitlines()
+        for line in page.splitlines()
         if line.startswith("| DDP")
     )
     assert rows == {c: r.title for c, r in __import__("ddpify.rules").rules.load_all().items()}

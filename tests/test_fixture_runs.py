@@ -70,7 +70,7 @@ def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
 # fixtures of different styles; 03 and 76 run under it in tests/test_verify.py (verify converting
 # the input). Every other output runs as 2 ranks forked from one process that imported torch
 # (forkrun.py): the same torchrun environment variables and process group, without ~4 s of
-# imports per process (the suite's time budget, README "Run the tests").
+# imports per process (the suite's time budget, docs/testing.md).
 REAL_TORCHRUN = {
     "01_toplevel_regression", "13_checkpoint_resume", "14_early_stopping", "16_tqdm_pbar_postfix",
     "29_autoencoder_two_optimizers", "37_model_choice_branches", "38_dict_batches_early_stop",

@@ -1,5 +1,6 @@
-"""The README's commands, as written: the install lines and what CI runs, the try-it in a fresh
-clone, both pre-commit snippets, and the sample outputs of `ddpify launch`."""
+"""The documented commands, as written: the README's install lines, CONTRIBUTING.md's set-up and
+test commands against what CI runs, the README's try-it in a fresh clone and both pre-commit
+snippets, and the sample outputs of `ddpify launch` in docs/launch.md."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from ddpify.output import run_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
+LAUNCH = (ROOT / "docs" / "launch.md").read_text()
 BIN = str(Path(sys.executable).parent)
 GIT_ID = ["-c", "user.name=ddpify test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
 
 
-def section(title: str) -> str:
+def section(title: str, text: str = README) -> str:
     """From the heading `title` to the next heading of its level or above (not inside a code block)."""
-    lines = README.splitlines()
+    lines = text.splitlines()
     start = lines.index(title)
     level, fenced = title.count("#", 0, title.index(" ")), False
     for end in range(start + 1, len(lines)):
@@ -81,25 +84,37 @@ def env_for(clone: Path | None = None) -> dict:
 # --------------------------------------------------------------------------- install, CI
 
 
-def test_install_lines_give_the_cpu_build_and_say_what_ci_does():
+def test_install_lines_give_the_cpu_build():
     install = section("## Install")
     first, gpu = [commands(b) for b in blocks(install, "console")[:2]]
     assert first[0] == "git clone <this repository> ddpify && cd ddpify"
     assert "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu" in first
-    assert first[-1] == 'python -m pip install -e ".[test]"'
+    assert first[-1] == 'python -m pip install -e ".[verify]"'
     assert gpu == ["python -m pip install torch"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    # the extra the README installs exists and brings torch >= the version the text accepts
+    assert re.search(r'^verify = \["torch>=2\.4"', pyproject, re.M)
+    assert "Any torch from 2.4 on works" in install.replace("\n", " ")
+
+
+def test_contributing_sets_up_and_tests_as_ci_does():
     ci = (ROOT / ".ci" / "run").read_text()
     pin = re.search(r"pip install -q (torch==[\d.]+)", ci).group(1)
-    assert f"installs `{pin}` with a plain `pip install`" in install.replace("\n", " ")
-    # the README's test command is what CI runs, and torch >= the version the install line accepts
-    tests = section("## Run the tests")
-    assert commands(blocks(tests, "console")[0]) == [ci.strip().splitlines()[-1]]
-    assert "torch>=2.4" in (ROOT / "pyproject.toml").read_text() and "Any torch from 2.4 on works" in install.replace("\n", " ")
+    setup = section("## Set up", CONTRIBUTING)
+    lines = [c for b in blocks(setup, "console") for c in commands(b)]
+    # CI's torch, as the CPU wheel: the pin alone would fetch the CUDA build from PyPI
+    assert f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu" in lines
+    assert lines.index(f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu") < lines.index('python -m pip install -e ".[test]"')
+    assert f"`{pin}`" in setup and "`.ci/run`" in setup
+    # CONTRIBUTING's test command is what CI runs, and its lint steps too
+    assert ci.strip().splitlines()[-1] in lines
+    for step in ("ruff check .", "python tools/rules_table.py --check"):
+        assert step in ci.splitlines() and step in lines
 
 
 def test_the_converter_tier_is_the_runs_marker():
-    tests = section("## Run the tests")
-    assert 'python -m pytest -q -n 2 -m "not runs"' in [c for b in blocks(tests, "console") for c in commands(b)]
+    setup = section("## Set up", CONTRIBUTING)
+    assert 'python -m pytest -q -n 2 -m "not runs"' in [c for b in blocks(setup, "console") for c in commands(b)]
     assert '"runs: ' in (ROOT / "pyproject.toml").read_text()
 
 
@@ -173,7 +188,7 @@ def test_precommit_pinned_snippet_names_the_clones_commit(tmp_path: Path):
 
 
 def _console(text: str, command: str) -> list[str]:
-    """The lines printed after `$ command` in the README, up to the next `$ ` or the block's end."""
+    """The lines printed after `$ command` in `text`, up to the next `$ ` or the block's end."""
     for block in blocks(text, "console"):
         lines = block.splitlines()
         if f"$ {command}" in lines:
@@ -183,11 +198,11 @@ def _console(text: str, command: str) -> list[str]:
                     break
                 out.append(line)
             return out
-    raise AssertionError(f"no `$ {command}` in the README")
+    raise AssertionError(f"no `$ {command}` in docs/launch.md")
 
 
 def test_launch_samples_are_what_ddpify_prints(tmp_path: Path, monkeypatch):
-    text = section("## Running on more than one machine: `ddpify launch`")
+    text = section("# Running on more than one machine: `ddpify launch`", LAUNCH)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text((ROOT / "fixtures" / "01_toplevel_regression" / "expected.py").read_text())
     # after a conversion: the commands that run the script on this machine

@@ -258,7 +258,7 @@ def test_gitlab_fingerprint_survives_a_moved_line():
     assert a[0]["fingerprint"] != a[1]["fingerprint"]
 
 
-# ----------------------------------------------------------------------------- the samples in README and docs
+# ----------------------------------------------------------------------------- the samples in docs/code-review.md
 
 
 def _suggestion_as_posted(diag: dict, source: str) -> str:
@@ -278,12 +278,10 @@ def test_samples_are_what_ddpify_prints(here):
     doc = json.loads(run(convert_command, "--check", "--output-format", "rdjson", "train.py").stdout)
     (ddp020,) = [d for d in doc["diagnostics"] if d.get("code", {}).get("value") == "DDP020"]
     body = _suggestion_as_posted(ddp020, (FIXTURE / "input.py").read_text())
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Code review\n"):readme.index("\n## ", readme.index("## Code review\n") + 5)]
-    (annotation,) = re.findall(r"^::warning .*$", section, re.M)
-    assert annotation in annotations
-    (suggestion,) = re.findall(r"```suggestion\n(.*?)```", section, re.S)
-    assert suggestion == body + "\n"
     docs = (ROOT / "docs" / "code-review.md").read_text()
+    (annotation,) = re.findall(r"^::warning .*$", docs, re.M)
+    assert annotation in annotations
+    (suggestion,) = re.findall(r"```suggestion\n(.*?)```", docs, re.S)
+    assert suggestion == body + "\n"
     (sample,) = re.findall(r"````markdown\n(.*?)````", docs, re.S)
     assert sample == f"{ddp020['message']}\n\n```suggestion\n{body}\n```\n"

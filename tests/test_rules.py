@@ -1,5 +1,5 @@
 """The rule registry (ddpify/rules.py): each code declared once, by the module that raises it;
-the README's table, `--explain` and the findings' default severities all come from it."""
+docs/rules.md's tables, `--explain` and the findings' default severities all come from it."""
 
 from __future__ import annotations
 
@@ -80,11 +80,11 @@ def test_findings_take_their_default_severity_from_the_registry():
     assert not Finding(1, 1, "DDP024", "said", severity="note").blocking  # one call site may say otherwise
 
 
-def test_readme_table_is_the_registry():
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- rules:begin -->\n", 1)[1].split("\n<!-- rules:end -->", 1)[0]
+def test_rules_page_table_is_the_registry():
+    page = (ROOT / "docs" / "rules.md").read_text()
+    block = page.split("<!-- rules:begin -->\n", 1)[1].split("\n<!-- rules:end -->", 1)[0]
     assert block == rules.table("convert"), "run: python tools/rules_table.py"
-    lint = readme.split("<!-- lint-rules:begin -->\n", 1)[1].split("\n<!-- lint-rules:end -->", 1)[0]
+    lint = page.split("<!-- lint-rules:begin -->\n", 1)[1].split("\n<!-- lint-rules:end -->", 1)[0]
     assert lint == rules.table("lint"), "run: python tools/rules_table.py"
     assert rules.table().count("\n") == block.count("\n") + lint.count("\n") - 1  # every code in one of the two
 
