@@ -19,7 +19,7 @@ import click
 from ddpify import __version__, fileio, formatting, gitignore
 from ddpify.collect import collect
 from ddpify.config import find_config
-from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, parse_optimize
+from ddpify.options import AMP_CHOICES, OPT_LEVELS, OPTIMIZATIONS, SCALE_LR_CHOICES, parse_optimize
 from ddpify.output import json_document, print_report, review_results, summary, use_color
 from ddpify.report import FORMATS, REVIEW_FORMATS, render
 from ddpify.process import Settings, run_jobs
@@ -54,6 +54,12 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default=None, help="apex opt_level (with --amp apex) [default: O1].")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="Convert BatchNorm to SyncBatchNorm [default: no].")
 @click.option("--shard-eval/--no-shard-eval", default=None, help="Shard evaluation loaders too [default: no].")
+@click.option("--keep-global-batch/--no-keep-global-batch", default=None,
+              help="Divide each training DataLoader's batch_size by WORLD_SIZE, so the global batch stays the single-GPU one "
+                   "(not a multiple: each rank takes batch_size // WORLD_SIZE, at least 1, and rank 0 says so) [default: no, batch_size per process].")
+@click.option("--scale-lr", type=click.Choice(SCALE_LR_CHOICES), default=None,
+              help="linear: keep batch_size per process and multiply the optimizers' learning rates (lr=, param groups' \"lr\") "
+                   "by WORLD_SIZE, the linear scaling rule [default: lr unchanged]. Not with --keep-global-batch.")
 @click.option("--optimize", is_flag=True, default=None,
               help="Add verified-safe speed-ups, each only where a static check shows it safe, each with a finding (DDP130-DDP135).")
 @click.option("--optimize-only", metavar="NAMES", default=None,
@@ -77,6 +83,8 @@ def convert_command(
     opt_level: str | None,
     sync_bn: bool | None,
     shard_eval: bool | None,
+    keep_global_batch: bool | None,
+    scale_lr: str | None,
     optimize: bool | None,
     optimize_only: str | None,
     writers: tuple[str, ...],
@@ -114,6 +122,8 @@ def convert_command(
     color_err = use_color(color, sys.stderr)  # findings go to stderr, the diff to stdout
     color = use_color(color, sys.stdout)
     codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
+    if keep_global_batch and scale_lr:
+        raise click.UsageError("--keep-global-batch and --scale-lr exclude each other: keep the global batch, or scale the learning rate to the larger one")
     if optimize_only is not None:
         try:
             optimize = parse_optimize(optimize_only) or None
@@ -121,7 +131,7 @@ def convert_command(
             raise click.BadParameter(str(exc), param_hint="--optimize-only") from None
     overrides = {"amp": amp, "opt_level": opt_level, "sync_bn": sync_bn, "shard_eval": shard_eval,
                  "partial": partial or None, "ignore": codes or None, "writers": writers or None,
-                 "optimize": optimize, "line_length": line_length}
+                 "optimize": optimize, "line_length": line_length, "keep_global_batch": keep_global_batch, "scale_lr": scale_lr}
     job_list, warns = collect(paths, exclude, force_exclude, stdin_filename, overrides)
     for w in warns:
         if not quiet:

@@ -13,6 +13,8 @@ The closest pyproject.toml that has a [tool.ddpify] table, walking up from the f
     ignore = ["DDP027"]     # codes never reported (so never blocking), like ruff's ignore
     writers = ["mylib.io.dump_results"]  # functions that write files: rank 0 alone calls them
     optimize = true         # --optimize: every verified-safe speed-up, or a list of some
+    keep-global-batch = true  # batch_size / WORLD_SIZE per rank: the global batch stays
+    scale-lr = "linear"     # or: lr x WORLD_SIZE for the larger global batch (not both)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from ddpify.options import AMP_CHOICES, OPT_LEVELS, Options, parse_optimize
+from ddpify.options import AMP_CHOICES, OPT_LEVELS, SCALE_LR_CHOICES, Options, parse_optimize
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,7 +36,11 @@ else:  # pragma: no cover - exercised on 3.10 only
     except ImportError:
         tomllib = None
 
-_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers", "optimize"}
+_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers", "optimize",
+         "keep-global-batch", "scale-lr"}
+# the two ways to keep the single-GPU dynamics exclude each other: one given on the command line
+# replaces the other from the configuration
+_DYNAMICS = ("keep_global_batch", "scale_lr")
 
 
 class ConfigError(Exception):
@@ -58,6 +64,9 @@ class Config:
         values.update({k: v for k, v in overrides.items() if v is not None})
         if extra:  # --ignore adds to the config's list, like ruff's --extend-ignore
             values["ignore"] = tuple(self.values.get("ignore", ())) + tuple(extra)
+        for key, other in (_DYNAMICS, _DYNAMICS[::-1]):
+            if overrides.get(key) and overrides.get(other) is None:
+                values.pop(other, None)
         return Options(**values)
 
     def excludes(self, path: str) -> bool:
@@ -106,12 +115,18 @@ def _parse_table(path: str, table: dict) -> Config:
         if norm["opt-level"] not in OPT_LEVELS:
             raise ConfigError(path, f"[tool.ddpify] opt-level must be one of {', '.join(OPT_LEVELS)}, not {norm['opt-level']!r}")
         values["opt_level"] = norm["opt-level"]
-    for key in ("sync-bn", "shard-eval", "force-exclude"):
+    for key in ("sync-bn", "shard-eval", "force-exclude", "keep-global-batch"):
         if key in norm and not isinstance(norm[key], bool):
             raise ConfigError(path, f"[tool.ddpify] {key} must be true or false, not {norm[key]!r}")
-    for key in ("sync-bn", "shard-eval"):
+    for key in ("sync-bn", "shard-eval", "keep-global-batch"):
         if key in norm:
             values[key.replace("-", "_")] = norm[key]
+    if "scale-lr" in norm:
+        if norm["scale-lr"] not in SCALE_LR_CHOICES:
+            raise ConfigError(path, f"[tool.ddpify] scale-lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {norm['scale-lr']!r}")
+        values["scale_lr"] = norm["scale-lr"]
+    if values.get("keep_global_batch") and values.get("scale_lr"):
+        raise ConfigError(path, "[tool.ddpify] keep-global-batch and scale-lr exclude each other: set one")
     if "ignore" in norm:
         codes = norm["ignore"]
         if not isinstance(codes, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c.strip().upper()) for c in codes):

@@ -189,7 +189,7 @@ KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the 
 # helpers the set-up block defines for the code that needs them (transforms/launch.py): the entry
 # keeps one only where it uses it, as the modules do
 HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_rows",
-           "in_float32", "rank0_seed", "rank0_value", "amp_initialize"}
+           "in_float32", "rank0_seed", "rank0_value", "amp_initialize", "ddp_local_batch"}
 
 
 def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:

@@ -23,7 +23,7 @@ from ddpify.analysis import codegen
 GENERATED = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "AMP_DTYPE", "SCALER",
     "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state", "in_float32",
-    "rank0_seed", "amp_initialize",
+    "rank0_seed", "amp_initialize", "ddp_local_batch",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -35,13 +35,13 @@ OWN = {
     "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
     "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
     "load_fused_adam_state": r"state", "in_float32": r"autocast refuses it on GPUs", "rank0_seed": r"broadcast",
-    "amp_initialize": r"amp\.initialize in torch\.amp",
+    "amp_initialize": r"amp\.initialize in torch\.amp", "ddp_local_batch": r"WORLD_SIZE",
 }
 # set by ddpify's amp_initialize (legacy_apex.py) through `global`, starting from None / a disabled scaler
 SWITCHED = {"AMP_DTYPE": r"^None$", "SCALER": r"enabled=False"}
 
 
-DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed", "amp_initialize"}
+DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed", "amp_initialize", "ddp_local_batch"}
 
 
 class _Rename(cst.CSTTransformer):

@@ -8,6 +8,8 @@ AMP_CHOICES = ("auto", "bf16", "fp16", "none", "apex")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 # --optimize: the speed-ups ddpify may add where a static check shows them safe (opt-in).
 OPTIMIZATIONS = ("channels-last", "fused-optimizer", "ddp-buckets", "static-graph", "cudnn-benchmark", "loader-workers")
+# --scale-lr: how the learning rate follows the global batch (batch_size x WORLD_SIZE)
+SCALE_LR_CHOICES = ("linear",)
 
 
 def parse_optimize(value) -> tuple[str, ...]:
@@ -52,6 +54,12 @@ class Options:
     # the project's line length ([tool.ruff]/[tool.black] line-length): lines the conversion
     # writes are wrapped to it as black and ruff would (ddpify/line_length.py); 0: not wrapped
     line_length: int = 88
+    # the single-GPU training dynamics, on request (transforms/batch_scale.py); the default keeps
+    # batch_size per process (the global batch grows with WORLD_SIZE, DDP026):
+    # --keep-global-batch divides each training DataLoader's batch_size by WORLD_SIZE;
+    # --scale-lr linear multiplies the optimizers' learning rates by WORLD_SIZE instead
+    keep_global_batch: bool = False
+    scale_lr: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "writers", tuple(self.writers))
@@ -60,4 +68,8 @@ class Options:
             raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}")
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt_level must be one of {', '.join(OPT_LEVELS)}, not {self.opt_level!r}")
+        if self.scale_lr is not None and self.scale_lr not in SCALE_LR_CHOICES:
+            raise ValueError(f"scale_lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {self.scale_lr!r}")
+        if self.keep_global_batch and self.scale_lr is not None:
+            raise ValueError("keep_global_batch and scale_lr exclude each other: keep the global batch, or scale the learning rate to the larger one")
         object.__setattr__(self, "ignore", tuple(sorted({c.strip().upper() for c in self.ignore if c.strip()})))

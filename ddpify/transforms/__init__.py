@@ -5,6 +5,7 @@ edits, the same last checks. OPTIMIZE holds the opt-in speed-ups of --optimize."
 
 from ddpify.transforms.accumulation import AccumulationTransform
 from ddpify.transforms.apex import ApexTransform
+from ddpify.transforms.batch_scale import BatchScaleTransform
 from ddpify.transforms.batches import BatchesTransform
 from ddpify.transforms.checkpoints import CheckpointTransform
 from ddpify.transforms.dataprep import DataPrepTransform
@@ -31,6 +32,9 @@ from ddpify.transforms.wrapping import WrappingTransform
 
 PIPELINE = (
     DeviceTransform,
+    # --keep-global-batch / --scale-lr: decided before the data concerns, whose DDP026 note says
+    # what became of the batch size (batch_note)
+    BatchScaleTransform,
     BatchesTransform,
     SamplerTransform,
     InputPipelineTransform,

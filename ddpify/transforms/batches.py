@@ -17,6 +17,7 @@ import ddpify.match as m
 
 from ddpify.analysis import dotted
 from ddpify.transforms.base import Context, Transform
+from ddpify.transforms import batch_scale
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -27,7 +28,6 @@ declare("DDP114", "lbfgs-closure", "LBFGS closure: its line search uses the rank
 declare("DDP116", "random-draws-not-per-rank", "random batch draws ddpify cannot make per-rank (own generator, re-seeded in the loop, draw decides the step)", severity="blocking")
 declare("DDP117", "full-batch-index-per-rank", "full-batch index that may differ per rank (drawn unseeded, or from code ddpify cannot see)", severity="blocking")
 
-BATCH_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
 RESEED = {
     # a draw from the generator (the same on every rank until now) plus RANK: a function that
     # runs the loop again on its next call goes on with new draws, not the first ones again
@@ -107,14 +107,14 @@ class BatchesTransform(Transform):
         fams = "/".join(sorted(src.families))
         ctx.finding(anchor, "DDP110", f"{what} ({fams}): before training each rank re-seeds from a draw with RANK added, so the ranks draw different samples (the model stays in sync: DDP broadcasts rank 0's weights)", True)
         if batch_note:
-            ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
+            ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
 
     # -- pre-batched data -------------------------------------------------------------
     def _range(self, ctx: Context, step, src) -> None:
         ctx.edits.replace(src.node, lambda n: cst.Call(func=cst.Name("rank_share"), args=[cst.Arg(n)]))
         ctx.helpers.add("rank_share")
         ctx.finding(src.node, "DDP111", "the loop over pre-loaded data runs over this rank's contiguous share (rank_share): the same number of steps on every rank, a remainder of fewer than WORLD_SIZE batches dropped", True)
-        ctx.finding(step.backward, "DDP026", BATCH_NOTE, False)
+        ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
 
     _sequence = _range
 

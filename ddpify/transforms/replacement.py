@@ -10,7 +10,7 @@ import ddpify.match as m
 
 from ddpify.analysis import call_args, code
 from ddpify.transforms.base import Context, append_kwarg
-from ddpify.transforms.batches import BATCH_NOTE
+from ddpify.transforms.batch_scale import batch_note
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -55,5 +55,5 @@ def distribute_replacement(ctx: Context, ld, sampler: cst.BaseExpression) -> boo
 
     ctx.edits.replace(call, fn)
     ctx.finding(call, "DDP113", "RandomSampler draws with replacement: each rank draws num_samples // WORLD_SIZE with a generator of its own (seeded from a draw with RANK added: a loader built again draws anew), together one draw of num_samples; every rank gets as many batches", True)
-    ctx.finding(ld.call, "DDP026", BATCH_NOTE, False)
+    ctx.finding(ld.call, "DDP026", batch_note(ctx, ld.call), False)
     return True

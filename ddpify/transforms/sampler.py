@@ -7,6 +7,7 @@ import ddpify.match as m
 
 from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
+from ddpify.transforms.batch_scale import batch_note
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
 from ddpify.transforms.replacement import distribute_replacement
 from ddpify.transforms.weighted import distribute_weighted
@@ -136,7 +137,7 @@ class SamplerTransform(Transform):
         what = "training" if ld.role == "train" else "evaluation"
         ctx.finding(call, "DDP020", f"DistributedSampler added to the {what} DataLoader (shuffle={shuffle_text})", True)
         if ld.role == "train":
-            ctx.finding(call, "DDP026", "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)", False)
+            ctx.finding(call, "DDP026", batch_note(ctx, call), False)
         else:
             ctx.finding(call, "DDP025", "evaluation is sharded (--shard-eval): the sampler pads with repeated samples, so all-reduce sums and counts for exact metrics", False)
         return True

@@ -11,6 +11,7 @@ import re
 import libcst as cst
 
 from ddpify.analysis import code, dotted
+from ddpify.transforms.batch_scale import batch_note
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -93,4 +94,4 @@ def shard_stream(ctx, ld) -> None:
     ctx.require("torch")
     how = "each rank keeps one item of every WORLD_SIZE (its workers already split the stream)" if workers_split else "each rank and DataLoader worker keeps one item of every WORLD_SIZE x workers"
     ctx.finding(ld.call, "DDP019", f"IterableDataset {what} sharded with RankShard: {how}, the same count on every rank", True)
-    ctx.finding(ld.call, "DDP026", "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)", False)
+    ctx.finding(ld.call, "DDP026", batch_note(ctx, ld.call), False)

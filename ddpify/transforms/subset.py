@@ -11,13 +11,13 @@ import libcst as cst
 
 from ddpify.analysis import call_args, code, dotted
 from ddpify.transforms.base import Context
+from ddpify.transforms.batch_scale import batch_note
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP017", "subset-sampler", "SubsetRandomSampler of the training DataLoader replaced by DistributedSubsetSampler (each rank its share of the subset, set_epoch)", fix=True, check="data-sharding")
 
 SUBSET = ("torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler")
-BATCH_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
 
 
 def distribute_subset(ctx: Context, ld, arg: cst.Arg, loaders) -> bool:
@@ -62,5 +62,5 @@ def distribute_subset(ctx: Context, ld, arg: cst.Arg, loaders) -> bool:
         ctx.finding(ld.call, "DDP017", f"where {code(arg.value)} is None (no split), a DistributedSampler over the whole data set instead", True)
     ctx.helpers.add("subset_sampler")
     ctx.require("torch")
-    ctx.finding(ld.call, "DDP026", BATCH_NOTE, False)
+    ctx.finding(ld.call, "DDP026", batch_note(ctx, ld.call), False)
     return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import code
+from ddpify.transforms.batch_scale import batch_note
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -37,5 +38,5 @@ def distribute_weighted(ctx, ld, sampler: cst.BaseExpression) -> bool:
     ctx.helpers.add("weighted_sampler")
     ctx.require("torch")
     ctx.finding(call, "DDP018", f"{code(call.func)} replaced by DistributedWeightedSampler: each rank draws num_samples // WORLD_SIZE by weight from its own share of the indices, reshuffled every epoch", True)
-    ctx.finding(ld.call, "DDP026", "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)", False)
+    ctx.finding(ld.call, "DDP026", batch_note(ctx, ld.call), False)
     return True

@@ -339,11 +339,15 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none", "apex"]), default="auto", show_default=True)
 @click.option("--sync-bn/--no-sync-bn", default=False, show_default=True)
 @click.option("--shard-eval/--no-shard-eval", default=False, show_default=True)
+@click.option("--keep-global-batch/--no-keep-global-batch", default=None,
+              help="Convert with --keep-global-batch: batch_size / WORLD_SIZE on each rank [default: as [tool.ddpify] says, else no].")
+@click.option("--scale-lr", type=click.Choice(["linear"]), default=None,
+              help="Convert with --scale-lr linear: learning rates x WORLD_SIZE [default: as [tool.ddpify] says, else none].")
 @click.option("--optimize", is_flag=True, help="Verify the --optimize conversion, and check its losses against the plain conversion's (within bf16 noise).")
 @click.option("--optimize-only", metavar="NAMES", default=None, help="As --optimize, with only these speed-ups (comma-separated).")
 @click.option("--min-scaling", type=click.FloatRange(0, 1), default=None, help="Fail when scaling efficiency is below this.")
 @click.option("--keep", is_flag=True, help="Keep the run directory (logs, per-rank records).")
-def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, nnodes, share_gpus, timeout, json_path, html_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, optimize, optimize_only, min_scaling, keep):
+def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, nnodes, share_gpus, timeout, json_path, html_path, show_output, no_baseline, no_convert, amp, sync_bn, shard_eval, keep_global_batch, scale_lr, optimize, optimize_only, min_scaling, keep):
     """Run SCRIPT as one process and distributed under torchrun, and check the DDP conversion.
 
     Arguments after `--` go to the script:
@@ -355,9 +359,15 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, n
     from ddpify.config import ConfigError, config_for
 
     try:  # the writers a pyproject.toml declares: the conversion is the one `ddpify` makes
-        writers = config_for(script).values.get("writers", ())
+        configured = config_for(script).values
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    writers = configured.get("writers", ())
+    if keep_global_batch and scale_lr:
+        raise click.UsageError("--keep-global-batch and --scale-lr exclude each other")
+    if not keep_global_batch and scale_lr is None:  # the training dynamics the configuration asks for
+        scale_lr = configured.get("scale_lr")
+        keep_global_batch = keep_global_batch is None and not scale_lr and configured.get("keep_global_batch", False)
     if timeout == "auto":
         seconds = None
     else:
@@ -392,7 +402,8 @@ def verify_command(script, script_args, nproc, steps, backend, epochs, to_end, n
         echo=(lambda msg="", err=False: click.echo(msg, err=True)) if to_stdout else click.echo,
         baseline=not no_baseline,
         convert=not no_convert,
-        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers, optimize=speedups),
+        options=Options(amp=amp, sync_bn=sync_bn, shard_eval=shard_eval, writers=writers, optimize=speedups,
+                        keep_global_batch=bool(keep_global_batch), scale_lr=scale_lr),
         compare_plain=bool(speedups),
         keep=keep,
         min_scaling=min_scaling,
