@@ -85,6 +85,7 @@ Nonlocal = _factory("Nonlocal")
 Import = _factory("Import")
 ImportFrom = _factory("ImportFrom")
 FunctionDef = _factory("FunctionDef")
+Yield = _factory("Yield")
 
 
 def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:

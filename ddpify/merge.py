@@ -188,7 +188,7 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
 KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the entry's set-up, as in one file
 # helpers the set-up block defines for the code that needs them (transforms/launch.py): the entry
 # keeps one only where it uses it, as the modules do
-HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_rows",
+HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_batches", "rank_rows",
            "in_float32", "rank0_seed", "rank0_value", "amp_initialize", "ddp_local_batch"}
 
 

@@ -55,8 +55,18 @@ def test_a_training_function_called_from_two_loops_is_refused():
     assert codes(src).get("DDP116") == "blocking"
 
 
-def test_full_batch_without_an_index_is_still_refused():
+def test_full_batch_without_an_index_reads_the_ranks_rows():
     src = HEAD + "for epoch in range(10):\n    xb, yb = X, Y\n" + STEP
+    res = convert_source(src)
+    assert res.status == "converted" and "DDP119" in {f.code for f in res.findings}
+    assert "    xb, yb = X[RANK::WORLD_SIZE], Y[RANK::WORLD_SIZE]\n" in res.source
+    assert "X = torch.randn(64, 4)\n" in res.source  # the tensors themselves stay whole (evaluation reads them)
+
+
+def test_full_batch_with_only_the_inputs_whole_is_refused():
+    # the targets are picked by an index that the rows of X would no longer match
+    src = HEAD + "for epoch in range(10):\n    out = model(X.to(device))\n    loss = nn.functional.mse_loss(out, Y[:64])\n" \
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
     assert codes(src).get("DDP024") == "blocking"
 
 
@@ -106,10 +116,11 @@ def test_evaluation_loops_over_the_same_data_stay_unsharded():
 
 
 def test_an_epoch_loop_that_only_picks_settings_is_not_a_data_loop():
+    # full-batch training, not slices: each rank reads its rows of the whole tensors
     lrs = HEAD + "lrs = [0.1] * 10\nfor epoch in range(10):\n    opt.param_groups[0]['lr'] = lrs[epoch]\n    xb, yb = X, Y\n" + STEP
-    assert codes(lrs).get("DDP024") == "blocking"
+    assert codes(lrs).get("DDP119") == "note" and "DDP111" not in codes(lrs)
     settings = HEAD + "for lr in [0.1, 0.01]:\n    opt.param_groups[0]['lr'] = lr\n    xb, yb = X, Y\n" + STEP
-    assert codes(settings).get("DDP024") == "blocking"
+    assert codes(settings).get("DDP119") == "note" and "DDP111" not in codes(settings)
 
 
 def test_an_index_on_one_side_of_the_loss_only_is_not_sharded():
@@ -128,7 +139,7 @@ def test_draws_that_do_not_feed_the_batch_do_not_shard_it():
     # the random draw only picks an evaluation subset; the training batch is the full data
     src = HEAD + ("for epoch in range(10):\n    if epoch % 5 == 0:\n        probe = X[torch.randint(0, 64, (4,))]\n"
                   "        print(model(probe.to(device)).mean().item())\n    xb, yb = X, Y\n" + STEP)
-    assert codes(src).get("DDP024") == "blocking"
+    assert "DDP110" not in codes(src) and codes(src).get("DDP119") == "note"
 
 
 def test_noise_next_to_batches_from_an_unknown_loader_is_not_sharding():

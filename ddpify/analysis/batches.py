@@ -31,12 +31,13 @@ _NOT_DRAWS = {"seed", "get_state", "set_state", "getstate", "setstate", "RandomS
 
 @dataclass
 class BatchSource:
-    kind: str  # "random" | "range" | "sequence" | "index" | "closure"
+    kind: str  # "random" | "range" | "sequence" | "iterable" | "index" | "full" | "closure"
     node: cst.CSTNode  # what gets sharded: the range call, the iterable, the loss statement, the step call
     loop: cst.CSTNode | None = None  # the loop that draws the batches
     families: set[str] = field(default_factory=set)  # random: "torch", "numpy", "random"
     index: str | None = None  # index: the name of the index
     problem: str | None = None  # why it cannot be sharded (blocking)
+    reads: list = field(default_factory=list)  # full: the reads of the whole tensors in the loop
 
 
 class BatchesMixin:
@@ -91,7 +92,7 @@ class BatchesMixin:
             return closure
         loop, first = self._data_loop(step)
         if isinstance(loop, cst.For):
-            found = self._range_source(loop) or self._sequence_source(loop)
+            found = self._range_source(loop) or self._sequence_source(loop) or self._iterable_source(loop)
             if found is not None:
                 return found
             body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
@@ -106,7 +107,69 @@ class BatchesMixin:
         found = self._random_source(first, loop)
         if found is not None:
             return found
-        return self._index_source(step)
+        return self._index_source(step) or self._full_batch_source(step, loop)
+
+    _MOVES = {"to", "cuda", "float", "double", "long", "half", "bfloat16", "contiguous", "detach"}
+
+    def _full_batch_source(self, step, loop: cst.CSTNode | None) -> BatchSource | None:
+        """Every step reads whole tensors made before the loop (full-batch training): the model's
+        inputs, traced back through the loop's assignments (`x, y = X, Y`, `.to(device)`), end at
+        names the loop does not assign. Those reads get this rank's rows."""
+        if loop is None or not isinstance(loop.body, cst.IndentedBlock):
+            return None
+        region = [n for n in (step.loss_stmt or step.forward_first, step.stmt) if n is not None]
+        forwards = [c for n in region for c in self.findall(n, m.Call()) if self.is_model_ref(c.func)]
+        if not forwards:
+            return None
+        assigned: dict[str, list[cst.Assign]] = {}
+        for asg in self.findall(loop.body, m.Assign()):
+            for t in asg.targets:
+                for el in _flatten_targets(t.target):
+                    if dotted(el):
+                        assigned.setdefault(dotted(el), []).append(asg)
+        if any(self.findall(n, m.Subscript()) for n in region):
+            return None  # rows or keys picked from the batch or the output: not whole tensors
+        work = [a.value for c in forwards for a in c.args]
+        outputs = {dotted(t.target) for c in forwards for t in getattr(self.parent.get(c), "targets", ())}
+        for n in region:  # criterion(model(x), y) or criterion(out, y): y beside the model's output
+            for call in self.findall(n, m.Call()):
+                vals = [a.value for a in call.args]
+                if any(v in forwards or dotted(v) in outputs for v in vals) and not self.is_model_ref(call.func):
+                    work += [v for v in vals if v not in forwards and dotted(v) not in outputs]
+        reads: list[cst.Name] = []
+        seen: set[str] = set()
+        while work:
+            e = work.pop()
+            if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in self._MOVES:
+                work.append(e.func.value)
+                continue
+            if not isinstance(e, cst.Name):
+                return None  # a slice, a call, an index: not a whole tensor each step
+            if e.value in seen:
+                continue
+            seen.add(e.value)
+            asgs = assigned.get(e.value)
+            if asgs is None:
+                if e.value in self.functions or e.value in self.classes or e.value in ("True", "False", "None"):
+                    return None
+                reads.append(e)
+                continue
+            for asg in asgs:  # `x = X`, then `if cuda: x = x.cuda()`
+                target = asg.targets[0].target
+                if len(asg.targets) == 1 and isinstance(target, cst.Name):
+                    work.append(asg.value)
+                elif len(asg.targets) == 1 and isinstance(target, cst.Tuple) and isinstance(asg.value, cst.Tuple) and len(target.elements) == len(asg.value.elements):
+                    work += [el.value for el in asg.value.elements]  # x, y = X, Y: both are the batch
+                else:
+                    return None
+        if not reads:
+            return None
+        # the read to shard is the one in the loop (an outside name read there, or the forward's own)
+        inside = []
+        for r in reads:
+            hits = [n for n in self.findall(loop.body, m.Name(r.value)) if not isinstance(self.parent.get(n), cst.Attribute) or self.parent.get(n).value is n]
+            inside += [n for n in hits if not any(n is t for a in assigned.get(r.value, []) for tt in a.targets for t in _flatten_targets(tt.target))]
+        return BatchSource("full", inside[0], loop, reads=inside) if inside else None
 
     def _data_loop(self, step) -> tuple[cst.CSTNode | None, cst.CSTNode]:
         """The loop that feeds the step, and the node in it where the step's forward starts:
@@ -182,6 +245,33 @@ class BatchesMixin:
             if len(values) != 1 or not self._prebatched(values[0]):
                 return None
         return BatchSource("sequence", it, loop)
+
+    def _iterable_source(self, loop: cst.For) -> BatchSource | None:
+        """The loop iterates an object the script makes its own batches with: an instance of
+        its class that defines __iter__, or a call of its generator function (one with yield)."""
+        it, names = self._loop_names(loop)
+        if not names or not isinstance(it, (cst.Name, cst.Call)):
+            return None
+        values = [it]
+        if isinstance(it, cst.Name):
+            scope = self.function_of(loop)
+            values = self._local_values(scope, it.value) or self._local_values(None, it.value)
+            if len(values) != 1:
+                return None
+        made = values[0]
+        if not isinstance(made, cst.Call) or not isinstance(made.func, cst.Name):
+            return None
+        name = made.func.value
+        cls = self.classes.get(name)
+        if cls is not None:
+            defs = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+            if any(d.name.value == "__iter__" for d in defs) and not any(d.name.value == "__getitem__" for d in defs):
+                return BatchSource("iterable", it, loop)
+            return None
+        fns = self.functions.get(name, [])
+        if len(fns) == 1 and self.function_of(fns[0]) is None and self.findall(fns[0], m.Yield()):
+            return BatchSource("iterable", it, loop)
+        return None
 
     def _prebatched(self, value: cst.BaseExpression) -> bool:
         """A list of batches made up front: a list/comprehension, or tensor.split/chunk."""

@@ -16,8 +16,10 @@ import ddpify.match as m
 from ddpify.analysis.tree import _inside, call_args, dotted, reads_name
 
 LOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
-EVAL_RE = re.compile(r"(val|valid|test|eval|dev|holdout)", re.I)
-TRAIN_RE = re.compile(r"train", re.I)
+# a word of the name (snake_case, camelCase, "valloader"), not any substring: "zoustesteam" is no test set
+_WORD = r"(?:^|(?<=[_\W\d])|(?<=[a-z])(?=[A-Z]))"
+EVAL_RE = re.compile(_WORD + r"(?i:val(?!ue)|test|eval|dev(?!ice)|holdout)")
+TRAIN_RE = re.compile(_WORD + r"(?i:train)")
 
 
 @dataclass
@@ -384,6 +386,8 @@ class LoadersMixin:
             for a in ld.dataset.args:
                 if isinstance(a.value, cst.SimpleString) and EVAL_RE.search(a.value.value):
                     return "eval"
+        if self._iterated_in_training(ld, for_loops_only=True):
+            return "train"  # a training loop runs over it: what the code does before what names say
         for n in names:
             if TRAIN_RE.search(n):
                 return "train"
@@ -421,7 +425,7 @@ class LoadersMixin:
             return True
         return bool(EVAL_RE.search(fn.name.value)) and not TRAIN_RE.search(fn.name.value)
 
-    def _iterated_in_training(self, ld: Loader) -> bool:
+    def _iterated_in_training(self, ld: Loader, for_loops_only: bool = False) -> bool:
         if not ld.target:
             return False
         for loop in self.fors:
@@ -429,9 +433,13 @@ class LoadersMixin:
                 self.ancestor(s.stmt, cst.For, cst.While) is loop or _inside(self, s.stmt, loop) for s in self.steps
             ):
                 return True
+        if for_loops_only:
+            return False
         # handed on: Trainer(model, loader) keeps it as self.loader, a method iterates that
         for site, _ in self.loader_iteration_sites(ld.target, ld.scope or self.function_of(ld.home)):
-            loop = site if isinstance(site, cst.For) else self.enclosing_loop(self.statement(site))
+            # a comprehension is its own loop: an evaluation sum(... for x in loader) inside the
+            # epoch loop is not the training loop
+            loop = site if isinstance(site, cst.For) else None if isinstance(site, cst.CompFor) else self.enclosing_loop(self.statement(site))
             if loop is not None and any(_inside(self, s.stmt, loop) for s in self.steps):
                 return True
             if isinstance(site, cst.CompFor):  # [self.step(x, y) for x, y in self.loader]

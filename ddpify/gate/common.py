@@ -11,7 +11,7 @@ from ddpify.gate.program import Program
 
 # the generated names (renamed DDP_RANK, ... where the script had its own)
 RANK_RE = re.compile(r"""os\.environ\.get\(\s*["']RANK["']""")
-DISTRIBUTED_SAMPLERS = re.compile(r"Distributed\w*Sampler|RankShard|rank_share|rank_rows|num_replicas")
+DISTRIBUTED_SAMPLERS = re.compile(r"Distributed\w*Sampler|RankShard|rank_share|rank_batches|rank_rows|num_replicas")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@
   every rank; the model is in sync anyway: DDP broadcasts rank 0's weights at the wrap);
 - a loop over range(...) that slices pre-loaded tensors, or over a list of pre-made batches:
   the loop runs over this rank's contiguous share (rank_share), the same length on every rank;
+- a loop over the script's own batch iterator (its class with __iter__, a generator function):
+  every WORLD_SIZE-th batch from RANK on, in rounds (rank_batches);
 - full-batch training whose loss picks rows with an index: the loss reads every
   WORLD_SIZE-th row of the index from RANK on (rank_rows);
 - an LBFGS closure, or draws/indices ddpify cannot make per-rank: refused (blocking).
@@ -23,6 +25,8 @@ from ddpify.rules import declare
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP110", "random-draws-per-rank", "batches or inputs drawn at random in the training step (no DataLoader, or a GAN's noise beside one): generators re-seeded per rank (RANK added) before training", fix=True, check="data-sharding")
 declare("DDP111", "rank-share", "loop over pre-loaded data or pre-made batches runs over this rank's contiguous share (rank_share)", fix=True, check="data-sharding")
+declare("DDP118", "rank-batches", "loop over the script's own batch iterator (a class with __iter__, a generator) takes this rank's batches (rank_batches)", fix=True, check="data-sharding")
+declare("DDP119", "full-batch-rows", "full-batch training: each step reads this rank's rows of the whole tensors (every WORLD_SIZE-th from RANK)", fix=True, check="data-sharding")
 declare("DDP112", "rank-rows", "full-batch training: the loss reads this rank's rows of its index (rank_rows)", fix=True, check="data-sharding")
 declare("DDP114", "lbfgs-closure", "LBFGS closure: its line search uses the rank's own loss, so the ranks diverge", severity="blocking")
 declare("DDP116", "random-draws-not-per-rank", "random batch draws ddpify cannot make per-rank (own generator, re-seeded in the loop, draw decides the step)", severity="blocking")
@@ -117,6 +121,19 @@ class BatchesTransform(Transform):
         ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
 
     _sequence = _range
+
+    def _full(self, ctx: Context, step, src) -> None:
+        for n in src.reads:
+            ctx.edits.replace(n, lambda x: cst.Subscript(value=x, slice=[cst.SubscriptElement(cst.Slice(
+                lower=cst.Name("RANK"), upper=None, step=cst.Name("WORLD_SIZE")))]))
+        what = ", ".join(sorted({n.value for n in src.reads}))
+        ctx.finding(src.reads[0], "DDP119", f"full-batch training: each step on this rank reads its rows of {what} (every WORLD_SIZE-th from RANK), so the ranks' mean gradients average to the whole batch's", True)
+
+    def _iterable(self, ctx: Context, step, src) -> None:
+        ctx.edits.replace(src.node, lambda n: cst.Call(func=cst.Name("rank_batches"), args=[cst.Arg(n)]))
+        ctx.helpers.add("rank_batches")
+        ctx.finding(src.node, "DDP118", "the training loop takes this rank's batches of the script's own batch iterator (rank_batches): every WORLD_SIZE-th from RANK on, a last incomplete round dropped, so every rank runs as many steps; each rank still makes every batch", True)
+        ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
 
     # -- full-batch index -------------------------------------------------------------
     def _index(self, ctx: Context, step, src) -> None:

@@ -271,6 +271,20 @@ def rank_share(batches):
     return batches[RANK * n : (RANK + 1) * n]
 '''
 
+RANK_BATCHES = '''\
+
+
+def rank_batches(batches):
+    """This rank's batches of an iterator the script made: every WORLD_SIZE-th from RANK
+    on; a last incomplete round is dropped, so every rank runs as many steps."""
+    held = []
+    for batch in batches:
+        held.append(batch)
+        if len(held) == WORLD_SIZE:
+            yield held[RANK]
+            held = []
+'''
+
 RANK_ROWS = '''\
 
 
@@ -358,6 +372,8 @@ class LaunchTransform(Transform):
             text += SUBSET_SAMPLER
         if "rank_share" in ctx.helpers:
             text += RANK_SHARE
+        if "rank_batches" in ctx.helpers:
+            text += RANK_BATCHES
         if "rank_rows" in ctx.helpers:
             text += RANK_ROWS
         if "in_float32" in ctx.helpers:

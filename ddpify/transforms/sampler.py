@@ -33,7 +33,7 @@ class SamplerTransform(Transform):
         if a.steps and not train and not getattr(ctx, "batches_done", False):
             node = a.steps[0].backward
             ctx.finding(node, "DDP024", "no training DataLoader found, and ddpify cannot follow where this step's batches come from "
-                        "(not random draws, slices of pre-loaded tensors or a list of batches it can see): it cannot give each rank "
+                        "(not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank "
                         "its share; shard them by RANK/WORLD_SIZE by hand", False)
         ctx.sharded = []  # type: ignore[attr-defined]
         for ld in a.loaders:
