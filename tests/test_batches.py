@@ -151,3 +151,20 @@ def test_noise_next_to_batches_from_an_unknown_loader_is_not_sharding():
 def test_noise_on_samples_picked_by_the_loop_counter_is_not_sharding():
     src = HEAD + "for i in range(64):\n    xb, yb = X[i] + 0.1 * torch.randn(4), Y[i]\n" + STEP
     assert codes(src).get("DDP024") == "blocking"
+
+
+def test_a_batch_iterator_handed_to_the_epoch_function_is_shared_by_rank():
+    src = HEAD + ("class Feed:\n    def __init__(self, n):\n        self.n = n\n\n    def __iter__(self):\n"
+                  "        for i in range(0, 64, self.n):\n            yield X[i:i + self.n], Y[i:i + self.n]\n\n\n"
+                  "def run_epoch(batches):\n    for xb, yb in batches:\n" + STEP.replace("    ", "        ") +
+                  "\n\nfor epoch in range(3):\n    run_epoch(Feed(8))\n")
+    res = convert_source(src)
+    assert res.status == "converted", [f.message for f in res.blocking]
+    assert "    for xb, yb in rank_batches(batches):\n" in res.source and "def rank_batches(batches):" in res.source
+
+
+def test_an_iterable_with_getitem_is_not_taken_for_a_batch_iterator():
+    # a Dataset-like class iterated directly: its items are samples, not batches
+    src = HEAD + ("class Rows:\n    def __getitem__(self, i):\n        return X[i], Y[i]\n\n    def __iter__(self):\n"
+                  "        return iter(zip(X, Y))\n\n\nfor epoch in range(3):\n    for xb, yb in Rows():\n" + STEP.replace("    ", "        "))
+    assert "DDP118" not in codes(src)

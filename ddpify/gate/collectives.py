@@ -95,7 +95,7 @@ def check(p: Program) -> list[Violation]:
         if not isinstance(node, ast.If):
             continue
         fn = p.function_of(node)
-        if fn is not None and fn.name in ("ddp_setup", "rank0_value", "rank0_seed", "rank0_decides"):
+        if fn is not None and fn.name in ("ddp_setup", "rank0_value", "rank0_seed", "rank0_decides", "rank_batches"):
             continue
         for zero, stmts in _branches(node, ranks):
             hit = next((h for h in (coll.first(s) for s in stmts) if h is not None), None)

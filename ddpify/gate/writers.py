@@ -19,7 +19,7 @@ from ddpify.rules import declare
 declare("DDP152", "invariant-one-writer", "the output would write a file (or another effect outside the process) on "
         "every rank: not converted", severity="blocking", tool="gate")
 
-GENERATED = {"ddp_setup", "rank0_seed", "rank0_value", "rank0_decides"}
+GENERATED = {"ddp_setup", "rank0_seed", "rank0_value", "rank0_decides", "rank_batches"}
 
 
 def looks_like_path(p: Program, node: ast.AST) -> bool:

@@ -277,6 +277,18 @@ RANK_BATCHES = '''\
 def rank_batches(batches):
     """This rank's batches of an iterator the script made: every WORLD_SIZE-th from RANK
     on; a last incomplete round is dropped, so every rank runs as many steps."""
+    # every rank must make the same batches: the global generators a shuffle may draw from
+    # start each pass from rank 0's seed (the ranks' own draws, dropout's, differ by then)
+    import random
+    import sys
+
+    seed = {torch}.randint(2**62, (1,), dtype={torch}.long).to(LOCAL_DEVICE)
+    {dist}.broadcast(seed, src=0)
+    seed = int(seed.item())
+    {torch}.manual_seed(seed)
+    random.seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed % 2**32)
     held = []
     for batch in batches:
         held.append(batch)
