@@ -118,7 +118,14 @@ def _wrapper_uses(trees, parents, functions, wrappers):
             fn = functions.get(callee)
             if fn is None and callee in DDP_NAMES | {"__setattr__"}:
                 continue
-            param = next((a.arg for a in fn.args.args if _argument(par, fn, a.arg) is node), None) if fn else None
+            bound = par.args[0] if callee == "partial" and par.args else None
+            if bound is not None and bound is not node and functions.get(_dotted(bound) or "") is not None:
+                # functools.partial(f, a, ...): a is f's first parameter, as in a call of f
+                fn = functions[_dotted(bound)]
+                k = par.args.index(node) - 1
+                param = fn.args.args[k].arg if 0 <= k < len(fn.args.args) else None
+            else:
+                param = next((a.arg for a in fn.args.args if _argument(par, fn, a.arg) is node), None) if fn else None
             if fn is None or param is None:
                 misuses.append(f"{name}:{node.lineno}: {d} handed to {callee}()")
                 continue

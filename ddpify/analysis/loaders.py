@@ -428,7 +428,10 @@ class LoadersMixin:
     def _iterated_in_training(self, ld: Loader, for_loops_only: bool = False) -> bool:
         if not ld.target:
             return False
+        home = ld.scope or self.function_of(ld.call)
         for loop in self.fors:
+            if for_loops_only and self.function_of(loop) is not home:
+                continue  # the same name in another function is another loader
             if self.loop_iterates(loop, ld.target) and any(
                 self.ancestor(s.stmt, cst.For, cst.While) is loop or _inside(self, s.stmt, loop) for s in self.steps
             ):

@@ -362,14 +362,25 @@ class _Walk:
             return [d for d in defs if a.class_of(d) is not None or a._local_module(name)]
         return [d for d in defs if a.class_of(d) is None or name.startswith("self.")]
 
-    def _partial_target(self, name: str, fn: cst.FunctionDef | None) -> str | None:
+    def _partial_target(self, name: str, fn: cst.FunctionDef | None, depth: int = 0) -> str | None:
         """The function of the program a name bound to functools.partial(f, ...) runs."""
+        a = self.a
+        if name.startswith("self.") and name.count(".") == 1 and fn is not None and a.class_of(fn) is not None:
+            for asg in a.findall(a.class_of(fn), m.Assign()):  # self.fwd = functools.partial(...)
+                if any(dotted(t.target) == name for t in asg.targets) and any(asg.value is c for c in a.partial_calls()):
+                    return dotted(asg.value.args[0].value)
+            return None
         if "." in name:
             return None
-        a = self.a
         for value in a._local_values(fn, name) or a._local_values(None, name):
             if isinstance(value, cst.Call) and any(value is c for c in a.partial_calls()):
                 return dotted(value.args[0].value)
+        if fn is not None and depth < 4 and name in {p.name.value for p in fn.params.params}:
+            callers = a.callers(fn)  # run_epoch(loader, step_fn): the partial its one caller hands it
+            if len(callers) == 1:
+                arg = a.argument_for(callers[0], fn, name)
+                if isinstance(arg, cst.Name):
+                    return self._partial_target(arg.value, a.function_of(callers[0]), depth + 1)
         return None
 
     def _instance_class(self, name: str, fn: cst.FunctionDef | None) -> cst.ClassDef | None:
