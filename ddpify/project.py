@@ -180,7 +180,9 @@ def _script_running_changes(mod: ModuleFile, output: str) -> tuple[int, str] | N
         if after == before:
             continue
         fresh = [ln for ln in after.splitlines() if ln not in before.splitlines()]
-        epoch = next((mt.group(0) for ln in fresh for mt in [re.search(r"[\w.]+\.sampler\.set_epoch\(", ln)] if mt), None)
+        calls = [mt for ln in fresh for mt in [re.search(r"([\w.]+)\.sampler\.set_epoch\(", ln)] if mt]
+        # `if hasattr(loader.sampler, "set_epoch"):` before it: a plain loader passes through
+        epoch = next((mt.group(0) for mt in calls if f'hasattr({mt.group(1)}.sampler, "set_epoch")' not in after), None)
         if epoch and builds_loader:
             return line, (f"`{name}`, which now calls `{epoch}...)` as converted for the entry, while the loader the block "
                           "builds is left as it is, with no DistributedSampler (AttributeError)")
