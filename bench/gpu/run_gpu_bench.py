@@ -51,14 +51,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 MODELS = ("cnn", "gpt", "text")
 BASE_VARIANTS = ("ddpify", "handwritten", "accelerate")
-# ddpify --optimize (issue 20): every speed-up together, then each on its own (--optimize-only).
+# ddpify --optimize: every speed-up together, then each on its own (--optimize-only).
 OPTIMIZATIONS = ("channels-last", "fused-optimizer", "ddp-buckets", "static-graph", "cudnn-benchmark", "loader-workers")
 OPT_VARIANTS = ("ddpify-opt",) + tuple(f"opt-{o}" for o in OPTIMIZATIONS)
 VARIANTS = BASE_VARIANTS + OPT_VARIANTS
 DDPIFY_VARIANTS = ("ddpify",) + OPT_VARIANTS
 # Targets for the optimised output at the largest GPU count: ratio to hand-written DDP (none for text).
 OPT_TARGET = {"cnn": 1.3, "gpt": 1.05}
-# Scaling-efficiency targets at 4 GPUs, from issue 5.
+# Scaling-efficiency targets at 4 GPUs.
 SCALING_TARGET = {"cnn": 0.96, "gpt": 0.93}
 SMOKE_ARGS = {
     "cnn": ["--smoke", "--batch-size", "4", "--workers", "1", "--dataset-size", "512"],
@@ -174,7 +174,7 @@ def machine_info(argv: list[str]) -> str:
 
 
 class Log:
-    """Everything any launch printed, in one text file (the device tool returns few files)."""
+    """Everything any launch printed, in one text file (a remote machine may return few files)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -14,7 +14,7 @@ For each: the mean per file of `lint_source` (parse, analysis, rules) and of a b
 disturbed by other load than wall time, shown beside it), median of --repeats interleaved
 repeats; the ratio to the floor; the slowest files. Then `ddpify lint` as a command over all the
 files (one process) and on one file (start-up included, as a pre-commit hook runs it).
-The target (issue 30): at most 100 ms a file on average.
+The target: at most 100 ms a file on average.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Consecutive torchrun runs (2 gloo ranks on CPU) of converted scripts, counting the runs that end
-with a non-zero exit code or print `terminate called` (the SIGABRT at teardown of issue 19).
+with a non-zero exit code or print `terminate called` (the SIGABRT at teardown:
+bench/teardown/results.txt).
 
 The scripts come from one git revision of this repository (`--rev`, default: the working tree):
 the README's try-it conversion of examples/train.py made by that revision's ddpify, and the
@@ -27,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ["01_toplevel_regression", "38_dict_batches_early_stop", "03_trainer_dataclass"]
-# --every-path: one output of each path the converter can emit (issue 29): a fresh conversion, a
+# --every-path: one output of each path the converter can emit: a fresh conversion, a
 # modernised legacy script that keeps its own process group (apex SyncBN, --sync-bn), a single-GPU
 # apex script (torch.amp, three losses), a project (entry + trainer module) and --optimize
 EVERY_PATH = {

@@ -1,6 +1,7 @@
-"""The abort of issue 19 on purpose: a gloo work whose thread-local state holds a Python object
-(as every DDP all-reduce launched inside backward does in torch 2.13), freed by a gloo worker
-while the rank runs straight to the end of the script holding the GIL.
+"""The teardown abort of bench/teardown/results.txt on purpose: a gloo work whose thread-local
+state holds a Python object (as every DDP all-reduce launched inside backward does in torch
+2.13), freed by a gloo worker while the rank runs straight to the end of the script holding the
+GIL.
 
     python bench/teardown/pair_runs.py bench/teardown/gil_race.py 15 --no-destroy
     python bench/teardown/pair_runs.py bench/teardown/gil_race.py 15 --no-destroy --last-allreduce
