@@ -65,7 +65,7 @@ def test_fixture_set_shape():
     assert len(inputs) - len(RUNNABLE) <= MAX_CUDA_ONLY
 
 
-UNSEEDED = ("190_", "191_", "192_", "193_", "194_", "195_", "205_")
+UNSEEDED = ("190_", "191_", "192_", "193_", "194_", "195_", "205_", "322_")
 
 
 @pytest.mark.parametrize("path", fixture_inputs(), ids=lambda p: p.parent.name)
@@ -73,7 +73,7 @@ def test_fixture_is_single_gpu(path: Path):
     src = path.read_text(encoding="utf-8")
     for banned in ("torch.distributed", "DistributedDataParallel", "mp.spawn", "torchvision", "torch.hub"):
         assert banned not in src, f"{path.parent.name} uses {banned}"
-    # fixtures 190-195 and 205 are about draws made with no seed (DDP145-147): their point is the missing seed
+    # fixtures 190-195, 205 and 322 are about draws made with no seed (DDP145-147): their point is the missing seed
     assert "torch.manual_seed" in src or path.parent.name.startswith(UNSEEDED), path.parent.name
     assert 30 <= len(src.splitlines()) <= 160
 

@@ -57,6 +57,23 @@ class _Reach:
                     root = _root_name(dec)
                     if root:
                         self.registered.setdefault(root, []).append(fn)
+                    for box in self._stores_into(root):  # COMMANDS[f.__name__] = f: COMMANDS[name]() runs it
+                        self.registered.setdefault(box, []).append(fn)
+
+    def _stores_into(self, name: str | None) -> set[str]:
+        """The containers a decorator function of the program puts the function it decorates in."""
+        out: set[str] = set()
+        for d in self.p.functions.get(name or "", []):
+            params = [a.arg for a in d.args.args]
+            if not params:
+                continue
+            for sub in ast.walk(d):
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == params[0]:
+                    out |= {_root_name(t) for t in sub.targets if isinstance(t, ast.Subscript) and _root_name(t)}
+                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("append", "add", "setdefault", "__setitem__"):
+                    if any(isinstance(a, ast.Name) and a.id == params[0] for a in sub.args) and _root_name(sub.func.value):
+                        out.add(_root_name(sub.func.value))
+        return out
 
     def _functions_in(self, node: ast.AST) -> list[ast.FunctionDef]:
         p = self.p
@@ -100,8 +117,8 @@ class _Reach:
 
 def _root_name(node: ast.AST) -> str | None:
     """cli for cli.command(), app for @app.main(...)."""
-    while isinstance(node, (ast.Attribute, ast.Call)):
-        node = node.value if isinstance(node, ast.Attribute) else node.func
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
 
 
