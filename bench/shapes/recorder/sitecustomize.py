@@ -206,8 +206,8 @@ if _active():
             if next(iter(module.parameters()), None) is None:
                 return None
             t = _first_tensor(args, kwargs or {})
-            if t is None or t.numel() == 0:
-                return None
+            if t is None or t.numel() == 0 or t.grad_fn is not None:
+                return None  # another model's output (features, not samples of the data)
             h = _thash(t)
             _rec["batches"].append([_total_steps(), h, type(module).__name__])
             if t.dim() >= 1 and len(_rec["rows"]) < 20000:
