@@ -230,8 +230,6 @@ SAMPLE_SEED, SAMPLE_N = 2024, 20
 
 @pytest.mark.runs
 @pytest.mark.timeout(1500)
-@pytest.mark.xfail(reason="today's converter converts some generated shapes wrongly (bench/shapes/found/ holds them, "
-                          "shrunk); remove this mark once it refuses or fixes them", strict=False)
 def test_sample_has_no_wrong_conversion(tmp_path):
     import importlib.util
 
