@@ -68,7 +68,7 @@ def test_refused_file_is_untouched_and_exit_2(here):
     assert Path("train.py").read_text() == NO_LOADER
     lines = res.stderr.splitlines()
     assert lines[0] == (
-        "train.py:26:5: DDP024 [blocking] no training DataLoader found, and ddpify cannot follow where this step's "
+        "train.py:27:5: DDP024 [blocking] no training DataLoader found, and ddpify cannot follow where this step's "
         "batches come from (not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's "
         "own batch iterator): it "
         "cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand"
@@ -132,7 +132,7 @@ def test_quiet_prints_only_blocking_and_errors(here):
     res = invoke("-q", "a.py", "b.py")
     assert res.exit_code == 2
     lines = res.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("a.py:26:5: DDP024 [blocking]") and "refused" in lines[1]
+    assert len(lines) == 2 and lines[0].startswith("a.py:27:5: DDP024 [blocking]") and "refused" in lines[1]
     assert "DDP(" in Path("b.py").read_text()  # the other file is still converted
 
 
@@ -140,7 +140,7 @@ def test_stdin_refused_echoes_input(here):
     res = invoke("-", "--stdin-filename", "train.py", input=NO_LOADER)
     assert res.exit_code == 2
     assert res.stdout == NO_LOADER
-    assert "train.py:26:5: DDP024 [blocking]" in res.stderr
+    assert "train.py:27:5: DDP024 [blocking]" in res.stderr
     assert "the input was echoed unchanged" in res.stderr
 
 
@@ -153,7 +153,7 @@ def test_json_output(here):
     files = {f["path"]: f for f in doc["files"]}
     assert files["a.py"]["outcome"] == "refused" and files["a.py"]["blocking"] is True
     assert files["a.py"]["findings"] == [{
-        "line": 26, "col": 5, "code": "DDP024", "severity": "blocking", "fixed": False,
+        "line": 27, "col": 5, "code": "DDP024", "severity": "blocking", "fixed": False,
         "message": "no training DataLoader found, and ddpify cannot follow where this step's batches come from (not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand",
     }]
     assert files["b.py"]["outcome"] == "changed" and not files["b.py"]["blocking"]
