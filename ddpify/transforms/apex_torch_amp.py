@@ -38,7 +38,8 @@ SCALER = torch.amp.GradScaler("cuda", enabled=False)  # one scaler for every los
 
 
 def amp_initialize(models, optimizers=None, enabled=True, opt_level="O1"):
-    """apex's amp.initialize in torch.amp: {what} on GPUs from here on (O0: full precision); its arguments back."""
+    """apex's amp.initialize in torch.amp: {what} on GPUs
+    from here on (O0: full precision); its arguments back."""
     global AMP_DTYPE, SCALER
     AMP_DTYPE = {dtype} if enabled and opt_level != "O0" and torch.cuda.is_available() else None
     SCALER = torch.amp.GradScaler("cuda", enabled=AMP_DTYPE == torch.float16)
