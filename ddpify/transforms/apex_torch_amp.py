@@ -49,7 +49,8 @@ SCALER_STATE = '''\
 
 
 def scaler_state(state):
-    """GradScaler state, also from checkpoints written by apex amp ({"loss_scaler0": {"loss_scale": ...}})."""
+    """GradScaler state, also from checkpoints written by apex amp
+    ({"loss_scaler0": {"loss_scale": ...}})."""
     if "loss_scaler0" not in state:
         return state or SCALER.state_dict()  # {}: saved while the scaler was off
     old = state["loss_scaler0"]
@@ -59,7 +60,8 @@ FUSED_ADAM_STATE = '''\
 
 
 def load_fused_adam_state(optimizer, state):
-    """Load optimizer state, also from apex's FusedAdam (one `step` per group, none of torch's flags)."""
+    """Load optimizer state, also from apex's FusedAdam (one `step` per group, none of
+    torch's flags)."""
     for group, saved in zip(optimizer.param_groups, state["param_groups"]):
         step = saved.pop("step", None)
         saved.pop("bias_correction", None)

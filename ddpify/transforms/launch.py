@@ -233,9 +233,9 @@ SUBSET_SAMPLER = '''\
 
 
 class DistributedSubsetSampler({torch}.utils.data.Sampler):
-    """SubsetRandomSampler across ranks: the subset's indices shuffled alike on every rank
-    (seed + epoch) and shared out as DistributedSampler shares a data set (padded, so every rank
-    draws as many); set_epoch(epoch) reshuffles."""
+    """SubsetRandomSampler across ranks: the subset's indices shuffled alike on every
+    rank (seed + epoch) and shared out as DistributedSampler shares a data set (padded,
+    so every rank draws as many); set_epoch(epoch) reshuffles."""
 
     def __init__(self, indices, generator=None, seed=0):
         self.indices = list(indices)
@@ -340,7 +340,8 @@ RANK0_VALUE = '''\
 
 
 def rank0_value(read):
-    """read() on rank 0, where the tracker exists (None elsewhere), and its value on every rank."""
+    """read() on rank 0, where the tracker exists (None elsewhere), and its value on
+    every rank."""
     box = [read() if RANK == 0 else None]
     {dist}.broadcast_object_list(box, src=0)
     return box[0]

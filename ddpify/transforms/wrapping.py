@@ -56,8 +56,9 @@ FORWARD_TO = '''\
 
 
 class ForwardTo({torch}.nn.Module):
-    """A model whose training loss comes from a method: ddp_model(x, method="loss") runs
-    model.loss(x) as DDP's forward (DDP synchronises gradients only through its forward)."""
+    """A model whose training loss comes from a method: ddp_model(x, method="loss")
+    runs model.loss(x) as DDP's forward (DDP synchronises gradients only through its
+    forward)."""
 
     def __init__(self, model):
         super().__init__()
