@@ -274,30 +274,16 @@ class BatchesMixin:
         parameter of a function with one caller, what that caller hands it."""
         if not isinstance(e, cst.Name) or depth > 3:
             return e
-        values = self._local_values(scope, e.value) or (self._local_values(None, e.value) if scope is None or not self._param_index(scope, e.value) else [])
+        param = scope is not None and e.value in {p.name.value for p in scope.params.params}
+        values = self._local_values(scope, e.value) or ([] if param else self._local_values(None, e.value))
         if len(values) == 1:
             return self._made_from(values[0], scope, depth + 1) if isinstance(values[0], cst.Name) else values[0]
-        pos = self._param_index(scope, e.value) if scope is not None else None
-        if not values and pos is not None:
-            callers = self.callers(scope)
-            if len(callers) == 1:
-                if self.class_of(scope) is not None and scope.params.params and scope.params.params[0].name.value in ("self", "cls"):
-                    pos -= 1  # a method: self is not among the call's arguments
-                arg = self._argument(callers[0], pos, e.value)
-                if arg is not None:
-                    return self._made_from(arg, self.function_of(callers[0]), depth + 1)
+        callers = self.callers(scope) if param and not values else []
+        if len(callers) == 1:
+            arg = self.argument_for(callers[0], scope, e.value)
+            if arg is not None:
+                return self._made_from(arg, self.function_of(callers[0]), depth + 1)
         return None
-
-    def _param_index(self, fn: cst.FunctionDef, name: str) -> int | None:
-        params = [p.name.value for p in fn.params.params]
-        return params.index(name) if name in params else None
-
-    def _argument(self, call: cst.Call, pos: int, name: str) -> cst.BaseExpression | None:
-        pos_args = [a for a in call.args if a.keyword is None and not a.star]
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value == name:
-                return a.value
-        return pos_args[pos].value if 0 <= pos < len(pos_args) else None
 
     def _prebatched(self, value: cst.BaseExpression) -> bool:
         """A list of batches made up front: a list/comprehension, or tensor.split/chunk."""
