@@ -16,7 +16,7 @@ from ddpify.findings import BLOCKING, CODES, Finding
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ddpify"
 CODE = re.compile(r"\"(DDP\d{3})\"")
-DECLARE = re.compile(r"^declare\(\"(DDP\d{3})\"", re.M)
+DECLARE = re.compile(r"^declare\(\s*\"(DDP\d{3})\"", re.M)
 
 
 def sources() -> dict[str, str]:
