@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "ddpify" / "verify" / "probe.py"
 
-WORKLOAD = '''
+WORKLOAD = """
 import json, sys, time
 import torch, torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -57,7 +57,7 @@ while step < steps:
 sync()
 dt, dc = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"samples_per_s": seen / dt, "s_per_step": dt / (steps - 20), "cpu_s_per_step": dc / (steps - 20)}))
-'''
+"""
 
 CONFIGS = [
     # (name, width, batch): a tiny model, where the fixed per-step cost of the hooks shows most,
@@ -67,11 +67,19 @@ CONFIGS = [
 ]
 
 
-def run_once(work: Path, tmp: Path, width: int, batch: int, steps: int, probe: bool, device: str) -> dict:
+def run_once(
+    work: Path, tmp: Path, width: int, batch: int, steps: int, probe: bool, device: str
+) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args = [str(width), str(batch), str(steps), device]
     if not probe:
-        out = subprocess.run([sys.executable, str(work), *args], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, str(work), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     run_dir = Path(tempfile.mkdtemp(dir=tmp))
     env.update(
@@ -93,12 +101,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda to time the workload on GPU 0")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda to time the workload on GPU 0"
+    )
     args = parser.parse_args()
     import torch
 
-    where = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"{os.cpu_count()} CPUs"
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {where}, OMP_NUM_THREADS=1")
+    where = (
+        torch.cuda.get_device_name(0)
+        if args.device.startswith("cuda")
+        else f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"torch {torch.__version__}, python {sys.version.split()[0]}, {where}, OMP_NUM_THREADS=1"
+    )
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="ddpify-probe-bench-") as d:
         tmp = Path(d)
@@ -106,9 +122,15 @@ def main() -> None:
         work.write_text(WORKLOAD)
         for name, width, batch in CONFIGS:
             plain, probed = [], []
-            for _ in range(args.repeats):  # alternate so drifting machine load hits both alike
-                plain.append(run_once(work, tmp, width, batch, args.steps, False, args.device))
-                probed.append(run_once(work, tmp, width, batch, args.steps, True, args.device))
+            for _ in range(
+                args.repeats
+            ):  # alternate so drifting machine load hits both alike
+                plain.append(
+                    run_once(work, tmp, width, batch, args.steps, False, args.device)
+                )
+                probed.append(
+                    run_once(work, tmp, width, batch, args.steps, True, args.device)
+                )
             p = statistics.median(r["samples_per_s"] for r in plain)
             q = statistics.median(r["samples_per_s"] for r in probed)
             bp = max(r["samples_per_s"] for r in plain)
@@ -118,7 +140,10 @@ def main() -> None:
             cpu_p = statistics.median(r["cpu_s_per_step"] for r in plain)
             cpu_q = statistics.median(r["cpu_s_per_step"] for r in probed)
             print(f"\n{name}, {args.steps} steps x {args.repeats} repeats each")
-            for label, a, best, wall, cpu in (("without probe", p, bp, step_p, cpu_p), ("with probe   ", q, bq, step_q, cpu_q)):
+            for label, a, best, wall, cpu in (
+                ("without probe", p, bp, step_p, cpu_p),
+                ("with probe   ", q, bq, step_q, cpu_q),
+            ):
                 print(
                     f"  {label}: median {a:,.0f} samples/s (best {best:,.0f}), "
                     f"{wall * 1e6:,.0f} us/step wall, {cpu * 1e6:,.0f} us/step CPU"

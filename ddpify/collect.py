@@ -14,7 +14,18 @@ from ddpify.options import Options
 
 # Directories never entered when recursing (hidden ones, starting with ".", are skipped too).
 SKIP_DIRS = frozenset(
-    {"__pycache__", "__pypackages__", "venv", "env", "site-packages", "node_modules", "build", "dist", "_build", "buck-out"}
+    {
+        "__pycache__",
+        "__pypackages__",
+        "venv",
+        "env",
+        "site-packages",
+        "node_modules",
+        "build",
+        "dist",
+        "_build",
+        "buck-out",
+    }
 )
 NOTEBOOK_ERROR = "notebooks are not converted: export it to a script first (jupyter nbconvert --to script)"
 
@@ -25,7 +36,9 @@ class Job:
     options: Options | None = None
     error: str | None = None  # found while collecting paths: reported as is
     stdin: bool = False
-    passthrough: bool = False  # stdin excluded by --force-exclude: echoed unchanged, like black
+    passthrough: bool = (
+        False  # stdin excluded by --force-exclude: echoed unchanged, like black
+    )
 
 
 def _dedupe_key(path: str) -> str:
@@ -37,7 +50,11 @@ def _is_venv(path: str) -> bool:
 
 
 def collect(
-    paths: tuple[str, ...], cli_exclude: tuple[str, ...], force_exclude: bool, stdin_filename: str | None, overrides: dict
+    paths: tuple[str, ...],
+    cli_exclude: tuple[str, ...],
+    force_exclude: bool,
+    stdin_filename: str | None,
+    overrides: dict,
 ) -> tuple[list[Job], list[str]]:
     """Jobs sorted by path, and warnings. Config errors become error jobs (exit 2)."""
     jobs: dict[str, Job] = {}
@@ -65,11 +82,26 @@ def collect(
         if raw == "-":
             if "-" not in jobs:
                 try:
-                    cfg = config_for(stdin_filename) if stdin_filename else config_for(None)
-                    excluded = bool(stdin_filename) and (force_exclude or cfg.force_exclude) and (
-                        matches_any(stdin_filename, cli_exclude, cwd) or cfg.excludes(stdin_filename))
+                    cfg = (
+                        config_for(stdin_filename)
+                        if stdin_filename
+                        else config_for(None)
+                    )
+                    excluded = (
+                        bool(stdin_filename)
+                        and (force_exclude or cfg.force_exclude)
+                        and (
+                            matches_any(stdin_filename, cli_exclude, cwd)
+                            or cfg.excludes(stdin_filename)
+                        )
+                    )
                     options = cfg.options(**_with_length(overrides, stdin_filename))
-                    jobs["-"] = Job(stdin_filename or "-", options=options, stdin=True, passthrough=excluded)
+                    jobs["-"] = Job(
+                        stdin_filename or "-",
+                        options=options,
+                        stdin=True,
+                        passthrough=excluded,
+                    )
                 except ConfigError as exc:
                     jobs["-"] = Job(stdin_filename or "-", error=f"{exc}", stdin=True)
             continue
@@ -85,12 +117,17 @@ def collect(
 
 def _with_length(overrides: dict, path: str | None) -> dict:
     """--line-length, else the project's (ruff's or black's configuration), for this file."""
-    return {**overrides, "line_length": overrides.get("line_length") or line_length_for(path)}
+    return {
+        **overrides,
+        "line_length": overrides.get("line_length") or line_length_for(path),
+    }
 
 
 def _walk(top: str, cli_exclude: tuple[str, ...], cwd: str, add, jobs: dict) -> int:
     before = len(jobs)
-    for dirpath, dirnames, filenames in os.walk(top):  # does not follow directory symlinks
+    for dirpath, dirnames, filenames in os.walk(
+        top
+    ):  # does not follow directory symlinks
         try:
             cfg: Config = find_config(os.path.abspath(dirpath))
         except ConfigError as exc:
@@ -102,14 +139,20 @@ def _walk(top: str, cli_exclude: tuple[str, ...], cwd: str, add, jobs: dict) -> 
             full = os.path.join(dirpath, d)
             if d.startswith(".") or d in SKIP_DIRS or _is_venv(full):
                 continue
-            if matches_any(full, cli_exclude, cwd) or cfg.excludes(full) or gitignore.ignored(full, is_dir=True):
+            if (
+                matches_any(full, cli_exclude, cwd)
+                or cfg.excludes(full)
+                or gitignore.ignored(full, is_dir=True)
+            ):
                 continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
             if not name.endswith(".py") or name.startswith("."):
                 continue
-            full = os.path.normpath(os.path.join(dirpath, name))  # "./a.py" -> "a.py", like black
+            full = os.path.normpath(
+                os.path.join(dirpath, name)
+            )  # "./a.py" -> "a.py", like black
             if not os.path.exists(full) or gitignore.ignored(full, is_dir=False):
                 continue  # a broken symlink, or a file .gitignore excludes
             add(full, explicit=False)

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from ddpify.options import AMP_CHOICES, OPT_LEVELS, SCALE_LR_CHOICES, Options, parse_optimize
+from ddpify.options import (
+    AMP_CHOICES,
+    OPT_LEVELS,
+    SCALE_LR_CHOICES,
+    Options,
+    parse_optimize,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,8 +42,19 @@ else:  # pragma: no cover - exercised on 3.10 only
     except ImportError:
         tomllib = None
 
-_KEYS = {"amp", "sync-bn", "shard-eval", "opt-level", "exclude", "force-exclude", "ignore", "writers", "optimize",
-         "keep-global-batch", "scale-lr"}
+_KEYS = {
+    "amp",
+    "sync-bn",
+    "shard-eval",
+    "opt-level",
+    "exclude",
+    "force-exclude",
+    "ignore",
+    "writers",
+    "optimize",
+    "keep-global-batch",
+    "scale-lr",
+}
 # the two ways to keep the single-GPU dynamics exclude each other: one given on the command line
 # replaces the other from the configuration
 _DYNAMICS = ("keep_global_batch", "scale_lr")
@@ -95,7 +112,9 @@ def matches_any(path: str, patterns: tuple[str, ...] | list[str], root: str) -> 
             if any(fnmatchcase(part, pattern) for part in parts):
                 return True
             continue
-        alternatives = [pattern, pattern[3:]] if pattern.startswith("**/") else [pattern]
+        alternatives = (
+            [pattern, pattern[3:]] if pattern.startswith("**/") else [pattern]
+        )
         if any(fnmatchcase(p, alt) for p in prefixes for alt in alternatives):
             return True
     return False
@@ -104,43 +123,73 @@ def matches_any(path: str, patterns: tuple[str, ...] | list[str], root: str) -> 
 def _parse_table(path: str, table: dict) -> Config:
     unknown = sorted(k for k in table if k.replace("_", "-") not in _KEYS)
     if unknown:
-        raise ConfigError(path, f"unknown key {unknown[0]!r} in [tool.ddpify] (known: {', '.join(sorted(_KEYS))})")
+        raise ConfigError(
+            path,
+            f"unknown key {unknown[0]!r} in [tool.ddpify] (known: {', '.join(sorted(_KEYS))})",
+        )
     norm = {k.replace("_", "-"): v for k, v in table.items()}
     values: dict = {}
     if "amp" in norm:
         if norm["amp"] not in AMP_CHOICES:
-            raise ConfigError(path, f"[tool.ddpify] amp must be one of {', '.join(AMP_CHOICES)}, not {norm['amp']!r}")
+            raise ConfigError(
+                path,
+                f"[tool.ddpify] amp must be one of {', '.join(AMP_CHOICES)}, not {norm['amp']!r}",
+            )
         values["amp"] = norm["amp"]
     if "opt-level" in norm:
         if norm["opt-level"] not in OPT_LEVELS:
-            raise ConfigError(path, f"[tool.ddpify] opt-level must be one of {', '.join(OPT_LEVELS)}, not {norm['opt-level']!r}")
+            raise ConfigError(
+                path,
+                f"[tool.ddpify] opt-level must be one of {', '.join(OPT_LEVELS)}, not {norm['opt-level']!r}",
+            )
         values["opt_level"] = norm["opt-level"]
     for key in ("sync-bn", "shard-eval", "force-exclude", "keep-global-batch"):
         if key in norm and not isinstance(norm[key], bool):
-            raise ConfigError(path, f"[tool.ddpify] {key} must be true or false, not {norm[key]!r}")
+            raise ConfigError(
+                path, f"[tool.ddpify] {key} must be true or false, not {norm[key]!r}"
+            )
     for key in ("sync-bn", "shard-eval", "keep-global-batch"):
         if key in norm:
             values[key.replace("-", "_")] = norm[key]
     if "scale-lr" in norm:
         if norm["scale-lr"] not in SCALE_LR_CHOICES:
-            raise ConfigError(path, f"[tool.ddpify] scale-lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {norm['scale-lr']!r}")
+            raise ConfigError(
+                path,
+                f"[tool.ddpify] scale-lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {norm['scale-lr']!r}",
+            )
         values["scale_lr"] = norm["scale-lr"]
     if values.get("keep_global_batch") and values.get("scale_lr"):
-        raise ConfigError(path, "[tool.ddpify] keep-global-batch and scale-lr exclude each other: set one")
+        raise ConfigError(
+            path,
+            "[tool.ddpify] keep-global-batch and scale-lr exclude each other: set one",
+        )
     if "ignore" in norm:
         codes = norm["ignore"]
-        if not isinstance(codes, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c.strip().upper()) for c in codes):
-            raise ConfigError(path, "[tool.ddpify] ignore must be a list of codes such as \"DDP027\"")
+        if not isinstance(codes, list) or not all(
+            isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c.strip().upper())
+            for c in codes
+        ):
+            raise ConfigError(
+                path, '[tool.ddpify] ignore must be a list of codes such as "DDP027"'
+            )
         values["ignore"] = tuple(codes)
     writers = norm.get("writers", [])
-    if not isinstance(writers, list) or not all(isinstance(w, str) and w for w in writers):
-        raise ConfigError(path, "[tool.ddpify] writers must be a list of function names (\"mylib.dump_results\")")
+    if not isinstance(writers, list) or not all(
+        isinstance(w, str) and w for w in writers
+    ):
+        raise ConfigError(
+            path,
+            '[tool.ddpify] writers must be a list of function names ("mylib.dump_results")',
+        )
     if writers:
         values["writers"] = tuple(writers)
     if "optimize" in norm:
         value = norm["optimize"]
         if not isinstance(value, (bool, list)):
-            raise ConfigError(path, "[tool.ddpify] optimize must be true, false or a list of speed-ups")
+            raise ConfigError(
+                path,
+                "[tool.ddpify] optimize must be true, false or a list of speed-ups",
+            )
         try:
             values["optimize"] = parse_optimize(value)
         except ValueError as exc:
@@ -148,7 +197,13 @@ def _parse_table(path: str, table: dict) -> Config:
     exclude = norm.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(g, str) for g in exclude):
         raise ConfigError(path, "[tool.ddpify] exclude must be a list of glob strings")
-    return Config(path, os.path.dirname(path), values, tuple(exclude), bool(norm.get("force-exclude", False)))
+    return Config(
+        path,
+        os.path.dirname(path),
+        values,
+        tuple(exclude),
+        bool(norm.get("force-exclude", False)),
+    )
 
 
 def read_toml(path: str) -> dict:
@@ -172,13 +227,18 @@ def load_pyproject(path: str) -> Config | None:
         raise ConfigError(path, f"cannot read: {exc.strerror or exc}") from None
     if tomllib is None:
         if b"[tool.ddpify" in raw:
-            raise ConfigError(path, "reading [tool.ddpify] on Python 3.10 needs tomli: pip install tomli")
+            raise ConfigError(
+                path,
+                "reading [tool.ddpify] on Python 3.10 needs tomli: pip install tomli",
+            )
         return None
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
-    table = doc.get("tool", {}).get("ddpify") if isinstance(doc.get("tool"), dict) else None
+    table = (
+        doc.get("tool", {}).get("ddpify") if isinstance(doc.get("tool"), dict) else None
+    )
     if table is None:
         return None
     if not isinstance(table, dict):

@@ -17,7 +17,11 @@ from ddpify.rules import declare
 
 KNOWN = ("skip", "off", "on", "ignore")
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP009", "unknown-directive", "a `# ddpify:` comment names no directive ddpify knows (skip, off, on, ignore, ignore[CODES]): it does nothing")
+declare(
+    "DDP009",
+    "unknown-directive",
+    "a `# ddpify:` comment names no directive ddpify knows (skip, off, on, ignore, ignore[CODES]): it does nothing",
+)
 
 SKIP_RE = re.compile(r"#\s*ddpify:\s*skip\b")
 OFF_RE = re.compile(r"#\s*ddpify:\s*off\b")
@@ -25,7 +29,9 @@ ON_RE = re.compile(r"#\s*ddpify:\s*on\b")
 # `# ddpify: ignore` or `# ddpify: ignore[DDP027, DDP034]`
 IGNORE_RE = re.compile(r"#\s*ddpify:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 # one word, then nothing but `[...]` or another comment: a directive, not one of ddpify's sentences
-DIRECTIVE_RE = re.compile(r"#\s*ddpify:\s*(?P<word>[A-Za-z_][\w-]*)\s*(?:\[[^\]]*\])?\s*(?:#.*)?$")
+DIRECTIVE_RE = re.compile(
+    r"#\s*ddpify:\s*(?P<word>[A-Za-z_][\w-]*)\s*(?:\[[^\]]*\])?\s*(?:#.*)?$"
+)
 
 
 def comments(source: str) -> dict[int, str]:
@@ -39,7 +45,9 @@ def comments(source: str) -> dict[int, str]:
                 out[tok.start[0]] = tok.string
     except (tokenize.TokenError, SyntaxError):
         # source that tokenize rejects (the parser accepted it): fall back to whole lines
-        return {i: ln for i, ln in enumerate(source.splitlines(), start=1) if "ddpify" in ln}
+        return {
+            i: ln for i, ln in enumerate(source.splitlines(), start=1) if "ddpify" in ln
+        }
     return out
 
 
@@ -71,7 +79,11 @@ def ignored_codes(source: str) -> dict[int, frozenset[str] | None]:
         mo = IGNORE_RE.search(text)
         if mo:
             codes = mo.group(1)
-            out[line] = None if codes is None else frozenset(c.strip().upper() for c in codes.split(",") if c.strip())
+            out[line] = (
+                None
+                if codes is None
+                else frozenset(c.strip().upper() for c in codes.split(",") if c.strip())
+            )
     return out
 
 
@@ -84,6 +96,13 @@ def unknown_directives(source: str) -> list[Finding]:
         if mo is None or mo.group("word") in KNOWN:
             continue
         col = lines[line - 1].find(text) + 1 if line <= len(lines) else 1
-        out.append(Finding(line, max(col, 1), "DDP009", f"unknown directive `# ddpify: {mo.group('word')}`: it does nothing; "
-                           "ddpify knows skip, off, on, ignore and ignore[CODES] (`# ddpify: ignore[DDP024]`)"))
+        out.append(
+            Finding(
+                line,
+                max(col, 1),
+                "DDP009",
+                f"unknown directive `# ddpify: {mo.group('word')}`: it does nothing; "
+                "ddpify knows skip, off, on, ignore and ignore[CODES] (`# ddpify: ignore[DDP024]`)",
+            )
+        )
     return out

@@ -22,14 +22,18 @@ _RANK0 = cst.parse_expression("RANK == 0")  # nodes are immutable: one is enough
 class Edits:
     def __init__(self) -> None:
         self.expr: dict[cst.CSTNode, list[ExprFn]] = defaultdict(list)
-        self.before: dict[cst.BaseStatement, list[cst.BaseStatement]] = defaultdict(list)
+        self.before: dict[cst.BaseStatement, list[cst.BaseStatement]] = defaultdict(
+            list
+        )
         self.after: dict[cst.BaseStatement, list[cst.BaseStatement]] = defaultdict(list)
         self.prepend: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
         self.append: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
         self.removed: set[cst.BaseStatement] = set()
         self.guarded: set[cst.BaseStatement] = set()
         # (first, last, header): wrap first..last (same block) in `with header:`
-        self.wraps: list[tuple[cst.BaseStatement, cst.BaseStatement, cst.BaseExpression]] = []
+        self.wraps: list[
+            tuple[cst.BaseStatement, cst.BaseStatement, cst.BaseExpression]
+        ] = []
         self.guard_test: cst.BaseExpression = _RANK0
         # child -> parent in the analysed tree, when known: the Applier then enters only the
         # subtrees that hold an edit
@@ -41,13 +45,28 @@ class Edits:
     def clear(self) -> None:
         """Drop the plan: its functions close over the Context, a cycle that would keep the whole
         tree for the garbage collector, not reference counting, to free."""
-        for plan in (self.expr, self.before, self.after, self.prepend, self.append, self.removed, self.guarded, self.wraps):
+        for plan in (
+            self.expr,
+            self.before,
+            self.after,
+            self.prepend,
+            self.append,
+            self.removed,
+            self.guarded,
+            self.wraps,
+        ):
             plan.clear()
 
     def is_empty(self) -> bool:
         return not (
-            self.expr or self.before or self.after or self.prepend or self.append or self.removed
-            or self.guarded or self.wraps
+            self.expr
+            or self.before
+            or self.after
+            or self.prepend
+            or self.append
+            or self.removed
+            or self.guarded
+            or self.wraps
         )
 
 
@@ -55,7 +74,9 @@ def _leading(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
     return getattr(stmt, "leading_lines", ())
 
 
-def _with_leading(stmt: cst.BaseStatement, lines: Sequence[cst.EmptyLine]) -> cst.BaseStatement:
+def _with_leading(
+    stmt: cst.BaseStatement, lines: Sequence[cst.EmptyLine]
+) -> cst.BaseStatement:
     if hasattr(stmt, "leading_lines"):
         return stmt.with_changes(leading_lines=tuple(lines))
     return stmt
@@ -91,7 +112,11 @@ class Applier(cst.CSTTransformer):
             if value.__class__ is tuple or value.__class__ is list:
                 new = [self._visit(child) for child in value]
                 if name == "body" and isinstance(node, (cst.Module, cst.IndentedBlock)):
-                    new = [n for o, n in zip(value, new) if o._is_removable() or not n._is_removable()]
+                    new = [
+                        n
+                        for o, n in zip(value, new)
+                        if o._is_removable() or not n._is_removable()
+                    ]
                 changes[name] = tuple(new)
             else:
                 changes[name] = self._visit(value)
@@ -104,7 +129,9 @@ class Applier(cst.CSTTransformer):
         if fns and isinstance(updated, cst.CSTNode):
             for fn in fns:
                 updated = fn(updated)
-        if isinstance(updated, cst.CSTNode) and (original_node in self.e.prepend or original_node in self.e.append):
+        if isinstance(updated, cst.CSTNode) and (
+            original_node in self.e.prepend or original_node in self.e.append
+        ):
             updated = self._extend_body(original_node, updated)
         return updated
 
@@ -116,7 +143,12 @@ class Applier(cst.CSTTransformer):
         head = list(self.e.prepend.get(original, ()))
         tail = list(self.e.append.get(original, ()))
         if head:
-            at = 1 if isinstance(original, (cst.FunctionDef, cst.ClassDef)) and _is_docstring(stmts[0]) else 0
+            at = (
+                1
+                if isinstance(original, (cst.FunctionDef, cst.ClassDef))
+                and _is_docstring(stmts[0])
+                else 0
+            )
             # keep the block's first comments above the inserted lines
             if stmts and at < len(stmts) and _leading(stmts[at]):
                 head[0] = _with_leading(head[0], _leading(stmts[at]))
@@ -141,7 +173,9 @@ class Applier(cst.CSTTransformer):
         return updated_node.with_changes(body=body)
 
     def leave_Module(self, original_node, updated_node):
-        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body))
+        return updated_node.with_changes(
+            body=self._rebuild(original_node.body, updated_node.body)
+        )
 
     def _rebuild(self, originals, updateds) -> list[cst.BaseStatement]:
         e = self.e
@@ -159,8 +193,16 @@ class Applier(cst.CSTTransformer):
             if id(first) in index and id(last) in index:
                 spans.append((index[id(last)] - index[id(first)], first, last, header))
         for _, first, last, header in sorted(spans, key=lambda s: s[0]):
-            i = next(k for k, u in enumerate(units) if u[0] is first or _contains(u, first, originals))
-            j = next(k for k, u in enumerate(units) if u[1] is last or _contains(u, last, originals))
+            i = next(
+                k
+                for k, u in enumerate(units)
+                if u[0] is first or _contains(u, first, originals)
+            )
+            j = next(
+                k
+                for k, u in enumerate(units)
+                if u[1] is last or _contains(u, last, originals)
+            )
             inner = [s for u in units[i : j + 1] for s in u[2]]
             if not inner:
                 continue
@@ -183,7 +225,11 @@ class Applier(cst.CSTTransformer):
             lead = _leading(pending_guard[0])
             pending_guard[0] = _with_leading(pending_guard[0], ())
             out.append(
-                cst.If(test=e.guard_test, body=cst.IndentedBlock(body=list(pending_guard)), leading_lines=tuple(lead))
+                cst.If(
+                    test=e.guard_test,
+                    body=cst.IndentedBlock(body=list(pending_guard)),
+                    leading_lines=tuple(lead),
+                )
             )
             pending_guard.clear()
 
@@ -195,7 +241,9 @@ class Applier(cst.CSTTransformer):
                 flush()
                 if stmts and _leading(stmts[0]):
                     # the statement's blank lines go first; a comment of the inserted one stays on it
-                    before[0] = _with_leading(before[0], [*_leading(stmts[0]), *_leading(before[0])])
+                    before[0] = _with_leading(
+                        before[0], [*_leading(stmts[0]), *_leading(before[0])]
+                    )
                     stmts = [_with_leading(stmts[0], ())] + stmts[1:]
                 out.extend(before)
             if first is last and first in e.guarded and stmts:
@@ -221,7 +269,9 @@ def _dirty(e: Edits) -> set[cst.CSTNode] | None:
     keys += [n for first, last, _ in e.wraps for n in (first, last)]
     for node in keys:
         if node not in parent and not isinstance(node, cst.Module):
-            return None  # built by a transform, or not walked by the analysis (whitespace)
+            return (
+                None  # built by a transform, or not walked by the analysis (whitespace)
+            )
     for node in keys[: len(e.expr) + len(e.prepend) + len(e.append)]:
         while node is not None and node not in dirty:
             dirty.add(node)

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 TEMP_SUFFIX = ".ddpify-tmp"
 # .<name>.<pid>.<random>.ddpify-tmp: hidden, never *.py, and names the writer so a later run can
 # tell a live writer's file from one left by a killed writer.
-_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+" + re.escape(TEMP_SUFFIX) + r"$")
+_TEMP_RE = re.compile(
+    r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+" + re.escape(TEMP_SUFFIX) + r"$"
+)
 
 # Markers that make a file "generated" (left alone), searched in its first lines like other tools.
 GENERATED_MARKER = "@generated"
@@ -53,11 +55,15 @@ class FileError(Exception):
 
 @dataclass(frozen=True)
 class SourceFile:
-    data: bytes  # the original bytes, for "unchanged" checks and the stdin echo on error
+    data: (
+        bytes  # the original bytes, for "unchanged" checks and the stdin echo on error
+    )
     text: str  # decoded text with newlines as "\n" when the file's newlines are uniform
     encoding: str  # codec name; "utf-8-sig" when the file starts with a UTF-8 BOM
     newline: str  # the dominant newline: "\n", "\r\n" or "\r"
-    uniform: bool  # every newline in the file is `newline` (text was translated to "\n")
+    uniform: (
+        bool  # every newline in the file is `newline` (text was translated to "\n")
+    )
 
 
 def _line_col(data: bytes, offset: int) -> tuple[int, int]:
@@ -79,12 +85,18 @@ def dominant_newline(text: str) -> tuple[str, bool]:
 
 def decode_source(data: bytes) -> SourceFile:
     """Decode Python source the way the interpreter would, or raise FileError."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # UTF-32 BOMs start alike
-        raise FileError("UTF-16/UTF-32 encoded file: Python source must be UTF-8 or declare an ASCII-based encoding")
+    if data.startswith(
+        (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    ):  # UTF-32 BOMs start alike
+        raise FileError(
+            "UTF-16/UTF-32 encoded file: Python source must be UTF-8 or declare an ASCII-based encoding"
+        )
     nul = data.find(b"\0")
     if nul >= 0:
         line, col = _line_col(data, nul)
-        raise FileError("binary file (contains NUL bytes), not Python source", line, col)
+        raise FileError(
+            "binary file (contains NUL bytes), not Python source", line, col
+        )
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
@@ -93,8 +105,17 @@ def decode_source(data: bytes) -> SourceFile:
             encoding = "utf-8"  # undecodable first lines: report the exact byte below
         else:
             first_two = data.splitlines()[:2]
-            line = next((i + 1 for i, ln in enumerate(first_two) if re.search(rb"coding[:=]", ln)), 1)
-            raise FileError(f"bad encoding declaration: {msg.split(':', 1)[0]}", line, 1) from None
+            line = next(
+                (
+                    i + 1
+                    for i, ln in enumerate(first_two)
+                    if re.search(rb"coding[:=]", ln)
+                ),
+                1,
+            )
+            raise FileError(
+                f"bad encoding declaration: {msg.split(':', 1)[0]}", line, 1
+            ) from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -102,7 +123,11 @@ def decode_source(data: bytes) -> SourceFile:
         bad = data[exc.start : exc.start + 1].hex()
         name = "UTF-8" if encoding in ("utf-8", "utf-8-sig") else encoding
         hint = ' (declare the encoding with a coding line, e.g. "# -*- coding: latin-1 -*-", PEP 263)'
-        raise FileError(f"not valid {name}: byte 0x{bad}{hint if name == 'UTF-8' else ''}", line, col) from None
+        raise FileError(
+            f"not valid {name}: byte 0x{bad}{hint if name == 'UTF-8' else ''}",
+            line,
+            col,
+        ) from None
     newline, uniform = dominant_newline(text)
     if uniform and newline != "\n":
         text = text.replace(newline, "\n")
@@ -119,7 +144,9 @@ def encode_source(src: SourceFile, text: str) -> bytes:
     try:
         return text.encode(src.encoding)
     except UnicodeEncodeError as exc:
-        raise FileError(f"the converted code cannot be encoded in the file's encoding ({src.encoding}): {exc.reason}") from None
+        raise FileError(
+            f"the converted code cannot be encoded in the file's encoding ({src.encoding}): {exc.reason}"
+        ) from None
 
 
 def _split_lines(text: str) -> list[str]:
@@ -153,7 +180,9 @@ def read_bytes(path: str) -> bytes:
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise FileError(f"broken symbolic link (points to {os.readlink(path)!r})") from None
+            raise FileError(
+                f"broken symbolic link (points to {os.readlink(path)!r})"
+            ) from None
         raise FileError("no such file or directory") from None
     except OSError as exc:
         raise FileError(_strerror(exc)) from None
@@ -222,7 +251,9 @@ def clean_stale_temps(directory: str) -> list[str]:
     return removed
 
 
-def write_atomic(path: str, data: bytes, expected: tuple[int, int, int] | None = None) -> None:
+def write_atomic(
+    path: str, data: bytes, expected: tuple[int, int, int] | None = None
+) -> None:
     """Replace the file at `path` (a symlink's target) with `data`, atomically.
 
     `expected` is file_signature() taken when the file was read: if the file changed since, it is
@@ -231,7 +262,11 @@ def write_atomic(path: str, data: bytes, expected: tuple[int, int, int] | None =
     target = os.path.realpath(path)
     directory = os.path.dirname(target)
     st = os.stat(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=directory)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(target)}.{os.getpid()}.",
+        suffix=TEMP_SUFFIX,
+        dir=directory,
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             view = memoryview(data)
@@ -248,7 +283,9 @@ def write_atomic(path: str, data: bytes, expected: tuple[int, int, int] | None =
                 except OSError:
                     pass  # only root may give files away; the mode bits are kept regardless
         if expected is not None and file_signature(target) != expected:
-            raise FileError("the file changed while it was being converted: not rewritten")
+            raise FileError(
+                "the file changed while it was being converted: not rewritten"
+            )
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ddpify import rules
 
+
 def __getattr__(name: str):
     """CODES (code -> message) and BLOCKING (codes blocking by default), derived from the rule
     registry (ddpify/rules.py), where each code is declared by the module that raises it."""
@@ -25,6 +26,7 @@ def __getattr__(name: str):
 
 SEVERITIES = ("blocking", "note")
 
+
 @dataclass(frozen=True, order=True)
 class Finding:
     line: int
@@ -32,13 +34,19 @@ class Finding:
     code: str
     message: str
     fixed: bool = False  # True: ddpify changed the code ([*])
-    severity: str = field(default="", compare=False)  # "blocking" | "note"; "" = the code's default
+    severity: str = field(
+        default="", compare=False
+    )  # "blocking" | "note"; "" = the code's default
 
     def __post_init__(self) -> None:
         if not self.severity:
-            object.__setattr__(self, "severity", rules.default_severity(self.code, self.fixed))
+            object.__setattr__(
+                self, "severity", rules.default_severity(self.code, self.fixed)
+            )
         elif self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+            raise ValueError(
+                f"severity must be one of {SEVERITIES}, not {self.severity!r}"
+            )
 
     @property
     def blocking(self) -> bool:
@@ -50,6 +58,10 @@ class Finding:
 
     def to_dict(self) -> dict:
         return {
-            "line": self.line, "col": self.col, "code": self.code, "severity": self.severity,
-            "fixed": self.fixed, "message": self.message,
+            "line": self.line,
+            "col": self.col,
+            "code": self.code,
+            "severity": self.severity,
+            "fixed": self.fixed,
+            "message": self.message,
         }

@@ -31,9 +31,9 @@ def _glob(pattern: str) -> str:
         elif pattern[i] == "?":
             out.append("[^/]")
             i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
             end = pattern.index("]", i + 2)
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             body = "^" + body[1:] if body.startswith("!") else body
             out.append("[" + body.replace("\\", "\\\\") + "]")
             i = end + 1
@@ -66,7 +66,13 @@ def parse(text: str) -> list[tuple[re.Pattern, bool, bool]]:
             continue
         anchored = "/" in line
         body = _glob(line.lstrip("/"))
-        rules.append((re.compile(("^" if anchored else "^(?:.*/)?") + body + "$", re.S), negated, dir_only))
+        rules.append(
+            (
+                re.compile(("^" if anchored else "^(?:.*/)?") + body + "$", re.S),
+                negated,
+                dir_only,
+            )
+        )
     return rules
 
 
@@ -75,7 +81,9 @@ def _rules_in(directory: str) -> tuple:
     rules = []
     for name in (".gitignore", os.path.join(".git", "info", "exclude")):
         try:
-            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+            with open(
+                os.path.join(directory, name), encoding="utf-8", errors="replace"
+            ) as f:
                 rules += parse(f.read())
         except OSError:
             continue
@@ -110,7 +118,9 @@ def ignored(path: str, is_dir: bool) -> bool:
             break
         cur = os.path.dirname(cur)
     verdict = False
-    for folder in reversed(folders):  # the root's file first: a deeper file's patterns win
+    for folder in reversed(
+        folders
+    ):  # the root's file first: a deeper file's patterns win
         rel = os.path.relpath(full, folder).replace(os.sep, "/")
         for regex, negated, dir_only in _rules_in(folder):
             if (is_dir or not dir_only) and regex.match(rel):

@@ -27,7 +27,9 @@ def _command(script_path: str, script_args: list[str] | tuple[str, ...]) -> str:
     return " ".join(shlex.quote(a) for a in [script_path, *script_args])
 
 
-def single_node_command(script_path: str, script_args: list[str], nproc: str = "gpu") -> str:
+def single_node_command(
+    script_path: str, script_args: list[str], nproc: str = "gpu"
+) -> str:
     """The line that runs a converted script on every GPU of one machine."""
     return f"torchrun --standalone --nproc_per_node={nproc} {_command(script_path, script_args)}"
 
@@ -88,7 +90,11 @@ def slurm_script(
 ) -> str:
     """A batch script for sbatch: one torchrun per node through srun, rendezvous on the first node."""
     job = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(script_path).stem) or "ddpify"
-    port_line = f"HEAD_NODE_PORT={port}" if port is not None else f"HEAD_NODE_PORT=$({_FREE_PORT})"
+    port_line = (
+        f"HEAD_NODE_PORT={port}"
+        if port is not None
+        else f"HEAD_NODE_PORT=$({_FREE_PORT})"
+    )
     return f"""#!/bin/bash
 #SBATCH --job-name={job}
 #SBATCH --nodes={nodes}
@@ -127,22 +133,36 @@ def _check_script(script: str) -> None:
         with open(script, "rb") as f:
             data = f.read()
     except OSError as exc:
-        click.echo(f"error: {script}: cannot read it ({(exc.strerror or str(exc)).lower()})", err=True)
+        click.echo(
+            f"error: {script}: cannot read it ({(exc.strerror or str(exc)).lower()})",
+            err=True,
+        )
         sys.exit(2)
     try:
         result = convert_source(data.decode("utf-8", errors="replace"), path=script)
-    except Exception:  # a file the converter cannot read: torchrun will say what is wrong with it
+    except (
+        Exception
+    ):  # a file the converter cannot read: torchrun will say what is wrong with it
         return
     if result.status == "refused":
-        click.echo(f"error: {script} is not distributed, and ddpify refuses to convert it (`ddpify {shlex.quote(script)}` "
-                   "says why): make it a DDP script first", err=True)
+        click.echo(
+            f"error: {script} is not distributed, and ddpify refuses to convert it (`ddpify {shlex.quote(script)}` "
+            "says why): make it a DDP script first",
+            err=True,
+        )
         sys.exit(2)
     if result.changed:
-        click.echo(f"error: {script} is not converted yet: run `ddpify {shlex.quote(script)}` first, then launch it "
-                   "(torchrun would start copies of a one-process script, each training on all the data)", err=True)
+        click.echo(
+            f"error: {script} is not converted yet: run `ddpify {shlex.quote(script)}` first, then launch it "
+            "(torchrun would start copies of a one-process script, each training on all the data)",
+            err=True,
+        )
         sys.exit(2)
     if result.status == "not-training":
-        click.echo(f"warning: {script} has no training step ddpify can see; launching it as it is", err=True)
+        click.echo(
+            f"warning: {script} has no training step ddpify can see; launching it as it is",
+            err=True,
+        )
 
 
 class _NprocType(click.ParamType):
@@ -154,12 +174,23 @@ class _NprocType(click.ParamType):
             return text
         if text.isdigit() and int(text) > 0:
             return str(int(text))
-        self.fail(f"{value!r} is not a positive number of GPUs or one of {', '.join(NPROC_KEYWORDS)}", param, ctx)
+        self.fail(
+            f"{value!r} is not a positive number of GPUs or one of {', '.join(NPROC_KEYWORDS)}",
+            param,
+            ctx,
+        )
 
 
 @click.command("launch", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("script", type=click.Path(dir_okay=False))
-@click.option("--nodes", "-n", type=click.IntRange(min=1), default=1, show_default=True, help="Number of machines.")
+@click.option(
+    "--nodes",
+    "-n",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Number of machines.",
+)
 @click.option(
     "--gpus-per-node",
     "-g",
@@ -169,7 +200,11 @@ class _NprocType(click.ParamType):
     metavar="N|gpu",
     help="Processes (GPUs) per node: a number, or 'gpu' for all GPUs of each node.",
 )
-@click.option("--slurm", is_flag=True, help="Write a SLURM batch script (one torchrun per node through srun).")
+@click.option(
+    "--slurm",
+    is_flag=True,
+    help="Write a SLURM batch script (one torchrun per node through srun).",
+)
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
@@ -182,7 +217,12 @@ class _NprocType(click.ParamType):
     show_default=True,
     help="Head node address for the torchrun lines; a $VARIABLE is left for the shell to expand.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE instead of printing.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to FILE instead of printing.",
+)
 @click.option("--force", is_flag=True, help="Overwrite the -o FILE if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch_command(
@@ -207,18 +247,28 @@ def launch_command(
     _check_script(script)
     if slurm:
         if not gpus_per_node.isdigit():
-            raise click.UsageError("--slurm needs --gpus-per-node as a number: SLURM allocates GPUs by count.")
+            raise click.UsageError(
+                "--slurm needs --gpus-per-node as a number: SLURM allocates GPUs by count."
+            )
         text = slurm_script(script, script_args, nodes, int(gpus_per_node), port)
     elif nodes == 1:
         text = single_node_command(script, list(script_args), gpus_per_node) + "\n"
     else:
-        text = multi_node_lines(script, script_args, nodes, gpus_per_node, port or DEFAULT_PORT, head)
+        text = multi_node_lines(
+            script, script_args, nodes, gpus_per_node, port or DEFAULT_PORT, head
+        )
     if output:
         Path(output).write_text(text, encoding="utf-8")
         if slurm:
             Path(output).chmod(0o755)
-            click.echo(f"wrote {output}; submit it with: sbatch {shlex.quote(output)}", err=True)
+            click.echo(
+                f"wrote {output}; submit it with: sbatch {shlex.quote(output)}",
+                err=True,
+            )
         else:
-            click.echo(f"wrote {output}; run it on every node with: bash {shlex.quote(output)}", err=True)
+            click.echo(
+                f"wrote {output}; run it on every node with: bash {shlex.quote(output)}",
+                err=True,
+            )
     else:
         click.echo(text, nl=False)

@@ -10,15 +10,23 @@ from typing import Any
 import libcst as cst
 
 # positional arguments, in LibCST's field order, for the patterns ddpify writes that way
-_POSITIONAL = {"Name": ("value",), "SimpleString": ("value",), "ComparisonTarget": ("operator", "comparator")}
+_POSITIONAL = {
+    "Name": ("value",),
+    "SimpleString": ("value",),
+    "ComparisonTarget": ("operator", "comparator"),
+}
 
 
 class Pattern:
     def __init__(self, cls: type, *args: Any, **fields: Any) -> None:
-        if args:  # (the concerns build patterns in their loops: keep the usual case short)
+        if (
+            args
+        ):  # (the concerns build patterns in their loops: keep the usual case short)
             names = _POSITIONAL.get(cls.__name__, ())
             if len(args) > len(names):
-                raise TypeError(f"{cls.__name__}() takes at most {len(names)} positional patterns")
+                raise TypeError(
+                    f"{cls.__name__}() takes at most {len(names)} positional patterns"
+                )
             fields = {**dict(zip(names, args)), **fields}
         self.cls = cls
         self.fields = fields
@@ -100,9 +108,15 @@ def matches(node: Any, pattern: "Pattern | OneOf | Any") -> bool:
             if not matches(getattr(node, k, None), v):
                 return False
         return True
-    if isinstance(pattern, (list, tuple)):  # a sequence pattern matches element by element
+    if isinstance(
+        pattern, (list, tuple)
+    ):  # a sequence pattern matches element by element
         seq = list(node) if isinstance(node, (list, tuple)) else None
-        return seq is not None and len(seq) == len(pattern) and all(matches(n, p) for n, p in zip(seq, pattern))
+        return (
+            seq is not None
+            and len(seq) == len(pattern)
+            and all(matches(n, p) for n, p in zip(seq, pattern))
+        )
     return node == pattern
 
 

@@ -18,14 +18,18 @@ BEGIN = "def __ddpify_begin_{}__(): pass\n"
 END = "def __ddpify_end_{}__(): pass\n"
 IMPORT = "import __ddpify_import_{}__\n"
 MARK_RE = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
-PLACE_RE = re.compile(r"^([ \t]*)import __ddpify_import_(\d+)(?:_\d+)?__(?: as .*)?[ \t]*\r?\n", re.M)
+PLACE_RE = re.compile(
+    r"^([ \t]*)import __ddpify_import_(\d+)(?:_\d+)?__(?: as .*)?[ \t]*\r?\n", re.M
+)
 HEADER_NOTE = "# ddpify: ranks read from torchrun's environment (import-safe); the process group is set up by the entry script\n"
 
 
 @dataclass
 class _Merged:
     text: str
-    segments: list[tuple[int, int, int, int]]  # (merged first line, count, file index, file first line)
+    segments: list[
+        tuple[int, int, int, int]
+    ]  # (merged first line, count, file index, file first line)
     restore: dict[int, str]  # placeholder number -> original statement text
     modules: list[int]  # file index of each region
 
@@ -43,12 +47,25 @@ def merge(files: list[ModuleFile]) -> _Merged:
 
     index = {f.path: k for k, f in enumerate(files)}
 
-    def placeholder(lines: list[str], start: int, end: int, modules: list[str] = (), paths: list[str] = ()) -> str:
+    def placeholder(
+        lines: list[str],
+        start: int,
+        end: int,
+        modules: list[str] = (),
+        paths: list[str] = (),
+    ) -> str:
         counter[0] += 1
         restore[counter[0]] = "".join(lines[start - 1 : end])
-        if modules:  # `import utils`: utils.f() still names the module's f for the analysis,
+        if (
+            modules
+        ):  # `import utils`: utils.f() still names the module's f for the analysis,
             # and the placeholder the file it is (getattr(module_data, name)(...) builds its classes)
-            names = [f"__ddpify_import_{counter[0]}_{index[p]}__" if p in index else f"__ddpify_import_{counter[0]}__" for p in list(paths) + [""] * (len(modules) - len(paths))]
+            names = [
+                f"__ddpify_import_{counter[0]}_{index[p]}__"
+                if p in index
+                else f"__ddpify_import_{counter[0]}__"
+                for p in list(paths) + [""] * (len(modules) - len(paths))
+            ]
             return f"import {', '.join(f'{mod} as {name}' for mod, name in zip(names, modules))}\n"
         return IMPORT.format(counter[0])
 
@@ -70,11 +87,15 @@ def merge(files: list[ModuleFile]) -> _Merged:
         return out
 
     entry = files[0]
-    prelude = 0  # the entry's last top-level import before its first def/class/main guard
+    prelude = (
+        0  # the entry's last top-level import before its first def/class/main guard
+    )
     for node in entry.tree.body:
-        if node.__class__.__name__ in ("FunctionDef", "AsyncFunctionDef", "ClassDef") or (
-            entry.main_guard and node.lineno == entry.main_guard[0]
-        ):
+        if node.__class__.__name__ in (
+            "FunctionDef",
+            "AsyncFunctionDef",
+            "ClassDef",
+        ) or (entry.main_guard and node.lineno == entry.main_guard[0]):
             break
         if node.__class__.__name__ in ("Import", "ImportFrom"):
             prelude = node.end_lineno or node.lineno
@@ -148,12 +169,18 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     footers: dict[int, str] = {}
     current: int | None = None
     for stmt in module.body:
-        mark = MARK_RE.match(stmt.name.value) if isinstance(stmt, cst.FunctionDef) else None
+        mark = (
+            MARK_RE.match(stmt.name.value)
+            if isinstance(stmt, cst.FunctionDef)
+            else None
+        )
         if mark and mark.group(1) == "begin":
             current = int(mark.group(2))
             regions[current] = []
         elif mark:
-            footers[current] = "".join(module.code_for_node(line) for line in stmt.leading_lines)
+            footers[current] = "".join(
+                module.code_for_node(line) for line in stmt.leading_lines
+            )
             current = None
         elif current is None:
             entry_body.append(stmt)
@@ -162,7 +189,9 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     if set(regions) != set(merged.modules) or set(footers) != set(regions):
         raise ConversionError("a module's boundaries moved")
     outputs = [m.text for m in files]
-    entry_body = _own_imports(entry_body, [s for body in regions.values() for s in body])
+    entry_body = _own_imports(
+        entry_body, [s for body in regions.values() for s in body]
+    )
     providers = _providers(entry_body, files[0])
     entry_body = _unused_generated(entry_body, files[0])
     entry_mod = module.with_changes(body=entry_body)
@@ -171,9 +200,25 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
         code = _module_with_header(module, body, providers, files[k]) + footers[k]
         if files[k].main_guard is not None and _restore(code, merged) != files[k].text:
             # the module is also a script: run directly, it sets up its own process group
-            dist = next((n for p in providers for n in _bound(p) if "torch.distributed" in cst.parse_module("").code_for_node(p) and "import" in cst.parse_module("").code_for_node(p)), None)
-            if dist is not None and re.search(rf"\b({dist}\.|DDP\()", _restore(code, merged)):  # it needs a group
-                code = _module_with_header(module, body, providers, files[k], {"ddp_setup", dist}) + footers[k]
+            dist = next(
+                (
+                    n
+                    for p in providers
+                    for n in _bound(p)
+                    if "torch.distributed" in cst.parse_module("").code_for_node(p)
+                    and "import" in cst.parse_module("").code_for_node(p)
+                ),
+                None,
+            )
+            if dist is not None and re.search(
+                rf"\b({dist}\.|DDP\()", _restore(code, merged)
+            ):  # it needs a group
+                code = (
+                    _module_with_header(
+                        module, body, providers, files[k], {"ddp_setup", dist}
+                    )
+                    + footers[k]
+                )
                 code = _run_directly(_restore(code, merged), dist)
         code = _restore(code, merged)
         original = files[k].text
@@ -185,17 +230,40 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
     return outputs
 
 
-KEPT = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "ddp_setup"}  # the entry's set-up, as in one file
+KEPT = {
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_DEVICE",
+    "ddp_setup",
+}  # the entry's set-up, as in one file
 # helpers the set-up block defines for the code that needs them (transforms/launch.py): the entry
 # keeps one only where it uses it, as the modules do
-HELPERS = {"rank0_decides", "RankShard", "DistributedWeightedSampler", "DistributedSubsetSampler", "rank_share", "rank_batches", "rank_rows",
-           "in_float32", "rank0_seed", "rank0_value", "amp_initialize", "ddp_local_batch"}
+HELPERS = {
+    "rank0_decides",
+    "RankShard",
+    "DistributedWeightedSampler",
+    "DistributedSubsetSampler",
+    "rank_share",
+    "rank_batches",
+    "rank_rows",
+    "in_float32",
+    "rank0_seed",
+    "rank0_value",
+    "amp_initialize",
+    "ddp_local_batch",
+}
 
 
-def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
+def _unused_generated(
+    body: list[cst.BaseStatement], entry: ModuleFile
+) -> list[cst.BaseStatement]:
     """What ddpify generated for the modules only (the AMP scaler, DDP's import when the wrap is
     in a trainer module) does not stay in the entry: each module has its own copy."""
-    original = {_EMPTY.code_for_node(s.with_changes(leading_lines=[])) for s in cst.parse_module(entry.text).body}
+    original = {
+        _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
+        for s in cst.parse_module(entry.text).body
+    }
     names = [_names(s) for s in body]
     keep = [True] * len(body)
     changed = True
@@ -204,30 +272,65 @@ def _unused_generated(body: list[cst.BaseStatement], entry: ModuleFile) -> list[
         for i, s in enumerate(body):
             top = names[i][0]
             text = _EMPTY.code_for_node(s.with_changes(leading_lines=[]))
-            simple = isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
-            simple = simple or (isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in HELPERS)
-            if not keep[i] or not simple or not top or top & KEPT or text in original or "__ddpify_import_" in text:
+            simple = (
+                isinstance(s, cst.SimpleStatementLine)
+                and len(s.body) == 1
+                and isinstance(s.body[0], (cst.Assign, cst.Import, cst.ImportFrom))
+            )
+            simple = simple or (
+                isinstance(s, (cst.FunctionDef, cst.ClassDef))
+                and s.name.value in HELPERS
+            )
+            if (
+                not keep[i]
+                or not simple
+                or not top
+                or top & KEPT
+                or text in original
+                or "__ddpify_import_" in text
+            ):
                 continue
-            if not any(keep[j] and top & names[j][2] for j in range(len(body)) if j != i):
+            if not any(
+                keep[j] and top & names[j][2] for j in range(len(body)) if j != i
+            ):
                 keep[i] = False
                 changed = True
     out = [s for s, k in zip(body, keep) if k]
-    for i, s in enumerate(body):  # a removed statement's blank lines go to the one after it
-        if not keep[i] and i + 1 < len(body) and keep[i + 1] and s.leading_lines and not body[i + 1].leading_lines:
-            out[out.index(body[i + 1])] = body[i + 1].with_changes(leading_lines=[ln for ln in s.leading_lines if ln.comment is None])
+    for i, s in enumerate(
+        body
+    ):  # a removed statement's blank lines go to the one after it
+        if (
+            not keep[i]
+            and i + 1 < len(body)
+            and keep[i + 1]
+            and s.leading_lines
+            and not body[i + 1].leading_lines
+        ):
+            out[out.index(body[i + 1])] = body[i + 1].with_changes(
+                leading_lines=[ln for ln in s.leading_lines if ln.comment is None]
+            )
     return out
 
 
-def _own_imports(body: list[cst.BaseStatement], modules: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+def _own_imports(
+    body: list[cst.BaseStatement], modules: list[cst.BaseStatement]
+) -> list[cst.BaseStatement]:
     """The generated code of the entry may use a name (`os`) that only a module imported in the
     merged program: the entry gets its own copy of that import, before its first use."""
     bound = set().union(*(_bound(s) for s in body)) if body else set()
-    imports = [s for s in modules if isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Import) for x in s.body)
-               and "__ddpify_import_" not in cst.parse_module("").code_for_node(s)]
+    imports = [
+        s
+        for s in modules
+        if isinstance(s, cst.SimpleStatementLine)
+        and all(isinstance(x, cst.Import) for x in s.body)
+        and "__ddpify_import_" not in cst.parse_module("").code_for_node(s)
+    ]
     out: list[cst.BaseStatement] = []
     for stmt in body:
         _, inner, read = _names(stmt)
-        missing = read - bound - inner  # not the names a function imports or binds itself
+        missing = (
+            read - bound - inner
+        )  # not the names a function imports or binds itself
         for imp in imports:
             names = _bound(imp)
             if len(names) == 1 and names & missing:
@@ -256,7 +359,9 @@ def _names(node: cst.CSTNode) -> tuple[set[str], set[str], set[str]]:
         for n in ast.walk(stmt):
             if isinstance(n, ast.Name):
                 (read if isinstance(n.ctx, ast.Load) else inner).add(n.id)
-                if not isinstance(n.ctx, ast.Load) and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(n.ctx, ast.Load) and not isinstance(
+                    stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+                ):
                     top.add(n.id)
             elif isinstance(n, ast.alias):
                 bound = n.asname or n.name.split(".")[0]
@@ -278,15 +383,22 @@ def _used(node: cst.CSTNode) -> set[str]:
     return _names(node)[2]
 
 
-def _providers(entry_body: list[cst.BaseStatement], entry: ModuleFile) -> list[cst.BaseStatement]:
+def _providers(
+    entry_body: list[cst.BaseStatement], entry: ModuleFile
+) -> list[cst.BaseStatement]:
     """Top-level statements of the converted entry a module may need a copy of: what ddpify
     generated (imports, rank constants, helpers) and the entry's own imports."""
-    original = {cst.parse_module("").code_for_node(s.with_changes(leading_lines=[])) for s in cst.parse_module(entry.text).body}
+    original = {
+        cst.parse_module("").code_for_node(s.with_changes(leading_lines=[]))
+        for s in cst.parse_module(entry.text).body
+    }
     out = []
     empty = cst.parse_module("")
     for s in entry_body:
         text = empty.code_for_node(s.with_changes(leading_lines=[]))
-        is_import = isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+        is_import = isinstance(s, cst.SimpleStatementLine) and all(
+            isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+        )
         if "__ddpify_import_" in text or isinstance(s, cst.If):
             continue
         if is_import or (text not in original and _bound(s)):
@@ -299,14 +411,28 @@ def _run_directly(code: str, dist: str) -> str:
     tree = cst.parse_module(code)
     body = list(tree.body)
     for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock) and "__main__" in tree.code_for_node(stmt.test):
-            inner = [cst.parse_statement("ddp_setup()\n"), *stmt.body.body, cst.parse_statement(f"{dist}.destroy_process_group()\n")]
+        if (
+            isinstance(stmt, cst.If)
+            and isinstance(stmt.body, cst.IndentedBlock)
+            and "__main__" in tree.code_for_node(stmt.test)
+        ):
+            inner = [
+                cst.parse_statement("ddp_setup()\n"),
+                *stmt.body.body,
+                cst.parse_statement(f"{dist}.destroy_process_group()\n"),
+            ]
             body[i] = stmt.with_changes(body=stmt.body.with_changes(body=inner))
             return tree.with_changes(body=body).code
     return code
 
 
-def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], providers: list[cst.BaseStatement], mod: ModuleFile, extra: set[str] = frozenset()) -> str:
+def _module_with_header(
+    module: cst.Module,
+    body: list[cst.BaseStatement],
+    providers: list[cst.BaseStatement],
+    mod: ModuleFile,
+    extra: set[str] = frozenset(),
+) -> str:
     own: set[str] = set()
     need = set(extra)
     for s in body:
@@ -334,11 +460,23 @@ def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], provi
     for i, s in enumerate(body):
         if isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If)):
             break
-        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+        if isinstance(s, cst.SimpleStatementLine) and any(
+            isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+        ):
             at = i + 1
-        elif i == 0 and isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.SimpleString):
+        elif (
+            i == 0
+            and isinstance(s, cst.SimpleStatementLine)
+            and isinstance(s.body[0], cst.Expr)
+            and isinstance(s.body[0].value, cst.SimpleString)
+        ):
             at = 1
-    imports = [p for p in header if isinstance(p, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in p.body)]
+    imports = [
+        p
+        for p in header
+        if isinstance(p, cst.SimpleStatementLine)
+        and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in p.body)
+    ]
     rest = [p for p in header if p not in imports]
     block = [s.with_changes(leading_lines=[]) for s in imports]
     if rest:
@@ -350,5 +488,11 @@ def _module_with_header(module: cst.Module, body: list[cst.BaseStatement], provi
     if at < len(body) and at > 0:
         nxt = body[at]
         if not any(ln.comment is None for ln in nxt.leading_lines[:1]):
-            body = [*body[:at], nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines]), *body[at + 1 :]]
-    return module.with_changes(body=[*body[:at], *block, *body[at:]], header=[], footer=[]).code
+            body = [
+                *body[:at],
+                nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines]),
+                *body[at + 1 :],
+            ]
+    return module.with_changes(
+        body=[*body[:at], *block, *body[at:]], header=[], footer=[]
+    ).code

@@ -21,9 +21,21 @@ from ddpify.analysis import codegen
 
 # every module-level name a conversion may add (launch.py, precision.py, decisions.py, legacy.py)
 GENERATED = (
-    "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_DEVICE", "AMP_DTYPE", "SCALER",
-    "ddp_setup", "rank0_decides", "exit_status", "scaler_state", "load_fused_adam_state", "in_float32",
-    "rank0_seed", "amp_initialize", "ddp_local_batch",
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_DEVICE",
+    "AMP_DTYPE",
+    "SCALER",
+    "ddp_setup",
+    "rank0_decides",
+    "exit_status",
+    "scaler_state",
+    "load_fused_adam_state",
+    "in_float32",
+    "rank0_seed",
+    "amp_initialize",
+    "ddp_local_batch",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -31,17 +43,36 @@ _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 # what ddpify's own definition of a name holds: a script (or ddpify's output) that defines it
 # so means the same thing, and is no clash
 OWN = {
-    "LOCAL_RANK": r"LOCAL_RANK", "RANK": r"[\"']RANK[\"']", "WORLD_SIZE": r"[\"']WORLD_SIZE[\"']",
-    "LOCAL_DEVICE": r"(?i)local_rank", "AMP_DTYPE": r"float16", "SCALER": r"GradScaler", "exit_status": r".",
-    "ddp_setup": r"init_process_group", "rank0_decides": r"broadcast", "scaler_state": r"loss_scale",
-    "load_fused_adam_state": r"state", "in_float32": r"autocast refuses it on GPUs", "rank0_seed": r"broadcast",
-    "amp_initialize": r"amp\.initialize in torch\.amp", "ddp_local_batch": r"WORLD_SIZE",
+    "LOCAL_RANK": r"LOCAL_RANK",
+    "RANK": r"[\"']RANK[\"']",
+    "WORLD_SIZE": r"[\"']WORLD_SIZE[\"']",
+    "LOCAL_DEVICE": r"(?i)local_rank",
+    "AMP_DTYPE": r"float16",
+    "SCALER": r"GradScaler",
+    "exit_status": r".",
+    "ddp_setup": r"init_process_group",
+    "rank0_decides": r"broadcast",
+    "scaler_state": r"loss_scale",
+    "load_fused_adam_state": r"state",
+    "in_float32": r"autocast refuses it on GPUs",
+    "rank0_seed": r"broadcast",
+    "amp_initialize": r"amp\.initialize in torch\.amp",
+    "ddp_local_batch": r"WORLD_SIZE",
 }
 # set by ddpify's amp_initialize (legacy_apex.py) through `global`, starting from None / a disabled scaler
 SWITCHED = {"AMP_DTYPE": r"^None$", "SCALER": r"enabled=False"}
 
 
-DEFINED = {"ddp_setup", "rank0_decides", "scaler_state", "load_fused_adam_state", "in_float32", "rank0_seed", "amp_initialize", "ddp_local_batch"}
+DEFINED = {
+    "ddp_setup",
+    "rank0_decides",
+    "scaler_state",
+    "load_fused_adam_state",
+    "in_float32",
+    "rank0_seed",
+    "amp_initialize",
+    "ddp_local_batch",
+}
 
 
 class _Rename(cst.CSTTransformer):
@@ -63,27 +94,49 @@ def clashes(a, source: str) -> dict[str, cst.Name]:
         return {}
     first: dict[str, cst.Name] = {}
     for node in a.findall(a.module, m.Name()):  # the analysis' index, in source order
-        if node.value in wanted and node.value not in first and not _member_or_keyword(a, node):
+        if (
+            node.value in wanted
+            and node.value not in first
+            and not _member_or_keyword(a, node)
+        ):
             first[node.value] = node
     return {n: first[n] for n in GENERATED if n in first and not _own(a, n)}
 
 
 def _member_or_keyword(a, node: cst.Name) -> bool:
     par = a.parent.get(node)
-    return (isinstance(par, cst.Attribute) and par.attr is node) or (isinstance(par, cst.Arg) and par.keyword is node)
+    return (isinstance(par, cst.Attribute) and par.attr is node) or (
+        isinstance(par, cst.Arg) and par.keyword is node
+    )
 
 
 def _own(a, name: str) -> bool:
     """Every binding of name is a module-level definition like ddpify's."""
     scopes = [s for s, names in a.bindings.items() if name in names]
-    switch = [fn for fn in a.functions.get("amp_initialize", []) if a.function_of(fn) is None and _own(a, "amp_initialize")] if name in SWITCHED else []
+    switch = (
+        [
+            fn
+            for fn in a.functions.get("amp_initialize", [])
+            if a.function_of(fn) is None and _own(a, "amp_initialize")
+        ]
+        if name in SWITCHED
+        else []
+    )
     scopes = [s for s in scopes if s not in {id(fn) for fn in switch}]
     if scopes != [None]:
         return False
     binds = a.bindings[None][name]
-    defs = [fn for fn in a.functions.get(name, []) if a.function_of(fn) is None and a.class_of(fn) is None]
+    defs = [
+        fn
+        for fn in a.functions.get(name, [])
+        if a.function_of(fn) is None and a.class_of(fn) is None
+    ]
     values = a._local_values(None, name)
-    if len(binds) != len(defs) + len(values) or not binds or (values if name in DEFINED else defs):
+    if (
+        len(binds) != len(defs) + len(values)
+        or not binds
+        or (values if name in DEFINED else defs)
+    ):
         return False  # ddpify defines those in DEFINED as functions, the others as variables
     own = re.compile(OWN[name] + (f"|{SWITCHED[name]}" if switch else ""))
     return all(own.search(codegen(x)) for x in [*defs, *values])
@@ -132,4 +185,8 @@ def unplace(text: str, back: dict[str, str]) -> str:
     """A finding's message about the placeholder text, in the script's own names."""
     if not back:
         return text
-    return re.sub(r"\b(" + "|".join(map(re.escape, back)) + r")\b", lambda mt: back[mt.group(1)], text)
+    return re.sub(
+        r"\b(" + "|".join(map(re.escape, back)) + r")\b",
+        lambda mt: back[mt.group(1)],
+        text,
+    )

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 AMP_CHOICES = ("auto", "bf16", "fp16", "none", "apex")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 # --optimize: the speed-ups ddpify may add where a static check shows them safe (opt-in).
-OPTIMIZATIONS = ("channels-last", "fused-optimizer", "ddp-buckets", "static-graph", "cudnn-benchmark", "loader-workers")
+OPTIMIZATIONS = (
+    "channels-last",
+    "fused-optimizer",
+    "ddp-buckets",
+    "static-graph",
+    "cudnn-benchmark",
+    "loader-workers",
+)
 # --scale-lr: how the learning rate follows the global batch (batch_size x WORLD_SIZE)
 SCALE_LR_CHOICES = ("linear",)
 
@@ -25,7 +32,9 @@ def parse_optimize(value) -> tuple[str, ...]:
         return OPTIMIZATIONS
     bad = [n for n in names if n not in OPTIMIZATIONS]
     if bad:
-        raise ValueError(f"optimize: unknown speed-up {bad[0]!r} (known: all, {', '.join(OPTIMIZATIONS)})")
+        raise ValueError(
+            f"optimize: unknown speed-up {bad[0]!r} (known: all, {', '.join(OPTIMIZATIONS)})"
+        )
     return tuple(o for o in OPTIMIZATIONS if o in names)
 
 
@@ -65,11 +74,23 @@ class Options:
         object.__setattr__(self, "writers", tuple(self.writers))
         object.__setattr__(self, "optimize", parse_optimize(self.optimize))
         if self.amp not in AMP_CHOICES:
-            raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}")
+            raise ValueError(
+                f"amp must be one of {', '.join(AMP_CHOICES)}, not {self.amp!r}"
+            )
         if self.opt_level not in OPT_LEVELS:
-            raise ValueError(f"opt_level must be one of {', '.join(OPT_LEVELS)}, not {self.opt_level!r}")
+            raise ValueError(
+                f"opt_level must be one of {', '.join(OPT_LEVELS)}, not {self.opt_level!r}"
+            )
         if self.scale_lr is not None and self.scale_lr not in SCALE_LR_CHOICES:
-            raise ValueError(f"scale_lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {self.scale_lr!r}")
+            raise ValueError(
+                f"scale_lr must be one of {', '.join(SCALE_LR_CHOICES)}, not {self.scale_lr!r}"
+            )
         if self.keep_global_batch and self.scale_lr is not None:
-            raise ValueError("keep_global_batch and scale_lr exclude each other: keep the global batch, or scale the learning rate to the larger one")
-        object.__setattr__(self, "ignore", tuple(sorted({c.strip().upper() for c in self.ignore if c.strip()})))
+            raise ValueError(
+                "keep_global_batch and scale_lr exclude each other: keep the global batch, or scale the learning rate to the larger one"
+            )
+        object.__setattr__(
+            self,
+            "ignore",
+            tuple(sorted({c.strip().upper() for c in self.ignore if c.strip()})),
+        )

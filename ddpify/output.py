@@ -34,9 +34,15 @@ class Report:
     diff: str = ""
     stdout: bytes | None = None
     stdin: bool = False
-    findings: list = field(default_factory=list)  # Finding objects, for --output-format json
-    blocked: bool = False  # a blocking finding remains (refused, or written anyway with --partial)
-    member: bool = False  # a module of a project (project mode): run through its entry script
+    findings: list = field(
+        default_factory=list
+    )  # Finding objects, for --output-format json
+    blocked: bool = (
+        False  # a blocking finding remains (refused, or written anyway with --partial)
+    )
+    member: bool = (
+        False  # a module of a project (project mode): run through its entry script
+    )
     # The file's text before and after, when the conversion changes it (review formats: rdjson).
     original: str | None = None
     converted: str | None = None
@@ -44,7 +50,6 @@ class Report:
     def fail(self, text: str) -> None:
         self.outcome = "error"
         self.messages.append(("error", text))
-
 
 
 def unified_diff(before: str, after: str, path: str) -> str:
@@ -91,7 +96,10 @@ def summary(reports: list[Report], settings: Settings) -> str:
     parts = []
     if settings.write:
         if changed:
-            parts.append(f"{_plural(changed)} converted" + (f" ({partial} partially, with --partial)" if partial else ""))
+            parts.append(
+                f"{_plural(changed)} converted"
+                + (f" ({partial} partially, with --partial)" if partial else "")
+            )
         if unchanged:
             parts.append(f"{_plural(unchanged)} left unchanged")
         if refused:
@@ -100,7 +108,10 @@ def summary(reports: list[Report], settings: Settings) -> str:
             parts.append(f"{_plural(failed)} failed to convert")
     else:
         if changed:
-            parts.append(f"{_plural(changed)} would be converted" + (f" ({partial} partially, with --partial)" if partial else ""))
+            parts.append(
+                f"{_plural(changed)} would be converted"
+                + (f" ({partial} partially, with --partial)" if partial else "")
+            )
         if unchanged:
             parts.append(f"{_plural(unchanged)} would be left unchanged")
         if refused:
@@ -115,8 +126,11 @@ def run_commands(path: str) -> list[str]:
     from ddpify.launcher import single_node_command
 
     # torchrun's "gpu" fails where there is no GPU: the CPU line (gloo) says how many instead.
-    return [f"{single_node_command(path, [])}  (one process per GPU)",
-            f"{single_node_command(path, [], nproc='2')}  (no GPU: 2 processes, gloo)"]
+    return [
+        f"{single_node_command(path, [])}  (one process per GPU)",
+        f"{single_node_command(path, [], nproc='2')}  (no GPU: 2 processes, gloo)",
+    ]
+
 
 def use_color(flag: bool | None, stream) -> bool:
     """--color/--no-color, else NO_COLOR (no-color.org), else FORCE_COLOR (force-color.org),
@@ -134,7 +148,9 @@ def use_color(flag: bool | None, stream) -> bool:
 
 
 # path:line:col: CODE [mark] message -- a finding as Finding.format writes it
-_FINDING = re.compile(r"^(?P<where>.+?:\d+:\d+:) (?P<code>DDP\d{3})(?P<mark> \[\*\]| \[blocking\])? ")
+_FINDING = re.compile(
+    r"^(?P<where>.+?:\d+:\d+:) (?P<code>DDP\d{3})(?P<mark> \[\*\]| \[blocking\])? "
+)
 _ERROR = re.compile(r"^(?P<where>.+?): (?P<word>error|refused|note|warning):")
 
 
@@ -145,17 +161,28 @@ def color_message(kind: str, text: str) -> str:
     if mo:
         mark = mo.group("mark") or ""
         tint = "31" if mark == " [blocking]" else "32" if mark == " [*]" else "33"
-        head = f"\033[1m{mo.group('where')}\033[0m \033[1;{tint}m{mo.group('code')}\033[0m"
+        head = (
+            f"\033[1m{mo.group('where')}\033[0m \033[1;{tint}m{mo.group('code')}\033[0m"
+        )
         head += f"\033[{tint}m{mark}\033[0m " if mark else " "
-        return head + text[mo.end():]
+        return head + text[mo.end() :]
     mo = _ERROR.match(text)
     if mo:
         tint = "33" if mo.group("word") in ("note", "warning") else "31"
-        return f"\033[1m{mo.group('where')}\033[0m: \033[1;{tint}m{mo.group('word')}\033[0m" + text[mo.end() - 1:]
+        return (
+            f"\033[1m{mo.group('where')}\033[0m: \033[1;{tint}m{mo.group('word')}\033[0m"
+            + text[mo.end() - 1 :]
+        )
     return text
 
 
-def print_report(report: Report, settings: Settings, quiet: bool, color: bool, color_err: bool = False) -> None:
+def print_report(
+    report: Report,
+    settings: Settings,
+    quiet: bool,
+    color: bool,
+    color_err: bool = False,
+) -> None:
     """color: the diff on stdout; color_err: findings and messages on stderr."""
     if report.diff:
         sys.stdout.write(color_diff(report.diff) if color else report.diff)
@@ -166,9 +193,14 @@ def print_report(report: Report, settings: Settings, quiet: bool, color: bool, c
     for kind, text in report.messages:
         if quiet and kind not in ("error", "blocking"):
             continue
-        click.echo(color_message(kind, text) if color_err else text, err=True, color=color_err)
+        click.echo(
+            color_message(kind, text) if color_err else text, err=True, color=color_err
+        )
     if report.outcome == "changed" and not quiet:
-        click.echo(f"{'converted' if settings.write else 'would convert'} {report.path}", err=True)
+        click.echo(
+            f"{'converted' if settings.write else 'would convert'} {report.path}",
+            err=True,
+        )
         if settings.write and not report.stdin and not report.member:
             first, *rest = run_commands(report.path)
             click.echo(f"  run it with: {first}", err=True)
@@ -180,22 +212,36 @@ def review_results(reports: list[Report]) -> list:
     """The reports as the review formats (ddpify/report/) read them."""
     from ddpify.report import FileResult, parse_error
 
-    return [FileResult(r.path, list(r.findings), [parse_error(r.path, t) for k, t in r.messages if k == "error"],
-                       r.original, r.converted) for r in reports]
+    return [
+        FileResult(
+            r.path,
+            list(r.findings),
+            [parse_error(r.path, t) for k, t in r.messages if k == "error"],
+            r.original,
+            r.converted,
+        )
+        for r in reports
+    ]
 
 
 def json_document(reports: list[Report], settings: Settings) -> dict:
     """--output-format json: every file's outcome, findings and errors, for editors and CI."""
     files = []
     for r in reports:
-        files.append({
-            "path": r.path,
-            "outcome": r.outcome,  # changed | unchanged | refused | error
-            "status": r.status,
-            "blocking": r.blocked,
-            "findings": [f.to_dict() for f in r.findings],
-            "errors": [text for kind, text in r.messages if kind == "error"],
-            **({"diff": r.diff} if r.diff else {}),
-        })
-    return {"version": __version__, "mode": "write" if settings.write else "check" if settings.check else "diff",
-            "files": files, "summary": summary(reports, settings)}
+        files.append(
+            {
+                "path": r.path,
+                "outcome": r.outcome,  # changed | unchanged | refused | error
+                "status": r.status,
+                "blocking": r.blocked,
+                "findings": [f.to_dict() for f in r.findings],
+                "errors": [text for kind, text in r.messages if kind == "error"],
+                **({"diff": r.diff} if r.diff else {}),
+            }
+        )
+    return {
+        "version": __version__,
+        "mode": "write" if settings.write else "check" if settings.check else "diff",
+        "files": files,
+        "summary": summary(reports, settings),
+    }

@@ -32,9 +32,11 @@ def mark_unresolved(source: str, output: str, blocking: list[Finding]) -> str:
             continue
         indent = lines[stmt.lineno - 1][: stmt.col_offset]
         message = f"ddpify --partial: {f.code} at line {f.line} of the original is not converted: {f.message}"
-        text = (f"{indent}raise RuntimeError(  {MARK} ({f.code})\n"
-                f"{indent}    {message!r}\n"
-                f"{indent})\n")
+        text = (
+            f"{indent}raise RuntimeError(  {MARK} ({f.code})\n"
+            f"{indent}    {message!r}\n"
+            f"{indent})\n"
+        )
         if text not in inserts.get(stmt.lineno, []):
             inserts.setdefault(stmt.lineno, []).append(text)
     out = []
@@ -49,11 +51,17 @@ def _statement_at(tree: ast.Module, lines: list[str], line: int) -> ast.stmt | N
     right before it)."""
     best = None
     for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
+        if not isinstance(node, ast.stmt) or not (
+            node.lineno <= line <= (node.end_lineno or node.lineno)
+        ):
             continue
         if lines[node.lineno - 1][: node.col_offset].strip():
             continue  # `if x: y`: y shares its line
-        if best is None or node.lineno >= best.lineno and (node.end_lineno or 0) <= (best.end_lineno or 0):
+        if (
+            best is None
+            or node.lineno >= best.lineno
+            and (node.end_lineno or 0) <= (best.end_lineno or 0)
+        ):
             best = node
     if best is None:
         body = [s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
@@ -65,7 +73,9 @@ def _forward_map(source: str, output: str) -> dict[int, int]:
     """Source line -> output line, for the lines the conversion kept."""
     a, b = source.splitlines(), output.splitlines()
     out: dict[int, int] = {}
-    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+    for block in difflib.SequenceMatcher(
+        None, a, b, autojunk=False
+    ).get_matching_blocks():
         for k in range(block.size):
             out[block.a + k + 1] = block.b + k + 1
     return out

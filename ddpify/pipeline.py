@@ -21,10 +21,25 @@ from ddpify.undefined import new_unbound_reads
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP004", "generated-name-clash", "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)", fix=True, check="ranks")
-declare("DDP005", "undefined-name", "the conversion would read a name where it is not defined (a ddpify limitation): convert that part by hand", severity="blocking")
+declare(
+    "DDP004",
+    "generated-name-clash",
+    "a name ddpify generates is the script's own: ddpify's gets a free name (DDP_RANK, ...)",
+    fix=True,
+    check="ranks",
+)
+declare(
+    "DDP005",
+    "undefined-name",
+    "the conversion would read a name where it is not defined (a ddpify limitation): convert that part by hand",
+    severity="blocking",
+)
 declare("DDP090", "already-distributed", "already distributed: left unchanged")
-declare("DDP091", "legacy-distributed", "distributed the legacy way (apex / torch.distributed.launch)")
+declare(
+    "DDP091",
+    "legacy-distributed",
+    "distributed the legacy way (apex / torch.distributed.launch)",
+)
 declare("DDP099", "not-training", "not a training script: nothing to convert")
 
 __all__ = ["ConversionError", "Result", "convert_source", "parse"]
@@ -37,12 +52,16 @@ def parse(source: str) -> cst.Module:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
-        raise ConversionError(f"cannot parse: {msg}", e.raw_line, e.raw_column + 1) from None
+        raise ConversionError(
+            f"cannot parse: {msg}", e.raw_line, e.raw_column + 1
+        ) from None
     except RecursionError:
         raise ConversionError("cannot parse: nesting too deep") from None
 
 
-def convert_source(source: str, options: Options | None = None, path: str = "<stdin>") -> Result:
+def convert_source(
+    source: str, options: Options | None = None, path: str = "<stdin>"
+) -> Result:
     # Reference counting frees every tree here (the plan's closures, the one cycle, are dropped
     # below): the cycle collector, which a parse sets off every 700 new nodes, would only walk
     # the young nodes to find nothing (~5% of the time).
@@ -55,10 +74,22 @@ def convert_source(source: str, options: Options | None = None, path: str = "<st
         if enabled:
             gc.enable()
     result = _apply_policy(source, result, options)
-    if "ddpify:" in source:  # a typo in a directive, reported whatever became of the file
-        result.findings = sorted(result.findings + [f for f in unknown_directives(source) if f.code not in options.ignore])
-    if result.changed and options.partial and options.mark_unresolved and result.blocking:
-        result.source = mark_unresolved(source, result.source, result.blocking)  # the draft raises there
+    if (
+        "ddpify:" in source
+    ):  # a typo in a directive, reported whatever became of the file
+        result.findings = sorted(
+            result.findings
+            + [f for f in unknown_directives(source) if f.code not in options.ignore]
+        )
+    if (
+        result.changed
+        and options.partial
+        and options.mark_unresolved
+        and result.blocking
+    ):
+        result.source = mark_unresolved(
+            source, result.source, result.blocking
+        )  # the draft raises there
     if result.changed and options.line_length:
         result.source = fit_lines(source, result.source, options.line_length)
     return result
@@ -68,6 +99,7 @@ def _apply_policy(source: str, result: Result, options: Options) -> Result:
     """Drop suppressed findings; refuse (keep the source as it was) while a blocking one remains."""
     marks = ignored_codes(source)
     if marks or options.ignore:
+
         def kept(f: Finding) -> bool:
             if f.code in options.ignore:
                 return False
@@ -84,10 +116,26 @@ def _apply_policy(source: str, result: Result, options: Options) -> Result:
 
 def _convert_source(source: str, options: Options, path: str = "<stdin>") -> Result:
     module = parse(source)
-    if not any(word in source for word in ("backward", "distributed", "apex", "local_rank", "local-rank", *FRAMEWORKS)):
+    if not any(
+        word in source
+        for word in (
+            "backward",
+            "distributed",
+            "apex",
+            "local_rank",
+            "local-rank",
+            *FRAMEWORKS,
+        )
+    ):
         # no backward() and nothing distributed: not a training script, and the analysis
         # (most of the time of a pre-commit run over ordinary files) is not needed to say so
-        finding = Finding(1, 1, "DDP099", "no backward() call: not a training script, nothing to convert", False)
+        finding = Finding(
+            1,
+            1,
+            "DDP099",
+            "no backward() call: not a training script, nothing to convert",
+            False,
+        )
         return Result(source, False, "not-training", [finding])
     analysis = Analysis(module, source)
     clash = names.clashes(analysis, source)
@@ -96,7 +144,13 @@ def _convert_source(source: str, options: Options, path: str = "<stdin>") -> Res
     return _convert_module(source, analysis, options, path)
 
 
-def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name], options: Options, path: str) -> Result:
+def _convert_renamed(
+    source: str,
+    original: Analysis,
+    clash: dict[str, cst.Name],
+    options: Options,
+    path: str,
+) -> Result:
     """The script uses names ddpify generates: convert it with its names set aside, then give
     ddpify's names free spellings and the script its own back (see ddpify/names.py)."""
     hidden = names.placeholders(list(clash), source)
@@ -104,7 +158,10 @@ def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name]
     text = codegen(renamed, renamed)
     res = _convert_module(text, Analysis(parse(text), text), options, path)
     back = {p: n for n, p in hidden.items()}
-    findings = [Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed) for f in res.findings]
+    findings = [
+        Finding(f.line, f.col, f.code, names.unplace(f.message, back), f.fixed)
+        for f in res.findings
+    ]
     if not res.changed:
         return Result(source, False, res.status, findings)
     free = names.free_names(list(clash), source)
@@ -112,11 +169,21 @@ def _convert_renamed(source: str, original: Analysis, clash: dict[str, cst.Name]
     out = codegen(restored, restored)
     for name, node in clash.items():
         line, col = original.line_col(node)
-        findings.append(Finding(line, col, "DDP004", f"the script uses the name {name}: ddpify's own {name} is named {free[name]} here", True))
+        findings.append(
+            Finding(
+                line,
+                col,
+                "DDP004",
+                f"the script uses the name {name}: ddpify's own {name} is named {free[name]} here",
+                True,
+            )
+        )
     return Result(out, out != source, res.status, sorted(set(findings)))
 
 
-def _convert_module(source: str, analysis: Analysis, options: Options, path: str = "<stdin>") -> Result:
+def _convert_module(
+    source: str, analysis: Analysis, options: Options, path: str = "<stdin>"
+) -> Result:
     ctx = Context(analysis, options)
     ctx.path = path  # --optimize reads model classes from modules beside the script
     ctx.edits.parent = analysis.parent  # lets the Applier skip subtrees without edits
@@ -135,22 +202,54 @@ def _convert(source: str, analysis: Analysis, ctx: Context) -> Result:
         # as it is. apex, or a torch.distributed.launch script that sets up its group here, is
         # modernised by the legacy planners and goes through the same last checks.
         group = a._find_api(("torch.distributed.init_process_group",))
-        flag_only = (a.apex_api is None and a.local_rank_flag is not None
-                     and (group is None or (a.several_files() and a.region_of(group) != a.region_of(a.local_rank_flag))))
+        flag_only = (
+            a.apex_api is None
+            and a.local_rank_flag is not None
+            and (
+                group is None
+                or (
+                    a.several_files()
+                    and a.region_of(group) != a.region_of(a.local_rank_flag)
+                )
+            )
+        )
         if a.legacy_api is not None and not flag_only:
             result = _run(source, a, ctx, LEGACY)
             if result.changed:
                 return result
-        what = a.call_qualname(a.distributed_api) if isinstance(a.distributed_api, cst.Call) else "a distributed API"
+        what = (
+            a.call_qualname(a.distributed_api)
+            if isinstance(a.distributed_api, cst.Call)
+            else "a distributed API"
+        )
         # nothing was changed: only what stays (apex parts that need its extensions) or blocks is said
         ctx.findings = [f for f in ctx.findings if f.code == "DDP097" or f.blocking]
-        ctx.finding(a.distributed_api, "DDP090", f"already distributed ({what}): left unchanged", False)
+        ctx.finding(
+            a.distributed_api,
+            "DDP090",
+            f"already distributed ({what}): left unchanged",
+            False,
+        )
         # ddpify's own flag reads LOCAL_RANK; DeepSpeed's launcher fills --local_rank itself
-        if flag_only and "LOCAL_RANK" not in codegen(a.local_rank_flag) and what.startswith("torch."):
-            ctx.finding(a.local_rank_flag, "DDP091", "--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ[\"LOCAL_RANK\"]", False)
+        if (
+            flag_only
+            and "LOCAL_RANK" not in codegen(a.local_rank_flag)
+            and what.startswith("torch.")
+        ):
+            ctx.finding(
+                a.local_rank_flag,
+                "DDP091",
+                '--local_rank is filled only by the deprecated torch.distributed.launch (as --local-rank since torch 2.0): under torchrun read os.environ["LOCAL_RANK"]',
+                False,
+            )
         return Result(source, False, "already-distributed", sorted(set(ctx.findings)))
     if not a.steps:
-        ctx.finding(None, "DDP099", "no backward() call: not a training script, nothing to convert", False)
+        ctx.finding(
+            None,
+            "DDP099",
+            "no backward() call: not a training script, nothing to convert",
+            False,
+        )
         return Result(source, False, "not-training", sorted(ctx.findings))
     return _run(source, a, ctx, PIPELINE)
 
@@ -161,7 +260,9 @@ def _run(source: str, analysis: Analysis, ctx: Context, planners) -> Result:
     ctx.legacy = planners is LEGACY
     for transform in planners:
         if transform is LaunchTransform and ctx.opts.optimize:
-            for planner in OPTIMIZE:  # opt-in speed-ups, after the wrap and before launch's imports
+            for planner in (
+                OPTIMIZE
+            ):  # opt-in speed-ups, after the wrap and before launch's imports
                 planner().plan(ctx)
         transform().plan(ctx)
     if ctx.edits.is_empty():
@@ -182,8 +283,18 @@ def undefined_findings(source: str, new: str) -> list[Finding]:
     for scope, name, line in new_unbound_reads(source, new):
         # a planner placed code where a name it reads is not visible: NameError when it runs
         where = "at module level" if scope == "<module>" else f"in {scope}"
-        text = source.splitlines()[line - 1] if 0 < line <= source.count("\n") + 1 else ""
+        text = (
+            source.splitlines()[line - 1] if 0 < line <= source.count("\n") + 1 else ""
+        )
         col = len(text) - len(text.lstrip()) + 1
-        out.append(Finding(line or 1, col, "DDP005", f"the conversion would read {name} {where}, where it is not defined "
-                           f"(a ddpify limitation): convert this part by hand", False))
+        out.append(
+            Finding(
+                line or 1,
+                col,
+                "DDP005",
+                f"the conversion would read {name} {where}, where it is not defined "
+                f"(a ddpify limitation): convert this part by hand",
+                False,
+            )
+        )
     return out

@@ -16,7 +16,11 @@ from ddpify.fileio import FileError, SourceFile
 from ddpify.options import Options
 from ddpify.output import Report, Settings, unified_diff
 
-PY2_HINTS = ("Missing parentheses in call to", "leading zeros in decimal integer", "multiple exception types must be parenthesized")
+PY2_HINTS = (
+    "Missing parentheses in call to",
+    "leading zeros in decimal integer",
+    "multiple exception types must be parenthesized",
+)
 
 
 # --------------------------------------------------------------------------- converting one file
@@ -49,11 +53,15 @@ def _convert(src: SourceFile, options: Options, path: str, report: Report) -> by
     """Converted bytes (== src.data when nothing changes); fills the report's status and findings."""
     tree = check_syntax(src.text, path)
     if not tree.body:
-        report.status = "empty"  # empty or only comments: nothing to convert, like black and ruff
+        report.status = (
+            "empty"  # empty or only comments: nothing to convert, like black and ruff
+        )
         return src.data
     if fileio.is_generated(src.text):
         report.status = "generated"
-        report.messages.append(("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged"))
+        report.messages.append(
+            ("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged")
+        )
         return src.data
     from ddpify.pipeline import ConversionError, convert_source
 
@@ -65,29 +73,51 @@ def _convert(src: SourceFile, options: Options, path: str, report: Report) -> by
     report.status = result.status
     report.findings = sorted(result.findings)
     for finding in report.findings:
-        kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+        kind = (
+            "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+        )
         report.messages.append((kind, finding.format(path)))
     if result.blocking:
         report.blocked = True
         n = len(result.blocking)
         what = f"{n} blocking finding{'' if n == 1 else 's'}"
         if result.status == "refused":
-            kept = "the input was echoed unchanged" if report.stdin else "the file was left unchanged"
-            report.messages.append(("blocking", (
-                f"{path}: refused: {what} above would make the output a wrong DDP program, so {kept}. "
-                "Fix them by hand, suppress one with `# ddpify: ignore[CODE]` on its line, "
-                "or write the partial conversion with --partial."
-            )))
+            kept = (
+                "the input was echoed unchanged"
+                if report.stdin
+                else "the file was left unchanged"
+            )
+            report.messages.append(
+                (
+                    "blocking",
+                    (
+                        f"{path}: refused: {what} above would make the output a wrong DDP program, so {kept}. "
+                        "Fix them by hand, suppress one with `# ddpify: ignore[CODE]` on its line, "
+                        "or write the partial conversion with --partial."
+                    ),
+                )
+            )
         else:
-            report.messages.append(("blocking", f"{path}: converted with --partial: {what} above still need(s) a hand fix"))
+            report.messages.append(
+                (
+                    "blocking",
+                    f"{path}: converted with --partial: {what} above still need(s) a hand fix",
+                )
+            )
     if result.status == "generated":
-        report.messages.append(("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged"))
+        report.messages.append(
+            ("note", f"{path}: note: marked {fileio.GENERATED_MARKER}: left unchanged")
+        )
     out = fileio.encode_source(src, result.source)
     if out != src.data:
         try:
             check_syntax(result.source, path)
         except FileError as exc:
-            where = f" (line {exc.line}: {exc.message})" if exc.line else f" ({exc.message})"
+            where = (
+                f" (line {exc.line}: {exc.message})"
+                if exc.line
+                else f" ({exc.message})"
+            )
             raise _Failed(
                 f"{path}: error: internal error: the converted code does not compile{where}; "
                 "the file was left unchanged. Please report this bug."
@@ -117,14 +147,25 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
             data = stdin_data if stdin_data is not None else sys.stdin.buffer.read()
             signature = None
         else:
-            signature = fileio.file_signature(job.path) if os.path.exists(job.path) else None
+            signature = (
+                fileio.file_signature(job.path) if os.path.exists(job.path) else None
+            )
             data = fileio.read_bytes(job.path)
         src = fileio.decode_source(data)
         out = _convert(src, job.options or Options(), job.path, report)
         changed = out != src.data
-        report.outcome = "changed" if changed else "refused" if report.status == "refused" else "unchanged"
+        report.outcome = (
+            "changed"
+            if changed
+            else "refused"
+            if report.status == "refused"
+            else "unchanged"
+        )
         if changed:
-            report.original, report.converted = src.data.decode(src.encoding), out.decode(src.encoding)
+            report.original, report.converted = (
+                src.data.decode(src.encoding),
+                out.decode(src.encoding),
+            )
             if settings.diff:
                 report.diff = unified_diff(report.original, report.converted, job.path)
         if job.stdin:
@@ -138,7 +179,9 @@ def process(job: Job, settings: Settings, stdin_data: bytes | None = None) -> Re
     except _Failed as exc:
         report.fail(str(exc))
     except OSError as exc:
-        report.fail(f"{job.path}: error: cannot write: {(exc.strerror or str(exc)).lower()}; the file was left unchanged")
+        report.fail(
+            f"{job.path}: error: cannot write: {(exc.strerror or str(exc)).lower()}; the file was left unchanged"
+        )
     except (RecursionError, MemoryError):
         report.fail(f"{job.path}: error: the code is too deeply nested to convert")
     except Exception as exc:  # a converter bug must not stop the other files
@@ -163,7 +206,10 @@ def run_jobs(job_list: list[Job], settings: Settings, jobs: int) -> list[Report]
     done: dict[int, Report] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(file_jobs))) as pool:
         pooled = [i for i, j in enumerate(job_list) if not j.stdin]
-        for i, rep in zip(pooled, pool.map(_process_star, [job_list[i] for i in pooled], repeat(settings))):
+        for i, rep in zip(
+            pooled,
+            pool.map(_process_star, [job_list[i] for i in pooled], repeat(settings)),
+        ):
             done[i] = rep
     for i, j in enumerate(job_list):
         if j.stdin:

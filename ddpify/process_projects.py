@@ -13,7 +13,9 @@ from ddpify.output import Report, Settings, unified_diff
 from ddpify.process import check_syntax
 
 
-def split_projects(job_list: list[Job], explicit: tuple[str, ...]) -> tuple[list[list[Job]], list[Job]]:
+def split_projects(
+    job_list: list[Job], explicit: tuple[str, ...]
+) -> tuple[list[list[Job]], list[Job]]:
     """Entry scripts that import local modules (project mode) and their modules, apart from the
     files converted one at a time. A file named on the command line that imports a local module is
     an entry; in a directory, an entry also has `if __name__ == "__main__":`. Modules of an entry
@@ -37,16 +39,26 @@ def split_projects(job_list: list[Job], explicit: tuple[str, ...]) -> tuple[list
         return [], job_list
     members = {p for _, files in entries for p in files[1:]}
     entry_paths = {os.path.realpath(j.path) for j, _ in entries}
-    rest = [j for j in job_list if j.stdin or os.path.realpath(j.path) not in members | entry_paths]
+    rest = [
+        j
+        for j in job_list
+        if j.stdin or os.path.realpath(j.path) not in members | entry_paths
+    ]
     return [[j] for j, _ in entries], rest
 
 
 def loose_members(every_job: list[Job], reports: list[Report]) -> list[Job]:
     """The jobs of the modules of projects whose entry trains nothing, that no training project
     holds (a file named on the command line or found in a directory)."""
-    idle = {os.path.realpath(r.path) for r in reports if r.member and r.status == "not-training" and r.outcome == "unchanged"}
+    idle = {
+        os.path.realpath(r.path)
+        for r in reports
+        if r.member and r.status == "not-training" and r.outcome == "unchanged"
+    }
     busy = {os.path.realpath(r.path) for r in reports if r.status != "not-training"}
-    return [j for j in every_job if not j.stdin and os.path.realpath(j.path) in idle - busy]
+    return [
+        j for j in every_job if not j.stdin and os.path.realpath(j.path) in idle - busy
+    ]
 
 
 def display(path: str) -> str:
@@ -72,7 +84,11 @@ def _convert_projects(groups: list[list[Job]]):
             sources[path] = fileio.decode_source(fileio.read_bytes(path))
         return sources[path].text
 
-    results = convert_projects([(g[0].path, g[0].options or Options()) for g in groups], read=read, errors=(FileError,))
+    results = convert_projects(
+        [(g[0].path, g[0].options or Options()) for g in groups],
+        read=read,
+        errors=(FileError,),
+    )
     return [(g[0], r) for g, r in zip(groups, results)], sources, signatures
 
 
@@ -90,26 +106,43 @@ def process_projects(groups: list[list[Job]], settings: Settings) -> list[Report
             reports.append(report)
             continue
         group_reports = []
-        blocked = result.status == "refused" or (bool(result.blocking) and not (entry.options or Options()).partial)
+        blocked = result.status == "refused" or (
+            bool(result.blocking) and not (entry.options or Options()).partial
+        )
         for fr in result.files:
             path = entry.path if fr.path == result.entry else _display(fr.path, entry)
             report = Report(path, status=result.status, member=fr.path != result.entry)
             report.findings = fr.findings
             report.blocked = any(f.blocking for f in fr.findings)
             for finding in fr.findings:
-                kind = "fixed" if finding.fixed else "blocking" if finding.blocking else "finding"
+                kind = (
+                    "fixed"
+                    if finding.fixed
+                    else "blocking"
+                    if finding.blocking
+                    else "finding"
+                )
                 report.messages.append((kind, finding.format(path)))
             src = sources[fr.path]
-            out = fileio.encode_source(src, fr.output) if fr.changed and not blocked else src.data
+            out = (
+                fileio.encode_source(src, fr.output)
+                if fr.changed and not blocked
+                else src.data
+            )
             if out != src.data:
                 try:
                     check_syntax(fr.output, path)
                 except FileError:
-                    report.fail(f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug.")
+                    report.fail(
+                        f"{path}: error: internal error: the converted code does not compile; the project was left unchanged. Please report this bug."
+                    )
                     blocked = True
             report.outcome = "changed" if out != src.data else "unchanged"
             if out != src.data:
-                report.original, report.converted = src.data.decode(src.encoding), out.decode(src.encoding)
+                report.original, report.converted = (
+                    src.data.decode(src.encoding),
+                    out.decode(src.encoding),
+                )
                 if settings.diff:
                     report.diff = unified_diff(src.text, fr.output, path)
             group_reports.append((fr.path, out, report))
@@ -120,10 +153,15 @@ def process_projects(groups: list[list[Job]], settings: Settings) -> list[Report
                 report.diff = ""
                 report.original = report.converted = None
                 report.blocked = True
-            group_reports[0][2].messages.append(("blocking", (
-                f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "
-                f"({len(group_reports)} files) would make it a wrong DDP program, so every file was left unchanged."
-            )))
+            group_reports[0][2].messages.append(
+                (
+                    "blocking",
+                    (
+                        f"{entry.path}: refused: {n} blocking finding{'' if n == 1 else 's'} in the project "
+                        f"({len(group_reports)} files) would make it a wrong DDP program, so every file was left unchanged."
+                    ),
+                )
+            )
         for path, out, report in group_reports:
             if path in seen:
                 continue  # a module of several projects: reported (and written) once
@@ -138,5 +176,7 @@ def process_projects(groups: list[list[Job]], settings: Settings) -> list[Report
             for path, data in writes.items():
                 fileio.write_atomic(path, data, expected=signatures[path])
         except (OSError, FileError) as exc:
-            reports[0].fail(f"{reports[0].path}: error: cannot write the project: {exc}")
+            reports[0].fail(
+                f"{reports[0].path}: error: cannot write the project: {exc}"
+            )
     return reports

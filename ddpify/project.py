@@ -29,9 +29,24 @@ from ddpify.pipeline import ConversionError, convert_source, undefined_findings
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP100", "project-lazy-import", "project mode: training code in a local module it cannot follow (imported inside a function)", severity="blocking")
-declare("DDP101", "project-shared-module", "project mode: a module shared by several entry scripts would be converted differently for each", severity="blocking")
-declare("DDP102", "project-module-is-script", "project mode: a module that is also a script (`if __name__ == \"__main__\":`) whose block would fail on code converted for the entry", severity="blocking")
+declare(
+    "DDP100",
+    "project-lazy-import",
+    "project mode: training code in a local module it cannot follow (imported inside a function)",
+    severity="blocking",
+)
+declare(
+    "DDP101",
+    "project-shared-module",
+    "project mode: a module shared by several entry scripts would be converted differently for each",
+    severity="blocking",
+)
+declare(
+    "DDP102",
+    "project-module-is-script",
+    'project mode: a module that is also a script (`if __name__ == "__main__":`) whose block would fail on code converted for the entry',
+    severity="blocking",
+)
 
 
 @dataclass
@@ -67,7 +82,9 @@ def is_project(entry: str) -> bool:
     return len(files) > 1
 
 
-def convert_project(entry: str, options: Options | None = None, read=None) -> ProjectResult:
+def convert_project(
+    entry: str, options: Options | None = None, read=None
+) -> ProjectResult:
     """Convert entry and its local modules as one program. Nothing is written here."""
     options = options or Options()
     root, files = local_modules(entry, read)
@@ -75,12 +92,22 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
     # converted in full even where a finding blocks: whether a module's own __main__ block runs
     # code the conversion changes (DDP102) is read from the outputs; nothing is written here.
     # Lines are wrapped file by file, after the split (fit_lines compares each with its input).
-    console = tuple((k, f) for k, mod in enumerate(files) for f in console_functions(mod.path))
-    result = convert_source(merged.text, replace(options, partial=True, line_length=0, mark_unresolved=False, console=console), path=entry)
+    console = tuple(
+        (k, f) for k, mod in enumerate(files) for f in console_functions(mod.path)
+    )
+    result = convert_source(
+        merged.text,
+        replace(
+            options, partial=True, line_length=0, mark_unresolved=False, console=console
+        ),
+        path=entry,
+    )
     per_file: list[list[Finding]] = [[] for _ in files]
     for f in result.findings:
         index, line = where(merged, f.line) if f.line else (0, f.line)
-        per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed, f.severity))
+        per_file[index].append(
+            Finding(line, f.col, f.code, f.message, f.fixed, f.severity)
+        )
     # a project already distributed (Accelerate, DDP, ...) is converted in no file: what would make
     # a conversion of its modules wrong does not apply
     untouched = result.status == "already-distributed"
@@ -88,19 +115,34 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
         for line, path in mod.lazy:
             if _trains(path):
                 rel = os.path.relpath(path, os.path.dirname(mod.path))
-                per_file[k].append(Finding(line, 1, "DDP100", f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand", False))
+                per_file[k].append(
+                    Finding(
+                        line,
+                        1,
+                        "DDP100",
+                        f"{rel} holds a training step (backward) but is imported inside a function here, and project mode follows top-level imports only: move this import to the top of the file, or convert {rel} by hand",
+                        False,
+                    )
+                )
     if not untouched and result.changed:
         # the invariant gate's own reading of what the program imports (ddpify/gate/modules.py)
         index = {m.path: k for k, m in enumerate(files)}
-        for path, line, col, message in gate_modules.check(entry, root, {m.path: m.text for m in files}):
-            per_file[index[path]].append(Finding(line, col, "DDP155", message, False, "blocking"))
+        for path, line, col, message in gate_modules.check(
+            entry, root, {m.path: m.text for m in files}
+        ):
+            per_file[index[path]].append(
+                Finding(line, col, "DDP155", message, False, "blocking")
+            )
     per_file = [_kept(fs, m.text, options) for fs, m in zip(per_file, files)]
     outputs = [m.text for m in files]
     status = result.status
     blocked = any(f.blocking for fs in per_file for f in fs)
     if result.changed:
         try:
-            outputs = [fit_lines(m.text, out, options.line_length) for m, out in zip(files, split(result.source, merged, files))]
+            outputs = [
+                fit_lines(m.text, out, options.line_length)
+                for m, out in zip(files, split(result.source, merged, files))
+            ]
         except ConversionError:
             if options.partial or not blocked:
                 raise  # a tree the split cannot take apart is a bug, and no file is written
@@ -109,23 +151,56 @@ def convert_project(entry: str, options: Options | None = None, read=None) -> Pr
                 # each file on its own: a name another of the project's files binds is not defined here
                 for k, (mod, out) in enumerate(zip(files, outputs)):
                     if out != mod.text:
-                        per_file[k] = sorted(set(per_file[k]) | set(_kept(undefined_findings(mod.text, out), mod.text, options)))
+                        per_file[k] = sorted(
+                            set(per_file[k])
+                            | set(
+                                _kept(
+                                    undefined_findings(mod.text, out), mod.text, options
+                                )
+                            )
+                        )
     for k, mod in enumerate(files[1:], start=1):
         found = _script_running_changes(mod, outputs[k])
         if found:
             line, what = found
             name = os.path.basename(mod.path)
-            per_file[k] += _kept([Finding(line, 1, "DDP102", f"{name} is also a script, and `python {name}` would fail: its `if __name__ == \"__main__\":` block runs {what}. Move that block into a script of its own (and convert that one too), or convert by hand", False)], mod.text, options)
-    if options.partial and options.mark_unresolved and result.changed:  # the draft raises where a blocking finding remains
-        outputs = [mark_unresolved(m.text, out, [f for f in fs if f.blocking]) if out != m.text else out
-                   for m, out, fs in zip(files, outputs, per_file)]
+            per_file[k] += _kept(
+                [
+                    Finding(
+                        line,
+                        1,
+                        "DDP102",
+                        f'{name} is also a script, and `python {name}` would fail: its `if __name__ == "__main__":` block runs {what}. Move that block into a script of its own (and convert that one too), or convert by hand',
+                        False,
+                    )
+                ],
+                mod.text,
+                options,
+            )
+    if (
+        options.partial and options.mark_unresolved and result.changed
+    ):  # the draft raises where a blocking finding remains
+        outputs = [
+            mark_unresolved(m.text, out, [f for f in fs if f.blocking])
+            if out != m.text
+            else out
+            for m, out, fs in zip(files, outputs, per_file)
+        ]
     if any(f.blocking for fs in per_file for f in fs) and not options.partial:
-        status = "refused"  # a wrong program is worse than none: every file stays as it is
+        status = (
+            "refused"  # a wrong program is worse than none: every file stays as it is
+        )
         per_file = [[f for f in fs if f.blocking] for fs in per_file]
         outputs = [m.text for m in files]
-    return ProjectResult(os.path.realpath(entry), root, status, [
-        FileResult(m.path, m.text, out, sorted(set(fs))) for m, out, fs in zip(files, outputs, per_file)
-    ])
+    return ProjectResult(
+        os.path.realpath(entry),
+        root,
+        status,
+        [
+            FileResult(m.path, m.text, out, sorted(set(fs)))
+            for m, out, fs in zip(files, outputs, per_file)
+        ],
+    )
 
 
 def _script_running_changes(mod: ModuleFile, output: str) -> tuple[int, str] | None:
@@ -161,11 +236,27 @@ def _script_running_changes(mod: ModuleFile, output: str) -> tuple[int, str] | N
     new_defs, new_others = parts(new, output)
     line = mod.main_guard[0]
     added = [seg for seg in new_others if seg not in old_others]
-    needs_group = next((seg for seg in added if re.search(r"\bDistributedSampler\(|\bDDP\(|\bdist\.\w+\(", seg)), None)
+    needs_group = next(
+        (
+            seg
+            for seg in added
+            if re.search(r"\bDistributedSampler\(|\bDDP\(|\bdist\.\w+\(", seg)
+        ),
+        None,
+    )
     if needs_group:
-        return line, f"after the module's top-level code, which now needs a process group before the block can set one up (`{needs_group.splitlines()[0]}`)"
-    guard = next(n for n in mod.tree.body if getattr(n, "lineno", 0) == mod.main_guard[0])
-    nodes = {n.name: n for n in mod.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        return (
+            line,
+            f"after the module's top-level code, which now needs a process group before the block can set one up (`{needs_group.splitlines()[0]}`)",
+        )
+    guard = next(
+        n for n in mod.tree.body if getattr(n, "lineno", 0) == mod.main_guard[0]
+    )
+    nodes = {
+        n.name: n
+        for n in mod.tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
     reached: list[str] = []
     work: list[ast.AST] = [guard]
     while work:
@@ -173,24 +264,56 @@ def _script_running_changes(mod: ModuleFile, output: str) -> tuple[int, str] | N
             if isinstance(n, ast.Name) and n.id in nodes and n.id not in reached:
                 reached.append(n.id)
                 work.append(nodes[n.id])
-    builds_loader = "DataLoader(" in (ast.get_source_segment(mod.text, guard) or "") or any(
-        "DataLoader(" in old_defs[n] for n in reached if new_defs.get(n) == old_defs[n])
+    builds_loader = "DataLoader(" in (
+        ast.get_source_segment(mod.text, guard) or ""
+    ) or any(
+        "DataLoader(" in old_defs[n] for n in reached if new_defs.get(n) == old_defs[n]
+    )
     for name in reached:
         before, after = old_defs[name], new_defs.get(name, old_defs[name])
         if after == before:
             continue
         fresh = [ln for ln in after.splitlines() if ln not in before.splitlines()]
-        calls = [mt for ln in fresh for mt in [re.search(r"([\w.]+)\.sampler\.set_epoch\(", ln)] if mt]
+        calls = [
+            mt
+            for ln in fresh
+            for mt in [re.search(r"([\w.]+)\.sampler\.set_epoch\(", ln)]
+            if mt
+        ]
         # `if hasattr(loader.sampler, "set_epoch"):` before it: a plain loader passes through
-        epoch = next((mt.group(0) for mt in calls if f'hasattr({mt.group(1)}.sampler, "set_epoch")' not in after), None)
+        epoch = next(
+            (
+                mt.group(0)
+                for mt in calls
+                if f'hasattr({mt.group(1)}.sampler, "set_epoch")' not in after
+            ),
+            None,
+        )
         if epoch and builds_loader:
-            return line, (f"`{name}`, which now calls `{epoch}...)` as converted for the entry, while the loader the block "
-                          "builds is left as it is, with no DistributedSampler (AttributeError)")
-        wrapped = {mt.group(1) for ln in fresh for mt in [re.search(r"([\w.]+) = DDP\(", ln)] if mt}
-        plain = next((mt.group(1) for ln in fresh for mt in [re.search(r"([\w.]+)\.module\b", ln)] if mt and mt.group(1) not in wrapped), None)
+            return line, (
+                f"`{name}`, which now calls `{epoch}...)` as converted for the entry, while the loader the block "
+                "builds is left as it is, with no DistributedSampler (AttributeError)"
+            )
+        wrapped = {
+            mt.group(1)
+            for ln in fresh
+            for mt in [re.search(r"([\w.]+) = DDP\(", ln)]
+            if mt
+        }
+        plain = next(
+            (
+                mt.group(1)
+                for ln in fresh
+                for mt in [re.search(r"([\w.]+)\.module\b", ln)]
+                if mt and mt.group(1) not in wrapped
+            ),
+            None,
+        )
         if plain:
-            return line, (f"`{name}`, which now reads `{plain}.module` as converted for the entry, where the model is wrapped "
-                          "in DDP, while the block passes a plain model (AttributeError)")
+            return line, (
+                f"`{name}`, which now reads `{plain}.module` as converted for the entry, where the model is wrapped "
+                "in DDP, while the block passes a plain model (AttributeError)"
+            )
     return None
 
 
@@ -217,7 +340,9 @@ def _kept(findings: list[Finding], text: str, options: Options) -> list[Finding]
     return [f for f in findings if f.code not in ("DDP100", "DDP102") or kept(f)]
 
 
-def convert_projects(entries: list[tuple[str, Options]], read=None, errors: tuple = ()) -> list[ProjectResult | str]:
+def convert_projects(
+    entries: list[tuple[str, Options]], read=None, errors: tuple = ()
+) -> list[ProjectResult | str]:
     """Several entry scripts (`ddpify DIR`): each project converted from the files as they are.
     A module shared by several projects must come out the same in each, and stays as it is when
     one of them is refused: otherwise those projects are refused too (DDP101). An entry that cannot
@@ -226,8 +351,16 @@ def convert_projects(entries: list[tuple[str, Options]], read=None, errors: tupl
     for path, options in entries:
         try:
             done.append(convert_project(path, options, read=read))
-        except (SyntaxError, ConversionError, OSError, UnicodeDecodeError, *errors) as exc:
-            done.append(f"{path}: error: project mode: {getattr(exc, 'message', None) or exc}; no file of the project was changed")
+        except (
+            SyntaxError,
+            ConversionError,
+            OSError,
+            UnicodeDecodeError,
+            *errors,
+        ) as exc:
+            done.append(
+                f"{path}: error: project mode: {getattr(exc, 'message', None) or exc}; no file of the project was changed"
+            )
     results = [r for r in done if isinstance(r, ProjectResult)]
     outputs: dict[str, dict[str, str]] = {}  # module -> entry -> its output
     for res in results:
@@ -235,18 +368,40 @@ def convert_projects(entries: list[tuple[str, Options]], read=None, errors: tupl
             outputs.setdefault(r.path, {})[res.entry] = r.output
     for res in results:
         for r in res.files[1:]:
-            other = next((e for e, out in outputs[r.path].items() if out != r.output), None)
+            other = next(
+                (e for e, out in outputs[r.path].items() if out != r.output), None
+            )
             if other is not None:
-                _refuse(res, r, f"this module is part of the projects of {os.path.basename(res.entry)} and {os.path.basename(other)}, which would convert it differently: make both use it the same way, or convert it by hand")
+                _refuse(
+                    res,
+                    r,
+                    f"this module is part of the projects of {os.path.basename(res.entry)} and {os.path.basename(other)}, which would convert it differently: make both use it the same way, or convert it by hand",
+                )
                 break
     changed = True
     while changed:  # a module shared with a refused project stays as it is: so do its other projects
         changed = False
-        refused = {r.path: res.entry for res in results if res.status == "refused" for r in res.files[1:]}
+        refused = {
+            r.path: res.entry
+            for res in results
+            if res.status == "refused"
+            for r in res.files[1:]
+        }
         for res in results:
-            hit = next((r for r in res.files[1:] if r.path in refused and res.status != "refused"), None)
+            hit = next(
+                (
+                    r
+                    for r in res.files[1:]
+                    if r.path in refused and res.status != "refused"
+                ),
+                None,
+            )
             if hit is not None:
-                _refuse(res, hit, f"this module is also part of the project of {os.path.basename(refused[hit.path])}, which is refused: it stays as it is, and so does this project")
+                _refuse(
+                    res,
+                    hit,
+                    f"this module is also part of the project of {os.path.basename(refused[hit.path])}, which is refused: it stays as it is, and so does this project",
+                )
                 changed = True
     return done
 

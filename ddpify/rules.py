@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SEVERITIES = ("blocking", "note")
-TOOLS = ("convert", "lint", "gate")  # gate: raised by the invariant gate (ddpify/gate/) on a converted program
+TOOLS = (
+    "convert",
+    "lint",
+    "gate",
+)  # gate: raised by the invariant gate (ddpify/gate/) on a converted program
 CODE_RE = re.compile(r"^DDP\d{3}$")
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
 
@@ -46,8 +50,16 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def declare(code: str, title: str, message: str, *, severity: str = "note", fix: bool = False,
-            check: str | None = None, tool: str = "convert") -> Rule:
+def declare(
+    code: str,
+    title: str,
+    message: str,
+    *,
+    severity: str = "note",
+    fix: bool = False,
+    check: str | None = None,
+    tool: str = "convert",
+) -> Rule:
     """Declare a code; call it at the top of the module that raises the code."""
     module = sys._getframe(1).f_globals.get("__name__", "?")
     if not CODE_RE.match(code):
@@ -73,7 +85,9 @@ def load_all() -> dict[str, Rule]:
     global _loaded
     if not _loaded:
         _loaded = True
-        for info in pkgutil.walk_packages([str(Path(__file__).resolve().parent)], "ddpify."):
+        for info in pkgutil.walk_packages(
+            [str(Path(__file__).resolve().parent)], "ddpify."
+        ):
             if info.name.startswith(("ddpify.verify", "ddpify.__main__")):
                 continue
             importlib.import_module(info.name)
@@ -103,15 +117,26 @@ def table(tool: str | None = None) -> str:
         for code in sorted(load_all()):
             r = REGISTRY[code]
             if r.tool == "lint":
-                rows.append(f"| {r.code} | {r.title} | {lint_severity(r)} | {r.message} |")
+                rows.append(
+                    f"| {r.code} | {r.title} | {lint_severity(r)} | {r.message} |"
+                )
         return "\n".join(rows)
-    rows = ["| code | name | severity | fix | verify check | meaning |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| code | name | severity | fix | verify check | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
     for code in sorted(load_all()):
         r = REGISTRY[code]
-        if tool is not None and r.tool != tool and not (tool == "convert" and r.tool == "gate"):
+        if (
+            tool is not None
+            and r.tool != tool
+            and not (tool == "convert" and r.tool == "gate")
+        ):
             continue
         fix = "yes" if r.fix else ""
-        rows.append(f"| {r.code} | {r.title} | {r.severity} | {fix} | {r.check or ''} | {r.message} |")
+        rows.append(
+            f"| {r.code} | {r.title} | {r.severity} | {fix} | {r.check or ''} | {r.message} |"
+        )
     return "\n".join(rows)
 
 
@@ -126,14 +151,28 @@ def explain(code: str) -> str:
     if rule is None:
         raise KeyError(code)
     if rule.tool == "lint":
-        severity = f"Severity: {lint_severity(rule)}" + (" (ddpify lint exits 1 while one remains, unless ignored)" if rule.blocking else "")
+        severity = f"Severity: {lint_severity(rule)}" + (
+            " (ddpify lint exits 1 while one remains, unless ignored)"
+            if rule.blocking
+            else ""
+        )
     else:
-        severity = f"Severity: {rule.severity}" + (" (the file is left unchanged and ddpify exits 2, unless ignored or --partial)" if rule.blocking else "")
-    out = [f"{rule.code} ({rule.title})", "", severity,
-           f"Fix: {'ddpify changes the code' if rule.fix else 'none: the finding says what to do by hand'}"]
+        severity = f"Severity: {rule.severity}" + (
+            " (the file is left unchanged and ddpify exits 2, unless ignored or --partial)"
+            if rule.blocking
+            else ""
+        )
+    out = [
+        f"{rule.code} ({rule.title})",
+        "",
+        severity,
+        f"Fix: {'ddpify changes the code' if rule.fix else 'none: the finding says what to do by hand'}",
+    ]
     if rule.check:
         out.append(f"Proved at run time by: ddpify verify's `{rule.check}` check")
-    out.append(f"Raised by: {rule.module}" + (" (ddpify lint)" if rule.tool == "lint" else ""))
+    out.append(
+        f"Raised by: {rule.module}" + (" (ddpify lint)" if rule.tool == "lint" else "")
+    )
     out += ["", rule.message]
     if rule.tool == "lint":
         from ddpify.lint.families import FAMILIES, family_of
@@ -142,16 +181,37 @@ def explain(code: str) -> str:
         if fam is not None:
             what, codes = FAMILIES[fam]
             others = [c for c in codes if c != rule.code]
-            out += ["", f"Family: {fam}: {what}" + (f" (also {', '.join(others)})" if others else "")]
+            out += [
+                "",
+                f"Family: {fam}: {what}"
+                + (f" (also {', '.join(others)})" if others else ""),
+            ]
     ex = rule.example
-    examples = (("input.py", "Example"), ("expected.py", "Becomes"), ("expected.txt", "Findings" if rule.tool == "convert" else "ddpify lint reports"))
-    if rule.tool == "gate":  # a converted program that breaks the invariant, as the gate reads it
-        examples = (("output.py", "A converted program that breaks it"), ("expected.txt", "The gate reports"))
+    examples = (
+        ("input.py", "Example"),
+        ("expected.py", "Becomes"),
+        (
+            "expected.txt",
+            "Findings" if rule.tool == "convert" else "ddpify lint reports",
+        ),
+    )
+    if (
+        rule.tool == "gate"
+    ):  # a converted program that breaks the invariant, as the gate reads it
+        examples = (
+            ("output.py", "A converted program that breaks it"),
+            ("expected.txt", "The gate reports"),
+        )
     for name, title in examples:
         f = ex / name
         if f.exists():
             text = f.read_text()
             if name == "expected.py" and text == (ex / "input.py").read_text():
                 text = "(unchanged: the file is left as it is)\n"
-            out += ["", f"{title}:", "", *("    " + ln if ln else "" for ln in text.splitlines())]
+            out += [
+                "",
+                f"{title}:",
+                "",
+                *("    " + ln if ln else "" for ln in text.splitlines()),
+            ]
     return "\n".join(out) + "\n"

@@ -15,16 +15,34 @@ import re
 import symtable
 
 _STAR = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.M)
-_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__", "__loader__", "__package__", "__path__", "__annotations__"}
+_BUILTINS = frozenset(dir(builtins)) | {
+    "__file__",
+    "__name__",
+    "__doc__",
+    "__spec__",
+    "__builtins__",
+    "__loader__",
+    "__package__",
+    "__path__",
+    "__annotations__",
+}
 
 
 def _module_bound(top: symtable.SymbolTable) -> set[str]:
-    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    bound = {
+        s.get_name()
+        for s in top.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
     todo = list(top.get_children())
     while todo:  # `global x` then `x = ...` in a function binds a module name too
         t = todo.pop()
         todo.extend(t.get_children())
-        bound |= {s.get_name() for s in t.get_symbols() if s.is_declared_global() and s.is_assigned()}
+        bound |= {
+            s.get_name()
+            for s in t.get_symbols()
+            if s.is_declared_global() and s.is_assigned()
+        }
     return bound
 
 
@@ -43,7 +61,11 @@ def unbound_reads(source: str) -> tuple[set[tuple[str, str]], dict[str, int]] | 
     todo: list[tuple[symtable.SymbolTable, str]] = [(top, "")]
     while todo:
         table, path = todo.pop()
-        here = f"{path}.{table.get_name()}" if path else ("" if table.get_type() == "module" else table.get_name())
+        here = (
+            f"{path}.{table.get_name()}"
+            if path
+            else ("" if table.get_type() == "module" else table.get_name())
+        )
         lines.setdefault(here, table.get_lineno())
         for s in table.get_symbols():
             if not s.is_referenced() or s.get_name() in bound:
@@ -62,7 +84,7 @@ def new_unbound_reads(before: str, after: str) -> list[tuple[str, str, int]]:
         return []
     (old, lines), (new, _) = old_, new_
     found = []
-    for (scope, name) in sorted(new - old):
+    for scope, name in sorted(new - old):
         if name in {n for (_, n) in old}:
             continue  # the input already read it unbound elsewhere: a script's own global set at run time
         found.append((scope or "<module>", name, lines.get(scope, 0)))

@@ -6,20 +6,32 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Whole-script fixtures, then each rule's minimal example (fixtures/rules/<CODE>/, ddpify/rules.py):
 # both get the same checks (expected output and findings, fixed point, runs).
-FIXTURES = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input.py").exists() and (p / "expected.py").exists())
-FIXTURES += sorted(p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p / "input.py").exists() and (p / "expected.py").exists())
+FIXTURES = sorted(
+    p
+    for p in (ROOT / "fixtures").iterdir()
+    if (p / "input.py").exists() and (p / "expected.py").exists()
+)
+FIXTURES += sorted(
+    p
+    for p in (ROOT / "fixtures" / "rules").glob("DDP*")
+    if (p / "input.py").exists() and (p / "expected.py").exists()
+)
 
 
 # Project fixtures (project mode): input/ holds the entry script (train.py, or the one entry.txt
 # names) and its local modules; expected/ mirrors input/ with every file as converted;
 # expected.txt lists the findings of all files, each with its path relative to input/.
 PROJECTS = sorted(p for p in (ROOT / "fixtures").iterdir() if (p / "input").is_dir())
-PROJECTS += sorted(p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p / "input").is_dir())
+PROJECTS += sorted(
+    p for p in (ROOT / "fixtures" / "rules").glob("DDP*") if (p / "input").is_dir()
+)
 
 
 def project_entries(d: Path) -> list[Path]:
     f = d / "entry.txt"
-    return [d / "input" / n for n in (f.read_text().split() if f.exists() else ["train.py"])]
+    return [
+        d / "input" / n for n in (f.read_text().split() if f.exists() else ["train.py"])
+    ]
 
 
 def project_entry(d: Path) -> Path:
@@ -34,7 +46,9 @@ def convert_fixture_project(d: Path, base: str = "input"):
 
     top = (d / base).resolve()
     opts = Options(**fixture_options(d))
-    results = convert_projects([(str(top / e.relative_to(d / "input")), opts) for e in project_entries(d)])
+    results = convert_projects(
+        [(str(top / e.relative_to(d / "input")), opts) for e in project_entries(d)]
+    )
     lines: list[str] = []
     outputs: dict[str, str] = {}
     for result in results:
@@ -59,7 +73,9 @@ def fixture_args(d: Path) -> list[str]:
 
 def is_refused(d: Path) -> bool:
     """ddpify refuses the input (a blocking finding): the expected output is the input itself."""
-    return "[blocking]" in (d / "expected.txt").read_text() and not fixture_options(d).get("partial")
+    return "[blocking]" in (d / "expected.txt").read_text() and not fixture_options(
+        d
+    ).get("partial")
 
 
 def needs_apex(path: Path) -> bool:
@@ -70,11 +86,25 @@ def needs_apex(path: Path) -> bool:
     tree = ast.parse(path.read_text())
     guarded: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(h.type is None or "Error" in ast.unparse(h.type) or "Exception" in ast.unparse(h.type) for h in node.handlers):
+        if isinstance(node, ast.Try) and any(
+            h.type is None
+            or "Error" in ast.unparse(h.type)
+            or "Exception" in ast.unparse(h.type)
+            for h in node.handlers
+        ):
             guarded |= {id(n) for s in node.body for n in ast.walk(s)}
     for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-        if any(n == "apex" or n.startswith("apex.") for n in names) and id(node) not in guarded:
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        if (
+            any(n == "apex" or n.startswith("apex.") for n in names)
+            and id(node) not in guarded
+        ):
             return True
     return False
 
@@ -83,7 +113,12 @@ def needs_cuda(d: Path) -> bool:
     return (d / "input.py").read_text().startswith("# requires: cuda")
 
 
-@pytest.fixture(params=FIXTURES, ids=[p.name if p.parent.name == "fixtures" else f"rules/{p.name}" for p in FIXTURES])
+@pytest.fixture(
+    params=FIXTURES,
+    ids=[
+        p.name if p.parent.name == "fixtures" else f"rules/{p.name}" for p in FIXTURES
+    ],
+)
 def fixture_dir(request) -> Path:
     return request.param
 
@@ -92,8 +127,21 @@ def clean_env(**extra: str) -> dict[str, str]:
     """No launcher variables from the outer shell; one thread (tiny models, 2 shared cores)."""
     import os
 
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
-    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",
+    )
+    for var in (
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+    ):
         env.pop(var, None)
     env.update(extra)
     return env

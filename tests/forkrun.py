@@ -46,19 +46,42 @@ class Run:
 
     @property
     def stderr(self) -> str:
-        return "".join(f"[rank{i}] {line}\n" for i, r in enumerate(self.ranks) for line in r.stderr.splitlines())
+        return "".join(
+            f"[rank{i}] {line}\n"
+            for i, r in enumerate(self.ranks)
+            for line in r.stderr.splitlines()
+        )
 
 
 # -- client (pytest side) ----------------------------------------------------------------
 class ForkRunner:
     def __init__(self, env: dict[str, str]) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self._lock = threading.Lock()
 
-    def run(self, script: Path, args: list[str], cwd: Path, nproc: int = 1, env: dict[str, str] | None = None, timeout: float = 300) -> Run:
-        request = {"script": str(script), "args": args, "cwd": str(cwd), "nproc": nproc, "env": env or {}, "timeout": timeout}
+    def run(
+        self,
+        script: Path,
+        args: list[str],
+        cwd: Path,
+        nproc: int = 1,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+    ) -> Run:
+        request = {
+            "script": str(script),
+            "args": args,
+            "cwd": str(cwd),
+            "nproc": nproc,
+            "env": env or {},
+            "timeout": timeout,
+        }
         with self._lock:
             assert self._proc.stdin and self._proc.stdout
             self._proc.stdin.write(json.dumps(request) + "\n")
@@ -79,7 +102,9 @@ class ForkRunner:
 
 
 # -- server ------------------------------------------------------------------------------
-def _child(script: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+def _child(
+    script: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str
+) -> None:
     code = 1
     try:
         for path, fd in ((out, 1), (err, 2)):
@@ -129,7 +154,13 @@ def _serve_one(request: dict, base_env: dict[str, str]) -> dict:
         env = dict(base_env)
         env.update(request["env"])
         if nproc > 1:
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0")
+            env.update(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(nproc),
+                LOCAL_WORLD_SIZE=str(nproc),
+                GROUP_RANK="0",
+            )
         out, err = os.path.join(tmp, f"{rank}.out"), os.path.join(tmp, f"{rank}.err")
         files.append((out, err))
         pid = os.fork()
@@ -158,7 +189,13 @@ def _serve_one(request: dict, base_env: dict[str, str]) -> dict:
         time.sleep(0.02)
     ranks = []
     for pid, (out, err) in zip(pids, files):
-        ranks.append({"returncode": codes[pid], "stdout": Path(out).read_text(errors="replace"), "stderr": Path(err).read_text(errors="replace")})
+        ranks.append(
+            {
+                "returncode": codes[pid],
+                "stdout": Path(out).read_text(errors="replace"),
+                "stderr": Path(err).read_text(errors="replace"),
+            }
+        )
         os.unlink(out)
         os.unlink(err)
     os.rmdir(tmp)

@@ -38,14 +38,29 @@ def _run_under_cpu_bf16(source: str, tmp_path: Path) -> subprocess.CompletedProc
     """Run a converted script as one plain process with CPU bf16 autocast switched on."""
     line = next(ln for ln in source.splitlines() if ln.startswith("AMP_DTYPE = "))
     script = tmp_path / "train.py"
-    script.write_text(source.replace(line, "AMP_DTYPE = torch.bfloat16  # forced: CPU bf16 autocast"))
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    script.write_text(
+        source.replace(line, "AMP_DTYPE = torch.bfloat16  # forced: CPU bf16 autocast")
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    }
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # -- losses on probabilities ------------------------------------------------------------
 
-TWO_STAGES = HEAD + """
+TWO_STAGES = (
+    HEAD
+    + """
 for epoch in range(2):  # pre-training on a regression target
     for x, y in loader:
         out = model(x.to(device))
@@ -61,20 +76,41 @@ for epoch in range(2):  # then probabilities scored with BCE
         loss.backward()
         opt.step()
 """
+)
 
 
 def test_step_with_a_loss_on_probabilities_gets_no_autocast_by_default():
-    result = convert_source(TWO_STAGES, Options(line_length=0))  # the statements unwrapped
+    result = convert_source(
+        TWO_STAGES, Options(line_length=0)
+    )  # the statements unwrapped
     assert result.source.count("with torch.autocast(") == 1  # the regression step only
-    assert "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = ddp_model(" in result.source
-    assert "        probs = torch.sigmoid(ddp_model(x.to(device, non_blocking=True)))\n" in result.source
+    assert (
+        "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = ddp_model("
+        in result.source
+    )
+    assert (
+        "        probs = torch.sigmoid(ddp_model(x.to(device, non_blocking=True)))\n"
+        in result.source
+    )
     assert "in_float32" not in result.source
     notes = [f for f in result.findings if f.code == "DDP044"]
-    bce_line = TWO_STAGES.splitlines().index("        loss = F.binary_cross_entropy(probs, y.to(device))") + 1
-    assert len(notes) == 1 and not notes[0].fixed and "BCEWithLogitsLoss" in notes[0].message and notes[0].line == bce_line
+    bce_line = (
+        TWO_STAGES.splitlines().index(
+            "        loss = F.binary_cross_entropy(probs, y.to(device))"
+        )
+        + 1
+    )
+    assert (
+        len(notes) == 1
+        and not notes[0].fixed
+        and "BCEWithLogitsLoss" in notes[0].message
+        and notes[0].line == bce_line
+    )
 
 
-STATEMENT_KINDS = HEAD + """
+STATEMENT_KINDS = (
+    HEAD
+    + """
 criterion = nn.BCELoss()
 
 
@@ -94,18 +130,34 @@ for epoch in range(2):
         opt.step()
 print("final loss", loss.item())
 """
+)
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_asked_for_the_op_alone_runs_in_float32_in_any_statement(amp):
-    result = convert_source(STATEMENT_KINDS, Options(amp=amp, line_length=0))  # unwrapped
+    result = convert_source(
+        STATEMENT_KINDS, Options(amp=amp, line_length=0)
+    )  # unwrapped
     src = result.source
-    assert '    return in_float32(F.binary_cross_entropy)(torch.sigmoid(net(x)), y, reduction="sum") / len(x)\n' in src
-    assert "loss += sum(in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi) for xi, yi in halves)" in src
-    assert "loss = loss + (in_float32(criterion)(torch.sigmoid(ddp_model(x)), y) if epoch else 0.0)" in src
-    assert "enabled=False" in src.split("def in_float32", 1)[1]  # the only autocast-off region
+    assert (
+        '    return in_float32(F.binary_cross_entropy)(torch.sigmoid(net(x)), y, reduction="sum") / len(x)\n'
+        in src
+    )
+    assert (
+        "loss += sum(in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi) for xi, yi in halves)"
+        in src
+    )
+    assert (
+        "loss = loss + (in_float32(criterion)(torch.sigmoid(ddp_model(x)), y) if epoch else 0.0)"
+        in src
+    )
+    assert (
+        "enabled=False" in src.split("def in_float32", 1)[1]
+    )  # the only autocast-off region
     assert src.count("enabled=False") == 1
-    assert _codes(result, fixed=True).count("DDP044") == 3 and "DDP040" in _codes(result, fixed=True)
+    assert _codes(result, fixed=True).count("DDP044") == 3 and "DDP040" in _codes(
+        result, fixed=True
+    )
     compile(src, "out.py", "exec")
 
 
@@ -120,8 +172,10 @@ def test_model_calls_in_the_ops_arguments_keep_autocast_under_cpu_bf16(tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "[Epoch 2/3]" in ok.stdout
     new = "            g_loss = in_float32(adversarial_loss)(ddp_discriminator(gen_imgs), valid)\n"
-    old = ("            with torch.autocast(LOCAL_DEVICE.type, enabled=False):\n"
-           "                g_loss = adversarial_loss(ddp_discriminator(gen_imgs).float(), valid.float())\n")
+    old = (
+        "            with torch.autocast(LOCAL_DEVICE.type, enabled=False):\n"
+        "                g_loss = adversarial_loss(ddp_discriminator(gen_imgs).float(), valid.float())\n"
+    )
     assert new in out
     before = _run_under_cpu_bf16(out.replace(new, old), tmp_path)
     assert before.returncode != 0 and "must have the same dtype" in before.stderr
@@ -136,10 +190,18 @@ def test_statement_kinds_run_under_cpu_bf16(tmp_path):
 
 
 def test_script_with_its_own_in_float32_keeps_it():
-    src = "def in_float32(x):\n    return x.float()\n\n\n" + STATEMENT_KINDS.replace("bce_sum(model, x, y)", "in_float32(bce_sum(model, x, y))")
+    src = "def in_float32(x):\n    return x.float()\n\n\n" + STATEMENT_KINDS.replace(
+        "bce_sum(model, x, y)", "in_float32(bce_sum(model, x, y))"
+    )
     result = convert_source(src, Options(amp="bf16"))
-    assert "def ddpify_in_float32(op):" in result.source and "def in_float32(x):" in result.source
-    assert "ddpify_in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi)" in result.source
+    assert (
+        "def ddpify_in_float32(op):" in result.source
+        and "def in_float32(x):" in result.source
+    )
+    assert (
+        "ddpify_in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi)"
+        in result.source
+    )
     assert "loss = in_float32(bce_sum(ddp_model, x, y))" in result.source
     assert "DDP004" in _codes(result)
 
@@ -149,12 +211,16 @@ def test_apex_o1_is_told_that_it_bans_the_op():
     notes = [f for f in result.findings if f.code == "DDP044"]
     assert len(notes) == 1 and not notes[0].fixed and "apex O1 bans" in notes[0].message
     assert "amp.initialize(" in result.source and "in_float32" not in result.source
-    assert "DDP044" not in _codes(convert_source(STATEMENT_KINDS, Options(amp="apex", opt_level="O2")))
+    assert "DDP044" not in _codes(
+        convert_source(STATEMENT_KINDS, Options(amp="apex", opt_level="O2"))
+    )
 
 
 # -- sparse tensors ---------------------------------------------------------------------
 
-SPARSE = HEAD + """
+SPARSE = (
+    HEAD
+    + """
 
 def load_adjacency(n):
     dense = (torch.rand(n, n) < 0.2).float() + torch.eye(n)
@@ -181,31 +247,50 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 """
+)
 
 
 @pytest.mark.parametrize("amp", ["auto", "bf16", "fp16"])
 def test_sparse_tensor_made_in_a_helper_keeps_autocast_out(amp):
     result = convert_source(SPARSE, Options(amp=amp))
-    assert "torch.autocast" not in result.source and "AMP_DTYPE" not in result.source and "SCALER" not in result.source
+    assert (
+        "torch.autocast" not in result.source
+        and "AMP_DTYPE" not in result.source
+        and "SCALER" not in result.source
+    )
     notes = [f for f in result.findings if f.code == "DDP140"]
     assert len(notes) == 1 and not notes[0].fixed and ".to_sparse()" in notes[0].message
     assert "DDP040" not in _codes(result)
 
 
-@pytest.mark.parametrize("make, named", [
-    ("torch.sparse_coo_tensor(idx, torch.ones(8), (8, 8))", "torch.sparse_coo_tensor"),
-    ("torch.zeros(8, 8, layout=torch.sparse_coo)", "layout=torch.sparse_coo"),
-    ("torch.sparse.FloatTensor(idx, torch.ones(8), torch.Size([8, 8]))", "torch.sparse.FloatTensor"),
-])
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (
+            "torch.sparse_coo_tensor(idx, torch.ones(8), (8, 8))",
+            "torch.sparse_coo_tensor",
+        ),
+        ("torch.zeros(8, 8, layout=torch.sparse_coo)", "layout=torch.sparse_coo"),
+        (
+            "torch.sparse.FloatTensor(idx, torch.ones(8), torch.Size([8, 8]))",
+            "torch.sparse.FloatTensor",
+        ),
+    ],
+)
 def test_sparse_constructors_are_recognised(make, named):
-    src = SPARSE.replace("    return (dense / dense.sum(1, keepdim=True)).to_sparse()", f"    idx = torch.stack([torch.arange(8), torch.arange(8)])\n    return {make}")
+    src = SPARSE.replace(
+        "    return (dense / dense.sum(1, keepdim=True)).to_sparse()",
+        f"    idx = torch.stack([torch.arange(8), torch.arange(8)])\n    return {make}",
+    )
     result = convert_source(src)
     assert "torch.autocast" not in result.source
     assert any(f.code == "DDP140" and named in f.message for f in result.findings)
 
 
 def test_sparse_product_in_the_forward_is_named_first():
-    src = SPARSE.replace("torch.mm(adj, self.lin(x))", "torch.sparse.mm(adj, self.lin(x))")
+    src = SPARSE.replace(
+        "torch.mm(adj, self.lin(x))", "torch.sparse.mm(adj, self.lin(x))"
+    )
     result = convert_source(src)
     notes = [f for f in result.findings if f.code == "DDP140"]
     assert len(notes) == 1 and "torch.sparse.mm" in notes[0].message

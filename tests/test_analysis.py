@@ -37,7 +37,9 @@ class Net:
 
 
 def _calls(a: Analysis) -> dict[str, set[str]]:
-    return {cst.Module(body=[]).code_for_node(c.func): a.qualified(c.func) for c in a.calls}
+    return {
+        cst.Module(body=[]).code_for_node(c.func): a.qualified(c.func) for c in a.calls
+    }
 
 
 def test_qualified_names_follow_imports_and_scopes():
@@ -45,14 +47,22 @@ def test_qualified_names_follow_imports_and_scopes():
     q = _calls(a)
     assert q["F.relu"] == {"torch.nn.functional.relu"}
     assert q["DL"] == {"torch.utils.data.DataLoader"}
-    assert q["amp.scale_loss"] == {"apex.amp.scale_loss"}  # imported inside the function
-    assert q["torch.distributed.barrier"] == {"torch.distributed.barrier"}  # `import torch.distributed` binds torch
+    assert q["amp.scale_loss"] == {
+        "apex.amp.scale_loss"
+    }  # imported inside the function
+    assert q["torch.distributed.barrier"] == {
+        "torch.distributed.barrier"
+    }  # `import torch.distributed` binds torch
     assert q["helpers.items"] == {".helpers.items"}
     assert q["make"] == {"make"}  # unbound names stay as written
     # a class body's import is not visible from its methods, as in Python
-    layer = next(x for x in a.attributes if cst.Module(body=[]).code_for_node(x) == "nn.Linear")
+    layer = next(
+        x for x in a.attributes if cst.Module(body=[]).code_for_node(x) == "nn.Linear"
+    )
     assert a.qualified(layer) == {"torch.nn.Linear"}
-    ret = [x for x in a.attributes if cst.Module(body=[]).code_for_node(x) == "nn.Linear"][-1]
+    ret = [
+        x for x in a.attributes if cst.Module(body=[]).code_for_node(x) == "nn.Linear"
+    ][-1]
     assert a.qualified(ret) == {"nn.Linear"}
 
 
@@ -60,7 +70,11 @@ def test_locals_of_a_function():
     a = Analysis(cst.parse_module(SOURCE))
     train = a.functions["train"][0]
     forward = a.functions["forward"][0]
-    assert a._is_local(train, "model") and a._is_local(train, "x") and a._is_local(train, "amp")
+    assert (
+        a._is_local(train, "model")
+        and a._is_local(train, "x")
+        and a._is_local(train, "amp")
+    )
     assert not a._is_local(train, "y")  # the comprehension's own
     assert not a._is_local(forward, "model")  # declared global
     assert a._is_local(forward, "self")

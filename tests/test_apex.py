@@ -19,13 +19,19 @@ from conftest import free_port
 from ddpify import Options, convert_source
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-LEGACY = sorted(p for p in FIXTURES.glob("4[0-9]_*") if (p / "expected_apex.py").exists())
+LEGACY = sorted(
+    p for p in FIXTURES.glob("4[0-9]_*") if (p / "expected_apex.py").exists()
+)
 SINGLE = [FIXTURES / "43_single_gpu_for_apex"]
 # every fixture with an --amp apex output beside its default one (legacy and single-GPU apex scripts)
 APEX_TWIN = sorted(p for p in FIXTURES.iterdir() if (p / "expected_apex.py").exists())
 DISTRIBUTED_LEGACY = [*LEGACY, FIXTURES / "225_legacy_syncbn_own_group"]
 # arguments that keep a CPU run short; 41 reads its JSON config from the working directory
-RUN_ARGS = {"40_apex_classifier": ["--epochs", "2"], "41_apex_segmentation_json": [], "42_apex_two_encoders_fusedadam": ["--epochs", "2"]}
+RUN_ARGS = {
+    "40_apex_classifier": ["--epochs", "2"],
+    "41_apex_segmentation_json": [],
+    "42_apex_two_encoders_fusedadam": ["--epochs", "2"],
+}
 SEG_CONFIG = {"epochs": 3, "save_every": 2, "batch_size": 8}
 LOSS = re.compile(r"loss\w*\W{0,3}?\s*:?\s*([-+]?\d+\.\d+)", re.I)
 
@@ -40,7 +46,11 @@ def _findings(result) -> str:
 
 
 def test_fixture_set():
-    assert [p.name for p in LEGACY] == ["40_apex_classifier", "41_apex_segmentation_json", "42_apex_two_encoders_fusedadam"]
+    assert [p.name for p in LEGACY] == [
+        "40_apex_classifier",
+        "41_apex_segmentation_json",
+        "42_apex_two_encoders_fusedadam",
+    ]
     for d in LEGACY:
         src = (d / "input.py").read_text()
         assert "apex" in src and ("--local_rank" in src) and "--local-rank" not in src
@@ -48,7 +58,11 @@ def test_fixture_set():
 
 # -- expected outputs -------------------------------------------------------------------
 @pytest.mark.parametrize("d", APEX_TWIN, ids=lambda p: p.name)
-@pytest.mark.parametrize("stem,options", [("expected", Options()), ("expected_apex", Options(amp="apex"))], ids=["torch", "apex"])
+@pytest.mark.parametrize(
+    "stem,options",
+    [("expected", Options()), ("expected_apex", Options(amp="apex"))],
+    ids=["torch", "apex"],
+)
 def test_expected_under_both_targets(d: Path, stem: str, options: Options):
     result = convert_source((d / "input.py").read_text(), options, path="input.py")
     assert result.status == "converted"
@@ -73,7 +87,11 @@ def _outputs():
         yield d / "expected.py", _options(d)
 
 
-@pytest.mark.parametrize("path,options", list(_outputs()), ids=lambda x: f"{x.parent.name}/{x.name}" if isinstance(x, Path) else x.amp)
+@pytest.mark.parametrize(
+    "path,options",
+    list(_outputs()),
+    ids=lambda x: f"{x.parent.name}/{x.name}" if isinstance(x, Path) else x.amp,
+)
 def test_idempotent(path: Path, options: Options):
     src = path.read_text()
     again = convert_source(src, options, path=path.name)
@@ -81,7 +99,11 @@ def test_idempotent(path: Path, options: Options):
 
 
 @pytest.mark.runs
-@pytest.mark.parametrize("path,options", [o for o in _outputs() if o[1].amp == "apex"], ids=lambda x: f"{x.parent.name}/{x.name}" if isinstance(x, Path) else x.amp)
+@pytest.mark.parametrize(
+    "path,options",
+    [o for o in _outputs() if o[1].amp == "apex"],
+    ids=lambda x: f"{x.parent.name}/{x.name}" if isinstance(x, Path) else x.amp,
+)
 def test_apex_outputs_compile_and_keep_apex(path: Path, options: Options):
     src = path.read_text()
     compile(src, str(path), "exec")
@@ -90,7 +112,9 @@ def test_apex_outputs_compile_and_keep_apex(path: Path, options: Options):
     # passes --local-rank); a fresh conversion adds no flag: torchrun sets LOCAL_RANK
     had = "--local_rank" in (path.parent / "input.py").read_text()
     flat = re.sub(r"\s+", " ", src)
-    assert ('"--local-rank", "--local_rank"' in flat) == had or ("--local-rank" not in src and not had)
+    assert ('"--local-rank", "--local_rank"' in flat) == had or (
+        "--local-rank" not in src and not had
+    )
     assert "LOCAL_RANK" in src
 
 
@@ -111,8 +135,13 @@ def test_single_gpu_apex_recipe_order():
     restore = at(r'amp\.load_state_dict\(ckpt\["amp"\]\)')
     assert placed < opt < init < wrap < restore
     assert re.search(r'"amp": amp\.state_dict\(\)', src)
-    assert re.search(r"with amp\.scale_loss\(loss, optimizer\) as scaled_loss:\n\s+scaled_loss\.backward\(\)", src)
-    assert "DistributedDataParallel as DDP" not in src  # torch's DDP is not used beside apex's
+    assert re.search(
+        r"with amp\.scale_loss\(loss, optimizer\) as scaled_loss:\n\s+scaled_loss\.backward\(\)",
+        src,
+    )
+    assert (
+        "DistributedDataParallel as DDP" not in src
+    )  # torch's DDP is not used beside apex's
 
 
 @pytest.mark.parametrize("level", ["O0", "O2", "O3"])
@@ -125,16 +154,27 @@ def test_opt_level_option(level: str):
 @pytest.mark.runs
 def test_apex_output_fails_early_without_apex(tmp_path: Path):
     """apex is not installed here: the generated script stops at start-up naming the version."""
-    assert subprocess.run([sys.executable, "-c", "import apex.amp"], capture_output=True).returncode != 0
-    proc = subprocess.run([sys.executable, str(SINGLE[0] / "expected.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", "import apex.amp"], capture_output=True
+        ).returncode
+        != 0
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SINGLE[0] / "expected.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+    )
     assert proc.returncode == 1
     assert "apex <= 25.04" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_two_models_one_initialize():
     """apex allows one amp.initialize: every model and optimizer go through the same call, one loss id each."""
-    src = '''\
+    src = """\
 import torch
 import torch.nn as nn
 
@@ -159,23 +199,39 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
     # no DataLoader here (DDP024 would refuse): this test is about amp.initialize only
-    out = convert_source(src, Options(amp="apex", ignore=("DDP024",), line_length=0)).source  # unwrapped
+    out = convert_source(
+        src, Options(amp="apex", ignore=("DDP024",), line_length=0)
+    ).source  # unwrapped
     assert out.count("amp.initialize(") == 1
-    assert '[netG, netD], [optG, optD] = amp.initialize([netG, netD], [optG, optD], opt_level="O1", num_losses=2)' in out
+    assert (
+        '[netG, netD], [optG, optD] = amp.initialize([netG, netD], [optG, optD], opt_level="O1", num_losses=2)'
+        in out
+    )
     assert "with amp.scale_loss(lossD, optD, loss_id=0) as scaled_loss:" in out
     assert "with amp.scale_loss(lossG, optG, loss_id=1) as scaled_loss:" in out
-    assert out.index("amp.initialize(") < out.index("netG = ApexDDP(netG)") < out.index("for step in range(3)")
+    assert (
+        out.index("amp.initialize(")
+        < out.index("netG = ApexDDP(netG)")
+        < out.index("for step in range(3)")
+    )
     compile(out, "gan.py", "exec")
 
 
 # -- modernised legacy scripts run without apex ------------------------------------------
 def _run(cmd: list[str], cwd: Path) -> str:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",
+    )
     for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc.stdout + proc.stderr
 
@@ -188,9 +244,15 @@ def _prepare(d: Path, tmp_path: Path) -> Path:
 
 
 def _forked(forkrun, script: Path, args: list[str], cwd: Path, nproc: int = 1) -> str:
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} if nproc > 1 else {}
+    env = (
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        if nproc > 1
+        else {}
+    )
     run = forkrun.run(script, args, cwd, nproc=nproc, env=env)
-    assert run.returncode == 0 and not run.timed_out, f"{script} {args}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    assert run.returncode == 0 and not run.timed_out, (
+        f"{script} {args}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    )
     return run.stdout + run.stderr
 
 
@@ -218,12 +280,22 @@ def test_modernised_runs_on_two_ranks(d: Path, tmp_path: Path, forkrun):
 
 
 @pytest.mark.runs
-@pytest.mark.parametrize("d,args", [(LEGACY[0], RUN_ARGS[LEGACY[0].name]), (DISTRIBUTED_LEGACY[-1], ["--sync-bn"])], ids=lambda x: x.name if isinstance(x, Path) else "")
+@pytest.mark.parametrize(
+    "d,args",
+    [(LEGACY[0], RUN_ARGS[LEGACY[0].name]), (DISTRIBUTED_LEGACY[-1], ["--sync-bn"])],
+    ids=lambda x: x.name if isinstance(x, Path) else "",
+)
 def test_modernised_runs_under_torchrun(d: Path, args: list[str], tmp_path: Path):
     """The real torchrun, 2 gloo ranks on CPU: 225 converts apex's SyncBatchNorm (GPUs only: the
     CPU run keeps BatchNorm) and keeps its own process group (the teardown pause: no abort)."""
     script = _prepare(d, tmp_path)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ]
     out = _run([*torchrun, str(script), *args], tmp_path)
     assert len(LOSS.findall(out)) >= 2, out
     assert "terminate called" not in out and "SyncBatchNorm" not in out, out
@@ -265,10 +337,25 @@ def test_old_fused_adam_state_loads_into_adamw():
     params = [torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(2))]
     # what apex's FusedAdam saved: one step per group, its own group keys, no torch flags
     old = {
-        "state": {0: {"exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}, 1: {"exp_avg": torch.ones(2), "exp_avg_sq": torch.ones(2)}},
-        "param_groups": [{"lr": 1e-3, "bias_correction": True, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.0, "step": 5, "params": [0, 1]}],
+        "state": {
+            0: {"exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)},
+            1: {"exp_avg": torch.ones(2), "exp_avg_sq": torch.ones(2)},
+        },
+        "param_groups": [
+            {
+                "lr": 1e-3,
+                "bias_correction": True,
+                "betas": (0.9, 0.99),
+                "eps": 1e-8,
+                "weight_decay": 0.0,
+                "step": 5,
+                "params": [0, 1],
+            }
+        ],
     }
-    opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0, fused=True)
+    opt = torch.optim.AdamW(
+        params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0, fused=True
+    )
     load(opt, old)
     group = opt.param_groups[0]
     assert group["fused"] and group.get("decoupled_weight_decay", True)
@@ -291,13 +378,23 @@ def test_legacy_resume_from_apex_checkpoint(tmp_path: Path, forkrun):
     for group in ck["optimizer"]["param_groups"]:
         group["step"] = 4
         group["bias_correction"] = True
-        for k in ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused", "decoupled_weight_decay"):
+        for k in (
+            "amsgrad",
+            "maximize",
+            "foreach",
+            "capturable",
+            "differentiable",
+            "fused",
+            "decoupled_weight_decay",
+        ):
             group.pop(k, None)
     for st in ck["optimizer"]["state"].values():
         st.pop("step")
     ck["amp"] = {"loss_scaler0": {"loss_scale": 512.0, "unskipped": 3}}
     torch.save(ck, tmp_path / "apex_ckpt.pt")
-    out = _forked(forkrun, script, ["--epochs", "2", "--resume", "apex_ckpt.pt"], tmp_path)
+    out = _forked(
+        forkrun, script, ["--epochs", "2", "--resume", "apex_ckpt.pt"], tmp_path
+    )
     assert "epoch 1 loss" in out and "epoch 0 loss" not in out
 
 
@@ -309,15 +406,36 @@ def test_legacy_with_apex_target_only_fixes_launch_and_teardown():
     for d in DISTRIBUTED_LEGACY:
         before = (d / "input.py").read_text().splitlines()
         # unwrapped: the flag's line may be longer than 88 columns (expected_apex.py wraps it)
-        after = convert_source("\n".join(before) + "\n", Options(amp="apex", line_length=0)).source.splitlines()
-        diff = [ln for ln in difflib.unified_diff(before, after, lineterm="", n=0) if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        after = convert_source(
+            "\n".join(before) + "\n", Options(amp="apex", line_length=0)
+        ).source.splitlines()
+        diff = [
+            ln
+            for ln in difflib.unified_diff(before, after, lineterm="", n=0)
+            if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
+        ]
         removed = [ln[1:] for ln in diff if ln.startswith("-")]
         added = [ln[1:].strip() for ln in diff if ln.startswith("+")]
         assert len(removed) == 1 and "--local_rank" in removed[0], removed
-        flag = [ln for ln in added if ln.startswith(("parser.add_argument", "FLAGS", "parser"))]
-        assert len(flag) == 1 and '"--local-rank", "--local_rank"' in flag[0] and "LOCAL_RANK" in flag[0], added
+        flag = [
+            ln
+            for ln in added
+            if ln.startswith(("parser.add_argument", "FLAGS", "parser"))
+        ]
+        assert (
+            len(flag) == 1
+            and '"--local-rank", "--local_rank"' in flag[0]
+            and "LOCAL_RANK" in flag[0]
+        ), added
         rest = [ln for ln in added if ln not in flag]
-        allowed = ("import atexit", "import time", "# ddpify:", "# a pause at exit", "atexit.register(time.sleep, 0.2)",
-                   "if torch.distributed.is_initialized():", "torch.distributed.destroy_process_group()")
+        allowed = (
+            "import atexit",
+            "import time",
+            "# ddpify:",
+            "# a pause at exit",
+            "atexit.register(time.sleep, 0.2)",
+            "if torch.distributed.is_initialized():",
+            "torch.distributed.destroy_process_group()",
+        )
         assert all(ln.startswith(allowed) for ln in rest), rest
         assert "atexit.register(time.sleep, 0.2)" in rest

@@ -16,8 +16,21 @@ from ddpify import Options, convert_source
 from ddpify.analysis import Analysis
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-SINGLE_GPU = sorted(d for d in FIXTURES.glob("2[12][0-9]_*") if (d / "expected_apex.py").exists() and "legacy" not in d.name)
-LEGACY = [FIXTURES / n for n in ("40_apex_classifier", "41_apex_segmentation_json", "42_apex_two_encoders_fusedadam", "77_legacy_apex_nccl", "225_legacy_syncbn_own_group")]
+SINGLE_GPU = sorted(
+    d
+    for d in FIXTURES.glob("2[12][0-9]_*")
+    if (d / "expected_apex.py").exists() and "legacy" not in d.name
+)
+LEGACY = [
+    FIXTURES / n
+    for n in (
+        "40_apex_classifier",
+        "41_apex_segmentation_json",
+        "42_apex_two_encoders_fusedadam",
+        "77_legacy_apex_nccl",
+        "225_legacy_syncbn_own_group",
+    )
+]
 
 
 def _unwrapped(name: str) -> str:
@@ -72,7 +85,13 @@ def test_what_distributes_is_distributed(name):
 @pytest.mark.parametrize("stem", ["expected", "expected_apex"])
 def test_single_gpu_apex_script_is_distributed(d: Path, stem: str):
     out = (d / f"{stem}.py").read_text()
-    for part in ("ddp_setup()", "DistributedSampler(", "RANK == 0", "destroy_process_group()", "set_epoch("):
+    for part in (
+        "ddp_setup()",
+        "DistributedSampler(",
+        "RANK == 0",
+        "destroy_process_group()",
+        "set_epoch(",
+    ):
         assert part in out, (d.name, stem, part)
     assert re.search(r"= (DDP|ApexDDP)\(", out), (d.name, stem)
     assert "[blocking]" not in (d / f"{stem}.txt").read_text()
@@ -82,7 +101,11 @@ def test_single_gpu_apex_script_is_distributed(d: Path, stem: str):
 def test_torch_target_keeps_only_what_torch_lacks(d: Path):
     """With torch.amp, apex stays only for FusedLAMB (torch has no LAMB), and says so (DDP097)."""
     out = (d / "expected.py").read_text()
-    kept = {q for line in out.splitlines() for q in re.findall(r"^\s*(?:from apex\S* import (\w+)|import apex)", line)}
+    kept = {
+        q
+        for line in out.splitlines()
+        for q in re.findall(r"^\s*(?:from apex\S* import (\w+)|import apex)", line)
+    }
     if "FusedLAMB" in (d / "input.py").read_text():
         assert kept == {"FusedLAMB"} and "DDP097" in (d / "expected.txt").read_text()
     else:
@@ -104,9 +127,14 @@ def test_outputs_are_valid_code_that_binds_no_library_attribute(d: Path, stem: s
                 root = t
                 while isinstance(root, ast.Attribute):
                     root = root.value
-                assert not (isinstance(root, ast.Name) and root.id in ("torch", "apex", "nn", "F")), ast.unparse(node)
+                assert not (
+                    isinstance(root, ast.Name)
+                    and root.id in ("torch", "apex", "nn", "F")
+                ), ast.unparse(node)
         if isinstance(node, ast.Try):
-            assert not all(isinstance(s, ast.Pass) for s in node.body), f"{d.name}: a try that does nothing"
+            assert not all(isinstance(s, ast.Pass) for s in node.body), (
+                f"{d.name}: a try that does nothing"
+            )
 
 
 def test_import_fallback_keeps_the_authors_intent():
@@ -114,7 +142,10 @@ def test_import_fallback_keeps_the_authors_intent():
     optimizer that keeps FusedAdam's update rule, and the availability flag is simply true."""
     src = _unwrapped("215_fusedadam_fallback_fp16_flag")
     assert "AdamImpl = torch.optim.AdamW\n" in src and "APEX_AVAILABLE = True\n" in src
-    assert "optimizer = AdamImpl(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, fused=True)" in src
+    assert (
+        "optimizer = AdamImpl(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, fused=True)"
+        in src
+    )
     assert "try:" not in src
 
 
@@ -126,13 +157,21 @@ def test_a_fallback_that_can_still_fail_is_kept():
         "opt = FusedAdam(model.parameters(), lr=0.1)\nloss = model(torch.randn(4, 2)).sum()\nloss.backward()\nopt.step()\n"
     )
     out = convert_source(src, Options(ignore=("DDP024",), line_length=0)).source
-    assert "    import wandb\n    FusedAdam = torch.optim.AdamW\nexcept ImportError:\n    wandb = None\n    FusedAdam = torch.optim.Adam\n" in out
-    assert "opt = FusedAdam(model.parameters(), lr=0.1, weight_decay=0.0, fused=True)" in out
+    assert (
+        "    import wandb\n    FusedAdam = torch.optim.AdamW\nexcept ImportError:\n    wandb = None\n    FusedAdam = torch.optim.Adam\n"
+        in out
+    )
+    assert (
+        "opt = FusedAdam(model.parameters(), lr=0.1, weight_decay=0.0, fused=True)"
+        in out
+    )
     compile(out, "out.py", "exec")
 
 
 # -- FusedAdam's update rule -------------------------------------------------------------------
-def _fused_adam_reference(params, grads, steps, lr, wd, adam_w_mode, betas=(0.9, 0.999), eps=1e-8):
+def _fused_adam_reference(
+    params, grads, steps, lr, wd, adam_w_mode, betas=(0.9, 0.999), eps=1e-8
+):
     """apex's FusedAdam kernel (csrc/multi_tensor_adam.cu): ADAM_MODE_0 adds wd*p to the gradient
     (L2), ADAM_MODE_1 adds wd*p to the update (decoupled, AdamW); bias correction on."""
     import torch
@@ -157,11 +196,16 @@ def test_fused_adam_replacement_keeps_the_update_rule(mode, wd):
     import torch
 
     src = f"import torch\nfrom apex.optimizers import FusedAdam\nopt = FusedAdam(params, lr=0.01{mode}{wd})\n"
-    res = convert_source(src + "loss.backward()\nopt.step()\n", Options(ignore=("DDP024", "DDP034", "DDP099"), line_length=0))
+    res = convert_source(
+        src + "loss.backward()\nopt.step()\n",
+        Options(ignore=("DDP024", "DDP034", "DDP099"), line_length=0),
+    )
     line = next(ln for ln in res.source.splitlines() if ln.startswith("opt = "))
     said = next(f.message for f in res.findings if "FusedAdam ->" in f.message)
     expect = "torch.optim.Adam(" if "False" in mode else "torch.optim.AdamW("
-    assert expect in line and expect.rstrip("(") in said  # the finding says which optimizer it became
+    assert (
+        expect in line and expect.rstrip("(") in said
+    )  # the finding says which optimizer it became
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(5)), torch.nn.Parameter(torch.randn(3, 2))]
     start = [p.detach().clone() for p in params]
@@ -172,16 +216,24 @@ def test_fused_adam_replacement_keeps_the_update_rule(mode, wd):
         for p, g in zip(params, grads):
             p.grad = g.clone()
         ns["opt"].step()
-    ref = _fused_adam_reference(start, grads, 3, 0.01, 0.1 if wd else 0.0, "False" not in mode)
+    ref = _fused_adam_reference(
+        start, grads, 3, 0.01, 0.1 if wd else 0.0, "False" not in mode
+    )
     for p, r in zip(params, ref):
         torch.testing.assert_close(p.detach(), r, rtol=1e-5, atol=1e-6)
 
 
 def test_fused_lamb_is_kept_and_said():
     out = (FIXTURES / "217_fusedlamb_amp_no_fallback" / "expected.py").read_text()
-    assert "from apex.optimizers import FusedLAMB" in out and "from apex import amp" not in out
+    assert (
+        "from apex.optimizers import FusedLAMB" in out
+        and "from apex import amp" not in out
+    )
     said = (FIXTURES / "217_fusedlamb_amp_no_fallback" / "expected.txt").read_text()
-    assert "DDP097 apex.optimizers.FusedLAMB kept (torch has no LAMB optimizer): it needs apex built with its CUDA extensions" in said
+    assert (
+        "DDP097 apex.optimizers.FusedLAMB kept (torch has no LAMB optimizer): it needs apex built with its CUDA extensions"
+        in said
+    )
 
 
 # -- mixed precision only where the script had it ------------------------------------------
@@ -191,29 +243,50 @@ def _amp_helpers(src: str, monkeypatch, cuda: bool) -> dict:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     tree = ast.parse(src)
-    keep = [n for n in tree.body if (isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("AMP_DTYPE", "SCALER") for t in n.targets))
-            or (isinstance(n, ast.FunctionDef) and n.name == "amp_initialize")]
+    keep = [
+        n
+        for n in tree.body
+        if (
+            isinstance(n, ast.Assign)
+            and any(getattr(t, "id", "") in ("AMP_DTYPE", "SCALER") for t in n.targets)
+        )
+        or (isinstance(n, ast.FunctionDef) and n.name == "amp_initialize")
+    ]
     ns = {"torch": torch}
     exec(compile(ast.Module(keep, []), "helpers", "exec"), ns)
     return ns
 
 
-@pytest.mark.parametrize("name", ["215_fusedadam_fallback_fp16_flag", "220_fp16_switch_off_by_default", "223_fp16_off_in_config"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "215_fusedadam_fallback_fp16_flag",
+        "220_fp16_switch_off_by_default",
+        "223_fp16_off_in_config",
+    ],
+)
 def test_a_default_off_switch_keeps_full_precision(name, monkeypatch):
     """On a GPU machine the output trains in fp16 only where the script's switch turns amp on."""
     import torch
 
     src = (FIXTURES / name / "expected.py").read_text()
     ns = _amp_helpers(src, monkeypatch, cuda=True)
-    assert ns["AMP_DTYPE"] is None  # before amp_initialize: full precision, however the script starts
+    assert (
+        ns["AMP_DTYPE"] is None
+    )  # before amp_initialize: full precision, however the script starts
     call = next(ln for ln in src.splitlines() if "= amp_initialize(" in ln)
     guard = src.splitlines()[src.splitlines().index(call) - 1]
-    assert re.match(r"\s*if .*(fp16|use_amp)", guard), guard  # behind the script's own switch
+    assert re.match(r"\s*if .*(fp16|use_amp)", guard), (
+        guard
+    )  # behind the script's own switch
     ns["amp_initialize"]("model", "optimizer", opt_level="O1")
     assert ns["AMP_DTYPE"] == torch.float16
     ns["amp_initialize"]("model", "optimizer", opt_level="O0")
     assert ns["AMP_DTYPE"] is None
-    assert ns["amp_initialize"]("m", "o") == ("m", "o") and ns["amp_initialize"]("m") == "m"
+    assert (
+        ns["amp_initialize"]("m", "o") == ("m", "o")
+        and ns["amp_initialize"]("m") == "m"
+    )
 
 
 def test_an_amp_initialize_that_always_runs_is_fixed_settings(monkeypatch):
@@ -227,13 +300,17 @@ def test_an_amp_initialize_that_always_runs_is_fixed_settings(monkeypatch):
 
 def test_fp16_off_runs_no_scaled_step_on_cpu(forkrun, tmp_path):
     """220 as converted, its switch off: trains (the disabled scaler steps as the optimizer would)."""
-    run = forkrun.run(FIXTURES / "220_fp16_switch_off_by_default" / "expected.py", ["--epochs", "1"], tmp_path)
+    run = forkrun.run(
+        FIXTURES / "220_fp16_switch_off_by_default" / "expected.py",
+        ["--epochs", "1"],
+        tmp_path,
+    )
     assert run.returncode == 0 and "epoch 0 loss" in run.stdout, run.stderr[-3000:]
 
 
 # -- every shape of scale_loss ---------------------------------------------------------------
 SHAPES = {
-    "step-a-few-lines-later": '''\
+    "step-a-few-lines-later": """\
 for x, y in loader:
     loss = model(x).sub(y).pow(2).mean()
     opt.zero_grad()
@@ -242,8 +319,8 @@ for x, y in loader:
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     total += loss.item()
     opt.step()
-''',
-    "if-else-plain-backward": '''\
+""",
+    "if-else-plain-backward": """\
 for x, y in loader:
     loss = model(x).sub(y).pow(2).mean()
     opt.zero_grad()
@@ -253,8 +330,8 @@ for x, y in loader:
     else:
         loss.backward()
     opt.step()
-''',
-    "helper-whose-caller-steps": '''\
+""",
+    "helper-whose-caller-steps": """\
 def backward(loss, optimizer):
     with amp.scale_loss(loss, optimizer) as scaled:
         scaled.backward()
@@ -265,8 +342,8 @@ for x, y in loader:
     opt.zero_grad()
     backward(loss, opt)
     opt.step()
-''',
-    "accumulated-step": '''\
+""",
+    "accumulated-step": """\
 for i, (x, y) in enumerate(loader):
     loss = model(x).sub(y).pow(2).mean() / 4
     with amp.scale_loss(loss, opt) as scaled:
@@ -274,9 +351,9 @@ for i, (x, y) in enumerate(loader):
     if (i + 1) % 4 == 0:
         opt.step()
         opt.zero_grad()
-''',
+""",
 }
-HEAD = '''\
+HEAD = """\
 import argparse
 import torch
 from apex import amp
@@ -289,7 +366,7 @@ model = torch.nn.Linear(4, 1).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 model, opt = amp.initialize(model, opt, opt_level="O1")
 total = 0.0
-'''
+"""
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -298,23 +375,38 @@ def test_every_scale_loss_shape_converts(shape):
     res = convert_source(src, Options(line_length=0))
     assert res.status == "converted" and "DDP096" not in _codes(res), res.findings
     out = res.source
-    assert "SCALER.scale(loss).backward()" in out and "SCALER.step(opt)" in out and "opt.step()" not in out
-    assert out.count("SCALER.update()") == 1 and "amp." not in out.replace("torch.amp.", "")
+    assert (
+        "SCALER.scale(loss).backward()" in out
+        and "SCALER.step(opt)" in out
+        and "opt.step()" not in out
+    )
+    assert out.count("SCALER.update()") == 1 and "amp." not in out.replace(
+        "torch.amp.", ""
+    )
     # the update follows the step at its own level (inside the accumulation test where there is one)
     step_line = next(ln for ln in out.splitlines() if "SCALER.step(opt)" in ln)
     update_line = next(ln for ln in out.splitlines() if "SCALER.update()" in ln)
-    assert len(step_line) - len(step_line.lstrip()) == len(update_line) - len(update_line.lstrip())
+    assert len(step_line) - len(step_line.lstrip()) == len(update_line) - len(
+        update_line.lstrip()
+    )
     if "clip_grad_norm_" in src:
         assert out.index("SCALER.unscale_(opt)") < out.index("clip_grad_norm_")
     with_apex = convert_source(src, Options(amp="apex", line_length=0))
-    assert "DDP096" not in _codes(with_apex) and with_apex.source.count("amp.scale_loss(") == src.count("amp.scale_loss(")
+    assert "DDP096" not in _codes(with_apex) and with_apex.source.count(
+        "amp.scale_loss("
+    ) == src.count("amp.scale_loss(")
 
 
 def test_several_losses_onto_fewer_optimizers():
     """apex's DCGAN shape: two D losses, one D step; one G loss, one G step; one update."""
     out = (FIXTURES / "222_dcgan_three_losses" / "expected.py").read_text()
-    assert out.count("SCALER.step(optimizerD)") == 1 and out.count("SCALER.step(optimizerG)") == 1
-    assert out.count("SCALER.update()") == 1 and out.index("SCALER.step(optimizerG)") < out.index("SCALER.update()")
+    assert (
+        out.count("SCALER.step(optimizerD)") == 1
+        and out.count("SCALER.step(optimizerG)") == 1
+    )
+    assert out.count("SCALER.update()") == 1 and out.index(
+        "SCALER.step(optimizerG)"
+    ) < out.index("SCALER.update()")
     assert out.count("with torch.autocast(") == 3  # each loss's forward pass
     for loss in ("errD_real", "errD_fake", "errG"):
         assert f"SCALER.scale({loss}).backward()" in out
@@ -325,18 +417,33 @@ def test_several_losses_onto_fewer_optimizers():
 def test_amp_initialize_over_a_list_wraps_each_model(name, stem):
     out = (FIXTURES / name / f"{stem}.py").read_text()
     src = (FIXTURES / name / "input.py").read_text()
-    models = re.search(r"\[(\w+), (\w+)\], \[\w+, \w+\] = amp\.initialize", src).groups()
-    init = out.find("amp.initialize(") if stem == "expected_apex" else out.find("amp_initialize(")
+    models = re.search(
+        r"\[(\w+), (\w+)\], \[\w+, \w+\] = amp\.initialize", src
+    ).groups()
+    init = (
+        out.find("amp.initialize(")
+        if stem == "expected_apex"
+        else out.find("amp_initialize(")
+    )
     for m in models:
         wrap = out.index(f"{m} = DDP({m})")
         assert init < wrap, (m, stem)
 
 
 # -- --amp apex: the script's own amp stays, the seeds' recipe around it ----------------------
-@pytest.mark.parametrize("d", [d for d in SINGLE_GPU if "amp.initialize" in (d / "input.py").read_text()], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "d",
+    [d for d in SINGLE_GPU if "amp.initialize" in (d / "input.py").read_text()],
+    ids=lambda d: d.name,
+)
 def test_apex_target_keeps_the_scripts_amp(d: Path):
     src, out = (d / "input.py").read_text(), (d / "expected_apex.py").read_text()
-    for part in ("amp.initialize(", "amp.scale_loss(", "amp.state_dict()", "amp.load_state_dict("):
+    for part in (
+        "amp.initialize(",
+        "amp.scale_loss(",
+        "amp.state_dict()",
+        "amp.load_state_dict(",
+    ):
         assert out.count(part) >= src.count(part), part
     assert "SCALER" not in out and "torch.autocast" not in out
     init = out.index("amp.initialize(")
@@ -346,7 +453,9 @@ def test_apex_target_keeps_the_scripts_amp(d: Path):
 
 def test_apex_target_saves_and_restores_the_amp_state():
     """An amp.initialize that always runs: amp's state joins the checkpoint the script saves."""
-    src = HEAD.replace("total = 0.0\n", "") + '''\
+    src = (
+        HEAD.replace("total = 0.0\n", "")
+        + """\
 for epoch in range(2):
     for x, y in loader:
         loss = model(x.cuda()).sub(y.cuda()).pow(2).mean()
@@ -355,7 +464,8 @@ for epoch in range(2):
             scaled.backward()
         opt.step()
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, "ck.pt")
-'''
+"""
+    )
     out = convert_source(src, Options(amp="apex", line_length=0)).source
     assert '"opt": opt.state_dict(), "amp": amp.state_dict()}' in out
     guarded = re.search(r"if RANK == 0:\n\s+torch\.save\(", out)
@@ -369,7 +479,11 @@ def test_resume_from_the_amp_checkpoint(forkrun, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     again = forkrun.run(script, ["--epochs", "2", "--resume"], tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resumed at epoch 1" in again.stdout and "epoch 1 train loss" in again.stdout and "epoch 0 train" not in again.stdout
+    assert (
+        "resumed at epoch 1" in again.stdout
+        and "epoch 1 train loss" in again.stdout
+        and "epoch 0 train" not in again.stdout
+    )
 
 
 # -- legacy outputs: the same last checks, the teardown --------------------------------------
@@ -379,7 +493,7 @@ def test_legacy_output_pauses_after_its_own_group(d: Path):
     inits = [i for i, ln in enumerate(out) if "init_process_group(" in ln]
     assert inits
     for i in inits:
-        assert "atexit.register(time.sleep, 0.2)" in out[i + 3], out[i:i + 4]
+        assert "atexit.register(time.sleep, 0.2)" in out[i + 3], out[i : i + 4]
     assert any("destroy_process_group()" in ln for ln in out)
 
 
@@ -387,15 +501,24 @@ def test_legacy_path_gets_the_undefined_name_check():
     """The legacy planners' output goes through the same last check (DDP005) as every other:
     an apex name the rewrite does not reach (amp.__version__) would be read after its import is
     gone, and that is said, not written."""
-    src = (FIXTURES / "40_apex_classifier" / "input.py").read_text().replace(
-        "    torch.manual_seed(0)\n", "    torch.manual_seed(0)\n    print(amp.__version__)\n")
+    src = (
+        (FIXTURES / "40_apex_classifier" / "input.py")
+        .read_text()
+        .replace(
+            "    torch.manual_seed(0)\n",
+            "    torch.manual_seed(0)\n    print(amp.__version__)\n",
+        )
+    )
     res = convert_source(src, Options(line_length=0))
     assert res.status == "refused" and _codes(res) == ["DDP005"], res.findings
 
 
 def test_syncbn_only_on_cuda():
     out = _unwrapped("225_legacy_syncbn_own_group")
-    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if torch.cuda.is_available() else model" in out
+    assert (
+        "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if torch.cuda.is_available() else model"
+        in out
+    )
 
 
 def test_switch_in_one_file_steps_in_another_is_refused(tmp_path):
@@ -408,7 +531,8 @@ def test_switch_in_one_file_steps_in_another_is_refused(tmp_path):
         "from apex import amp\n\n\ndef train_epoch(model, loader, optimizer):\n    for x, y in loader:\n"
         "        loss = ((model(x.cuda()) - y.cuda()) ** 2).mean()\n        optimizer.zero_grad()\n"
         "        with amp.scale_loss(loss, optimizer) as scaled:\n            scaled.backward()\n        optimizer.step()\n"
-        "    return loss.item()\n")
+        "    return loss.item()\n"
+    )
     (tmp_path / "train.py").write_text(
         "import argparse\n\nimport torch\nfrom apex import amp\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
         "from trainer import train_epoch\n\n\ndef main():\n    parser = argparse.ArgumentParser()\n"
@@ -417,8 +541,14 @@ def test_switch_in_one_file_steps_in_another_is_refused(tmp_path):
         "    if args.fp16:\n        model, optimizer = amp.initialize(model, optimizer)\n"
         "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)\n"
         "    for epoch in range(2):\n        print(f'epoch {epoch} loss {train_epoch(model, loader, optimizer):.4f}')\n\n\n"
-        "if __name__ == '__main__':\n    main()\n")
+        "if __name__ == '__main__':\n    main()\n"
+    )
     res = convert_project(str(tmp_path / "train.py"))
     assert res.status == "refused"
     assert [f.code for r in res.files for f in r.findings] == ["DDP096"]
-    assert convert_project(str(tmp_path / "train.py"), Options(amp="apex", line_length=0)).status == "converted"
+    assert (
+        convert_project(
+            str(tmp_path / "train.py"), Options(amp="apex", line_length=0)
+        ).status
+        == "converted"
+    )

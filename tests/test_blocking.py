@@ -17,12 +17,16 @@ from ddpify.directives import ignored_codes, skipped_lines
 from ddpify.findings import BLOCKING, CODES, Finding
 
 ROOT = Path(__file__).resolve().parent.parent
-NO_LOADER = (ROOT / "fixtures/133_generator_batches_refused/input.py").read_text()  # DDP024
+NO_LOADER = (
+    ROOT / "fixtures/133_generator_batches_refused/input.py"
+).read_text()  # DDP024
 CONVERTS = (ROOT / "fixtures/01_toplevel_regression/input.py").read_text()
 
 
 def invoke(*args: str, input: str | None = None):
-    return CliRunner().invoke(convert_command, list(args), input=input, catch_exceptions=False)
+    return CliRunner().invoke(
+        convert_command, list(args), input=input, catch_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -39,7 +43,9 @@ def test_every_blocking_code_has_a_refused_fixture():
                 seen.setdefault(line.split()[1], d)
     # the converter's codes only (lint's examples are lint findings); DDP098 blocks when a skip
     # comment drops the wrap or the sampler
-    converter = {c for c in BLOCKING if rules.get(c).tool == "convert"}  # the gate's: tests/test_gate.py
+    converter = {
+        c for c in BLOCKING if rules.get(c).tool == "convert"
+    }  # the gate's: tests/test_gate.py
     assert converter | {"DDP098"} <= set(seen), sorted(converter - set(seen))
     for d in seen.values():
         assert is_refused(d)
@@ -48,7 +54,9 @@ def test_every_blocking_code_has_a_refused_fixture():
 def test_severity_defaults_and_overrides():
     assert Finding(1, 1, "DDP034", "x").blocking
     assert not Finding(1, 1, "DDP026", "x").blocking
-    assert not Finding(1, 1, "DDP034", "x", fixed=True).blocking  # a change made is never blocking
+    assert not Finding(
+        1, 1, "DDP034", "x", fixed=True
+    ).blocking  # a change made is never blocking
     assert not Finding(1, 1, "DDP096", "x", severity="note").blocking
     assert Finding(1, 1, "DDP098", "x", severity="blocking").blocking
     assert set(BLOCKING) <= set(CODES)
@@ -57,7 +65,9 @@ def test_severity_defaults_and_overrides():
 
 
 def test_ignore_comment_parsing():
-    marks = ignored_codes("a = 1  # ddpify: ignore[DDP027, ddp034]\nb = 2\nc = 3  # ddpify: ignore\n")
+    marks = ignored_codes(
+        "a = 1  # ddpify: ignore[DDP027, ddp034]\nb = 2\nc = 3  # ddpify: ignore\n"
+    )
     assert marks == {1: frozenset({"DDP027", "DDP034"}), 3: None}
 
 
@@ -73,10 +83,17 @@ def test_refused_file_is_untouched_and_exit_2(here):
         "own batch iterator): it "
         "cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand"
     )
-    assert lines[1].startswith("train.py: refused: 1 blocking finding above would make the output a wrong DDP program")
-    assert "the file was left unchanged" in lines[1] and "# ddpify: ignore[CODE]" in lines[1]
+    assert lines[1].startswith(
+        "train.py: refused: 1 blocking finding above would make the output a wrong DDP program"
+    )
+    assert (
+        "the file was left unchanged" in lines[1]
+        and "# ddpify: ignore[CODE]" in lines[1]
+    )
     assert lines[-1] == "1 file refused (blocking findings)."
-    assert "[*]" not in res.stderr  # nothing was changed, so nothing is reported as changed
+    assert (
+        "[*]" not in res.stderr
+    )  # nothing was changed, so nothing is reported as changed
 
 
 def test_partial_writes_and_still_exits_2(here):
@@ -86,7 +103,9 @@ def test_partial_writes_and_still_exits_2(here):
     out = Path("train.py").read_text()
     assert "DDP(model" in out and "init_process_group" in out
     assert "converted with --partial: 1 blocking finding above" in res.stderr
-    assert res.stderr.splitlines()[-1] == "1 file converted (1 partially, with --partial)."
+    assert (
+        res.stderr.splitlines()[-1] == "1 file converted (1 partially, with --partial)."
+    )
 
 
 def test_check_fails_while_a_blocking_finding_remains(here):
@@ -101,7 +120,9 @@ def test_suppressed_blocking_finding_converts(here, how):
     src = NO_LOADER
     args = ["train.py"]
     if how == "comment":
-        src = src.replace("    loss.backward()\n", "    loss.backward()  # ddpify: ignore[DDP024]\n")
+        src = src.replace(
+            "    loss.backward()\n", "    loss.backward()  # ddpify: ignore[DDP024]\n"
+        )
     elif how == "config":
         Path("pyproject.toml").write_text('[tool.ddpify]\nignore = ["DDP024"]\n')
     else:
@@ -114,7 +135,11 @@ def test_suppressed_blocking_finding_converts(here, how):
 
 
 def test_ignore_comment_on_another_line_does_not_suppress(here):
-    Path("train.py").write_text(NO_LOADER.replace("import torch\n", "import torch  # ddpify: ignore[DDP024]\n", 1))
+    Path("train.py").write_text(
+        NO_LOADER.replace(
+            "import torch\n", "import torch  # ddpify: ignore[DDP024]\n", 1
+        )
+    )
     assert invoke("train.py").exit_code == 2
 
 
@@ -132,7 +157,11 @@ def test_quiet_prints_only_blocking_and_errors(here):
     res = invoke("-q", "a.py", "b.py")
     assert res.exit_code == 2
     lines = res.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("a.py:27:5: DDP024 [blocking]") and "refused" in lines[1]
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("a.py:27:5: DDP024 [blocking]")
+        and "refused" in lines[1]
+    )
     assert "DDP(" in Path("b.py").read_text()  # the other file is still converted
 
 
@@ -152,17 +181,26 @@ def test_json_output(here):
     doc = json.loads(res.stdout)
     files = {f["path"]: f for f in doc["files"]}
     assert files["a.py"]["outcome"] == "refused" and files["a.py"]["blocking"] is True
-    assert files["a.py"]["findings"] == [{
-        "line": 27, "col": 5, "code": "DDP024", "severity": "blocking", "fixed": False,
-        "message": "no training DataLoader found, and ddpify cannot follow where this step's batches come from (not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand",
-    }]
+    assert files["a.py"]["findings"] == [
+        {
+            "line": 27,
+            "col": 5,
+            "code": "DDP024",
+            "severity": "blocking",
+            "fixed": False,
+            "message": "no training DataLoader found, and ddpify cannot follow where this step's batches come from (not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank its share; shard them by RANK/WORLD_SIZE by hand",
+        }
+    ]
     assert files["b.py"]["outcome"] == "changed" and not files["b.py"]["blocking"]
     assert {f["severity"] for f in files["b.py"]["findings"]} == {"note"}
     assert doc["mode"] == "check"
     assert res.stderr == ""  # the JSON document is the whole report
     assert Path("b.py").read_text() == CONVERTS  # --check wrote nothing
     # --json is the same
-    assert json.loads(invoke("--json", "--check", "a.py", "b.py").stdout)["files"] == doc["files"]
+    assert (
+        json.loads(invoke("--json", "--check", "a.py", "b.py").stdout)["files"]
+        == doc["files"]
+    )
 
 
 def test_json_with_stdin_write_is_a_usage_error(here):
@@ -173,11 +211,15 @@ def test_json_with_stdin_write_is_a_usage_error(here):
 
 def test_force_exclude_applies_to_stdin_filename(here):
     Path("pyproject.toml").write_text('[tool.ddpify]\nexclude = ["legacy/"]\n')
-    res = invoke("--force-exclude", "-", "--stdin-filename", "legacy/train.py", input=CONVERTS)
+    res = invoke(
+        "--force-exclude", "-", "--stdin-filename", "legacy/train.py", input=CONVERTS
+    )
     assert res.exit_code == 0
     assert res.stdout == CONVERTS  # echoed unchanged, like black
     converted = invoke("-", "--stdin-filename", "legacy/train.py", input=CONVERTS)
-    assert converted.stdout != CONVERTS  # without --force-exclude a named file is converted
+    assert (
+        converted.stdout != CONVERTS
+    )  # without --force-exclude a named file is converted
 
 
 def test_skip_on_the_model_line_says_what_was_skipped():
@@ -196,7 +238,9 @@ def test_off_around_an_epoch_loop_names_the_skip_not_the_loop_shape():
     msgs = [f for f in result.findings if f.code in ("DDP027", "DDP098")]
     assert [f.code for f in msgs] == ["DDP098"]
     assert "set_epoch(epoch) at the top of this epoch loop" in msgs[0].message
-    assert not msgs[0].blocking  # the loader does not shuffle: the order is fixed anyway
+    assert not msgs[
+        0
+    ].blocking  # the loader does not shuffle: the order is fixed anyway
 
 
 def test_rules_page_code_table_matches_the_registry():
@@ -206,7 +250,9 @@ def test_rules_page_code_table_matches_the_registry():
         for line in page.splitlines()
         if line.startswith("| DDP")
     )
-    assert rows == {c: r.title for c, r in __import__("ddpify.rules").rules.load_all().items()}
+    assert rows == {
+        c: r.title for c, r in __import__("ddpify.rules").rules.load_all().items()
+    }
 
 
 def test_directives_are_comments_not_text():
@@ -249,7 +295,12 @@ layer.fit(torch.randn(8, 4))
 """
     res = convert_source(src)
     assert res.status == "refused" and not res.changed
-    (f,) = [f for f in res.findings if f.code == "DDP034"]  # DDP024 too: no DataLoader here
+    (f,) = [
+        f for f in res.findings if f.code == "DDP034"
+    ]  # DDP024 too: no DataLoader here
     assert f.blocking
-    assert "class `Layer` builds its own optimizer" in f.message and "method `fit`" in f.message
+    assert (
+        "class `Layer` builds its own optimizer" in f.message
+        and "method `fit`" in f.message
+    )
     assert "dist.all_reduce(p.grad)" in f.message

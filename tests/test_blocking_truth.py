@@ -30,7 +30,10 @@ def blocking(src: str, **opts) -> list:
 
 def partial(d: Path, src: str | None = None) -> str:
     src = src if src is not None else (d / "input.py").read_text()
-    return convert_source(src, Options(**{**fixture_options(d), "partial": True, "mark_unresolved": False})).source
+    return convert_source(
+        src,
+        Options(**{**fixture_options(d), "partial": True, "mark_unresolved": False}),
+    ).source
 
 
 def two_ranks(script: Path, cwd: Path, forkrun, args=()):
@@ -40,13 +43,25 @@ def two_ranks(script: Path, cwd: Path, forkrun, args=()):
 
     run_dir = cwd / f"verify-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "DDPIFY_VERIFY_DIR": str(run_dir),
-           "DDPIFY_VERIFY_STEPS": str(10**6), "DDPIFY_VERIFY_MAIN_FILE": str(script)}
-    run = forkrun.run(Path(PROBE), [str(script), *args], cwd, nproc=2, env=env, timeout=240)
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "DDPIFY_VERIFY_DIR": str(run_dir),
+        "DDPIFY_VERIFY_STEPS": str(10**6),
+        "DDPIFY_VERIFY_MAIN_FILE": str(script),
+    }
+    run = forkrun.run(
+        Path(PROBE), [str(script), *args], cwd, nproc=2, env=env, timeout=240
+    )
     assert not run.timed_out, run.stderr[-3000:]
-    cand = RunResult(role="candidate", nproc=2, run_dir=run_dir, returncode=run.returncode)
+    cand = RunResult(
+        role="candidate", nproc=2, run_dir=run_dir, returncode=run.returncode
+    )
     _collect(cand)
-    checks = {c.name: c for c in run_checks(Context(cand, None, 2, 10**6, str(script), timeout=240))}
+    checks = {
+        c.name: c
+        for c in run_checks(Context(cand, None, 2, 10**6, str(script), timeout=240))
+    }
     return cand, checks
 
 
@@ -54,12 +69,16 @@ def codes(findings) -> list[str]:
     return [f.code for f in findings]
 
 
-def test_ddp024_no_batch_source_it_can_follow_leaves_the_data_unsharded(tmp_path, forkrun):
+def test_ddp024_no_batch_source_it_can_follow_leaves_the_data_unsharded(
+    tmp_path, forkrun
+):
     d = FIX / "133_generator_batches_refused"
     assert codes(blocking((d / "input.py").read_text())) == ["DDP024"]
     (tmp_path / "train.py").write_text(partial(d))
     _, checks = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
-    assert checks["data-sharding"].status == "FAIL", checks["data-sharding"].figure  # every rank trained on the same batches
+    assert checks["data-sharding"].status == "FAIL", checks[
+        "data-sharding"
+    ].figure  # every rank trained on the same batches
 
 
 def test_ddp027_no_set_epoch_repeats_the_order_every_epoch(tmp_path, forkrun):
@@ -90,7 +109,9 @@ def test_ddp063_a_tracker_none_on_other_ranks_crashes_them(tmp_path, forkrun):
     (tmp_path / "train.py").write_text(partial(d))
     cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
     assert cand.returncode != 0
-    assert "'NoneType' object has no attribute 'name'" in cand.outputs.get(1, ""), cand.outputs.get(1, "")[-2000:]
+    assert "'NoneType' object has no attribute 'name'" in cand.outputs.get(1, ""), (
+        cand.outputs.get(1, "")[-2000:]
+    )
 
 
 def test_ddp064_every_rank_writes_the_file(tmp_path, forkrun):
@@ -100,7 +121,10 @@ def test_ddp064_every_rank_writes_the_file(tmp_path, forkrun):
     (tmp_path / "train.py").write_text(partial(d))
     _, checks = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
     # np.memmap(mode="w+") opens the file for writing on each rank (the probe records every open)
-    assert checks["rank0-writes"].status == "FAIL" and "features_cache.dat" in checks["rank0-writes"].figure, checks["rank0-writes"].figure
+    assert (
+        checks["rank0-writes"].status == "FAIL"
+        and "features_cache.dat" in checks["rank0-writes"].figure
+    ), checks["rank0-writes"].figure
 
 
 def test_ddp102_the_module_run_as_a_script_fails(tmp_path, forkrun):
@@ -112,10 +136,14 @@ def test_ddp102_the_module_run_as_a_script_fails(tmp_path, forkrun):
     assert [f.code for f in res.blocking] == ["DDP102"]
     message = res.blocking[0].message
     assert "process group" in message and "DistributedSampler" in message
-    done = convert_project(str(tmp_path / "p" / "train.py"), Options(partial=True, mark_unresolved=False))
+    done = convert_project(
+        str(tmp_path / "p" / "train.py"), Options(partial=True, mark_unresolved=False)
+    )
     for r in done.files:
         Path(r.path).write_text(r.output)
-    run = forkrun.run(tmp_path / "p" / "loop.py", [], tmp_path / "p", timeout=120)  # as `python loop.py`
+    run = forkrun.run(
+        tmp_path / "p" / "loop.py", [], tmp_path / "p", timeout=120
+    )  # as `python loop.py`
     # the sampler built at import asks for the world size before the block can set up a group
     assert run.returncode != 0 and "process group" in run.stderr, run.stderr[-2000:]
 
@@ -129,8 +157,13 @@ def test_ddp116_updates_gated_by_the_episode_differ_per_rank(tmp_path, forkrun):
     # number of training steps, differ
     counts = []
     for rank in range(2):
-        text = src.replace("random.seed(0)", f"random.seed({rank})").replace("loss.backward()", "loss.backward()\n            STEPS.append(1)")
-        text = text.replace("eps = 0.5", "STEPS = []\neps = 0.5") + "\nprint('steps', len(STEPS))\n"
+        text = src.replace("random.seed(0)", f"random.seed({rank})").replace(
+            "loss.backward()", "loss.backward()\n            STEPS.append(1)"
+        )
+        text = (
+            text.replace("eps = 0.5", "STEPS = []\neps = 0.5")
+            + "\nprint('steps', len(STEPS))\n"
+        )
         (tmp_path / f"r{rank}.py").write_text(text)
         run = forkrun.run(tmp_path / f"r{rank}.py", [], tmp_path, timeout=120)
         assert run.returncode == 0, run.stderr[-2000:]
@@ -138,8 +171,12 @@ def test_ddp116_updates_gated_by_the_episode_differ_per_rank(tmp_path, forkrun):
     assert counts[0] != counts[1], counts
 
 
-@pytest.mark.parametrize("name, code", [("90_own_batch_sampler", "DDP022"), ("91_chained_streams", "DDP023")])
-def test_ddp022_ddp023_a_loader_it_cannot_shard_feeds_every_rank_everything(name, code, tmp_path, forkrun):
+@pytest.mark.parametrize(
+    "name, code", [("90_own_batch_sampler", "DDP022"), ("91_chained_streams", "DDP023")]
+)
+def test_ddp022_ddp023_a_loader_it_cannot_shard_feeds_every_rank_everything(
+    name, code, tmp_path, forkrun
+):
     d = FIX / name
     assert codes(blocking((d / "input.py").read_text())) == [code]
     (tmp_path / "train.py").write_text(partial(d))
@@ -154,7 +191,10 @@ def _per_rank_value(out: dict, tag: str) -> list[str]:
 def test_ddp146_a_draw_among_the_imports_differs_per_rank(tmp_path, forkrun):
     d = FIX / "194_draw_among_imports_refused"
     assert codes(blocking((d / "input.py").read_text())) == ["DDP146"]
-    src = partial(d) + '\nimport sys\nprint("PROJ", float(PROJECTION.sum()), file=sys.stderr)\n'
+    src = (
+        partial(d)
+        + '\nimport sys\nprint("PROJ", float(PROJECTION.sum()), file=sys.stderr)\n'
+    )
     (tmp_path / "train.py").write_text(src)
     cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
     a, b = _per_rank_value(cand.outputs, "PROJ")
@@ -164,7 +204,9 @@ def test_ddp146_a_draw_among_the_imports_differs_per_rank(tmp_path, forkrun):
 def test_ddp147_an_unseeded_generator_of_the_script_differs_per_rank(tmp_path, forkrun):
     d = FIX / "205_own_generator_under_flag"
     assert codes(blocking((d / "input.py").read_text())) == ["DDP147"]
-    (tmp_path / "train.py").write_text(partial(d) + '\nimport sys\nprint("DATA", float(x.sum()), file=sys.stderr)\n')
+    (tmp_path / "train.py").write_text(
+        partial(d) + '\nimport sys\nprint("DATA", float(x.sum()), file=sys.stderr)\n'
+    )
     cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun, args=["--fresh-data"])
     a, b = _per_rank_value(cand.outputs, "DATA")
     assert a != b  # each rank trained on data of its own
@@ -177,7 +219,9 @@ def test_ddp005_the_output_would_read_an_undefined_name(tmp_path, forkrun):
     name = re.search(r"would read (\w+)", found[0].message).group(1)
     (tmp_path / "train.py").write_text(partial(d))
     cand, _ = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
-    assert f"NameError: name '{name}' is not defined" in cand.outputs.get(0, ""), cand.outputs.get(0, "")[-2000:]
+    assert f"NameError: name '{name}' is not defined" in cand.outputs.get(0, ""), (
+        cand.outputs.get(0, "")[-2000:]
+    )
 
 
 def test_ddp139_a_stepped_model_left_unwrapped_diverges(tmp_path, forkrun):

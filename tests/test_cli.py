@@ -39,7 +39,9 @@ class FakeConverter:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Options]] = []
 
-    def __call__(self, source: str, options: Options | None = None, path: str = "<stdin>") -> Result:
+    def __call__(
+        self, source: str, options: Options | None = None, path: str = "<stdin>"
+    ) -> Result:
         self.calls.append((path, options))
         if "RAISE_CONVERSION" in source:
             raise ConversionError("cannot convert this", 2, 5)
@@ -48,8 +50,15 @@ class FakeConverter:
         if "BADOUT" in source:
             return Result(source + "def (:\n", True, "converted", [])
         if "# TRAIN" not in source:
-            return Result(source, False, "not-training", [Finding(1, 1, "DDP099", "not a training script: nothing to convert")])
-        new = source.replace("# TRAIN\n", "# TRAIN\nimport torch.distributed as dist\n", 1)
+            return Result(
+                source,
+                False,
+                "not-training",
+                [Finding(1, 1, "DDP099", "not a training script: nothing to convert")],
+            )
+        new = source.replace(
+            "# TRAIN\n", "# TRAIN\nimport torch.distributed as dist\n", 1
+        )
         findings = [
             Finding(3, 1, "DDP030", "model wrapped in DistributedDataParallel", True),
             Finding(1, 1, "DDP001", "process-group setup added", True),
@@ -69,7 +78,9 @@ def fake(monkeypatch, tmp_path):
 
 
 def invoke(*args: str, input: bytes | str | None = None):
-    return CliRunner().invoke(convert_command, list(args), input=input, catch_exceptions=False)
+    return CliRunner().invoke(
+        convert_command, list(args), input=input, catch_exceptions=False
+    )
 
 
 def write(path: str, text: str | bytes) -> Path:
@@ -95,7 +106,10 @@ def test_rewrites_in_place_with_findings_and_summary(fake):
     write("util.py", PLAIN)
     res = invoke("train.py", "util.py")
     assert res.exit_code == 0, res.output
-    assert Path("train.py").read_text() == "import torch  # TRAIN\nimport torch.distributed as dist\nmodel = torch.nn.Linear(2, 2)\n"
+    assert (
+        Path("train.py").read_text()
+        == "import torch  # TRAIN\nimport torch.distributed as dist\nmodel = torch.nn.Linear(2, 2)\n"
+    )
     assert Path("util.py").read_text() == PLAIN
     lines = res.stderr.splitlines()
     # Findings sorted by line, in Finding.format's form; then the status and the summary.
@@ -160,7 +174,9 @@ def test_diff_color_flags(fake):
 def test_diff_marks_missing_final_newline(fake):
     write("train.py", TRAIN.rstrip("\n"))
     res = invoke("--diff", "train.py")
-    assert res.stdout.endswith(" model = torch.nn.Linear(2, 2)\n\\ No newline at end of file\n")
+    assert res.stdout.endswith(
+        " model = torch.nn.Linear(2, 2)\n\\ No newline at end of file\n"
+    )
 
 
 def test_one_bad_file_exits_2_and_the_others_are_converted(fake):
@@ -189,7 +205,10 @@ def test_converter_crash_is_reported_and_file_untouched(fake):
     write("b.py", TRAIN)
     res = invoke("a.py", "b.py")
     assert res.exit_code == 2
-    assert "a.py: error: internal error (RuntimeError: boom); the file was left unchanged." in res.stderr
+    assert (
+        "a.py: error: internal error (RuntimeError: boom); the file was left unchanged."
+        in res.stderr
+    )
     assert Path("a.py").read_text() == "import os  # CRASH\n"
     assert "import torch.distributed" in Path("b.py").read_text()
 
@@ -219,7 +238,9 @@ def test_quiet_keeps_errors_and_manual_findings_only(fake):
 def test_stdin_to_stdout(fake):
     res = invoke("-", input=TRAIN)
     assert res.exit_code == 0
-    assert res.stdout == TRAIN.replace("# TRAIN\n", "# TRAIN\nimport torch.distributed as dist\n")
+    assert res.stdout == TRAIN.replace(
+        "# TRAIN\n", "# TRAIN\nimport torch.distributed as dist\n"
+    )
     assert "-:1:1: DDP001 [*] process-group setup added" in res.stderr
 
 
@@ -255,7 +276,10 @@ def test_directories_recurse_into_py_files_only(fake):
     write("proj/venv/lib/x.py", TRAIN)
     write("proj/.dot.py", TRAIN)
     res = invoke("--check", "proj")
-    assert sorted(p for p, _ in fake.calls) == [os.path.join("proj", "pkg", "util.py"), os.path.join("proj", "train.py")]
+    assert sorted(p for p, _ in fake.calls) == [
+        os.path.join("proj", "pkg", "util.py"),
+        os.path.join("proj", "train.py"),
+    ]
     assert res.exit_code == 1
 
 
@@ -311,8 +335,19 @@ def test_generated_file_is_left_alone(fake):
 
 def test_options_are_forwarded(fake):
     write("train.py", TRAIN)
-    invoke("--check", "--amp", "fp16", "--opt-level", "O2", "--sync-bn", "--shard-eval", "train.py")
-    assert fake.calls[-1][1] == Options(amp="fp16", sync_bn=True, shard_eval=True, opt_level="O2")
+    invoke(
+        "--check",
+        "--amp",
+        "fp16",
+        "--opt-level",
+        "O2",
+        "--sync-bn",
+        "--shard-eval",
+        "train.py",
+    )
+    assert fake.calls[-1][1] == Options(
+        amp="fp16", sync_bn=True, shard_eval=True, opt_level="O2"
+    )
     invoke("--check", "train.py")
     assert fake.calls[-1][1] == Options()
 
@@ -324,7 +359,10 @@ def test_bad_option_value_is_a_usage_error(fake):
 
 
 def test_config_defaults_and_cli_override(fake):
-    write("pyproject.toml", '[tool.ddpify]\namp = "bf16"\nsync-bn = true\nexclude = ["legacy/", "**/gen_*.py"]\n')
+    write(
+        "pyproject.toml",
+        '[tool.ddpify]\namp = "bf16"\nsync-bn = true\nexclude = ["legacy/", "**/gen_*.py"]\n',
+    )
     write("src/train.py", TRAIN)
     write("src/gen_data.py", TRAIN)
     write("legacy/old.py", TRAIN)
@@ -338,13 +376,18 @@ def test_config_defaults_and_cli_override(fake):
 
 def test_nearest_config_wins_and_is_found_from_the_file(fake, tmp_path):
     write("pyproject.toml", '[tool.ddpify]\namp = "bf16"\n')
-    write("sub/pyproject.toml", '[project]\nname = "x"\n')  # no [tool.ddpify]: keep walking up
+    write(
+        "sub/pyproject.toml", '[project]\nname = "x"\n'
+    )  # no [tool.ddpify]: keep walking up
     write("sub/deeper/pyproject.toml", '[tool.ddpify]\namp = "fp16"\n')
     write("sub/a.py", TRAIN)
     write("sub/deeper/b.py", TRAIN)
     os.chdir(tmp_path / "sub")
     invoke("--check", "a.py", "deeper/b.py")
-    assert dict((p, o.amp) for p, o in fake.calls) == {"a.py": "bf16", os.path.join("deeper", "b.py"): "fp16"}
+    assert dict((p, o.amp) for p, o in fake.calls) == {
+        "a.py": "bf16",
+        os.path.join("deeper", "b.py"): "fp16",
+    }
 
 
 def test_explicit_files_ignore_exclude_unless_forced(fake):
@@ -368,7 +411,10 @@ def test_cli_exclude(fake):
     "toml, message",
     [
         ('[tool.ddpify]\nampp = "bf16"\n', "unknown key 'ampp' in [tool.ddpify]"),
-        ('[tool.ddpify]\namp = "fp8"\n', "[tool.ddpify] amp must be one of auto, bf16, fp16, none, apex, not 'fp8'"),
+        (
+            '[tool.ddpify]\namp = "fp8"\n',
+            "[tool.ddpify] amp must be one of auto, bf16, fp16, none, apex, not 'fp8'",
+        ),
         ("[tool.ddpify]\nsync-bn = 1\n", "[tool.ddpify] sync-bn must be true or false"),
         ("[tool.ddpify\n", "invalid TOML"),
     ],
@@ -383,7 +429,7 @@ def test_config_errors(fake, toml, message):
 
 
 def test_stdin_uses_config_from_cwd(fake):
-    write("pyproject.toml", '[tool.ddpify]\nshard_eval = true\n')
+    write("pyproject.toml", "[tool.ddpify]\nshard_eval = true\n")
     invoke("-", input=TRAIN)
     assert fake.calls[0][1] == Options(shard_eval=True)
 
@@ -401,7 +447,10 @@ def test_jobs_output_is_deterministic_and_matches_serial(fake):
     parallel = invoke("-j", "3", ".")
     assert serial.exit_code == parallel.exit_code == 2
     assert serial.stderr == parallel.stderr
-    assert serial.stderr.splitlines()[-1] == "12 files left unchanged, 6 files failed to convert."
+    assert (
+        serial.stderr.splitlines()[-1]
+        == "12 files left unchanged, 6 files failed to convert."
+    )
     errors = [ln.split(":")[0] for ln in parallel.stderr.splitlines() if "error" in ln]
     assert errors == sorted(errors)
 
@@ -426,8 +475,16 @@ def test_main_dispatches_subcommands(monkeypatch, capsys):
         seen["launch"] = (script, nproc)
 
     monkeypatch.setitem(sys.modules, "ddpify.verify", types.ModuleType("ddpify.verify"))
-    monkeypatch.setitem(sys.modules, "ddpify.verify.cli", types.SimpleNamespace(verify_command=fake_verify))
-    monkeypatch.setitem(sys.modules, "ddpify.launcher", types.SimpleNamespace(launch_command=fake_launch))
+    monkeypatch.setitem(
+        sys.modules,
+        "ddpify.verify.cli",
+        types.SimpleNamespace(verify_command=fake_verify),
+    )
+    monkeypatch.setitem(
+        sys.modules,
+        "ddpify.launcher",
+        types.SimpleNamespace(launch_command=fake_launch),
+    )
     for name in ("verify", "launch"):
         with pytest.raises(SystemExit) as exc:
             cli.main([name, "train.py", "--nproc", "2"])
@@ -447,18 +504,37 @@ def test_file_named_verify_is_converted_when_given_as_path(fake):
 @pytest.mark.runs
 def test_python_dash_m_works(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "ddpify", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0
     assert "Usage: ddpify [OPTIONS] [PATHS]..." in res.stdout
-    res = subprocess.run([sys.executable, "-m", "ddpify", "missing.py"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert res.returncode == 2 and "missing.py: error: no such file or directory" in res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpify", "missing.py"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert (
+        res.returncode == 2
+        and "missing.py: error: no such file or directory" in res.stderr
+    )
 
 
 # --------------------------------------------------------------------------- end to end (real converter)
 
 
 def fixture_dirs() -> list[Path]:
-    return sorted(p.parent for p in FIXTURES.glob("*/input.py") if (p.parent / "expected.py").exists())
+    return sorted(
+        p.parent
+        for p in FIXTURES.glob("*/input.py")
+        if (p.parent / "expected.py").exists()
+    )
 
 
 def option_flags(fixture: Path) -> list[str]:
@@ -471,7 +547,11 @@ def option_flags(fixture: Path) -> list[str]:
         if isinstance(value, list):
             flags += [x for v in value for x in (f"--{name}", v)]
         else:
-            flags += [f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool) else [f"--{name}", str(value)]
+            flags += (
+                [f"--{name}" if value else f"--no-{name}"]
+                if isinstance(value, bool)
+                else [f"--{name}", str(value)]
+            )
     return flags
 
 
@@ -487,7 +567,9 @@ def converted_fixture() -> Path:
 
 
 def test_fixtures_exist():
-    assert input_fixtures(), "fixtures/*/input.py are needed by the end-to-end CLI tests"
+    assert input_fixtures(), (
+        "fixtures/*/input.py are needed by the end-to-end CLI tests"
+    )
 
 
 @pytest.mark.parametrize("fixture", fixture_dirs(), ids=lambda p: p.name)
@@ -520,7 +602,9 @@ def test_cli_end_to_end_check_diff_write(tmp_path, monkeypatch):
     assert "converted train.py" in res.stderr
     assert res.stderr.splitlines()[-1] == "1 file converted."
     # A [*] finding in Finding.format's form was printed.
-    assert any(ln.startswith("train.py:") and " [*] " in ln for ln in res.stderr.splitlines())
+    assert any(
+        ln.startswith("train.py:") and " [*] " in ln for ln in res.stderr.splitlines()
+    )
     gpu_line, cpu_line = run_commands("train.py")
     assert f"  run it with: {gpu_line}" in res.stderr
     assert f"           or: {cpu_line}" in res.stderr
@@ -549,8 +633,12 @@ def test_readme_example_is_what_ddpify_prints():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-m", "ddpify", "--diff", "--no-color", "examples/train.py"],
-                          cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--diff", "--no-color", "examples/train.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     readme = (root / "README.md").read_text()
     assert proc.stdout in readme
     for line in proc.stderr.splitlines():

@@ -12,9 +12,18 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, fixture_args, fixture_options, free_port, is_refused, needs_apex
+from conftest import (
+    FIXTURES,
+    fixture_args,
+    fixture_options,
+    free_port,
+    is_refused,
+    needs_apex,
+)
 
-pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+pytestmark = (
+    pytest.mark.runs
+)  # trains or runs tools in subprocesses: not the converter tier
 
 torch = pytest.importorskip("torch")
 
@@ -40,27 +49,43 @@ LEGACY_SETUP = {"DDP013", "DDP091", "DDP092"}
 
 def skip_apex(d):
     if is_refused(d):
-        pytest.skip("refused (blocking finding): the output is the input, nothing distributed to run")
+        pytest.skip(
+            "refused (blocking finding): the output is the input, nothing distributed to run"
+        )
     if (d / "expected.py").read_text() == (d / "input.py").read_text():
-        pytest.skip("left unchanged (already distributed, or not a training script): nothing converted to run")
+        pytest.skip(
+            "left unchanged (already distributed, or not a training script): nothing converted to run"
+        )
     if d.parent.name == "rules" and d.name in LEGACY_SETUP:
-        pytest.skip("legacy output: the script was distributed already and keeps its own prints on every rank (only its launch and teardown are modernised)")
+        pytest.skip(
+            "legacy output: the script was distributed already and keeps its own prints on every rank (only its launch and teardown are modernised)"
+        )
     if fixture_options(d).get("amp") == "apex":
-        pytest.skip("the --amp apex output needs NVIDIA apex <= 25.04 (run on GPUs: bench/gpu_session/)")
+        pytest.skip(
+            "the --amp apex output needs NVIDIA apex <= 25.04 (run on GPUs: bench/gpu_session/)"
+        )
     if needs_apex(d / "expected.py"):
-        pytest.skip("the output keeps an apex part torch has no equivalent of (FusedLAMB): it needs apex with its CUDA extensions (bench/gpu_session/apex_gpu.sh)")
+        pytest.skip(
+            "the output keeps an apex part torch has no equivalent of (FusedLAMB): it needs apex with its CUDA extensions (bench/gpu_session/apex_gpu.sh)"
+        )
 
 
 def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
     skip_apex(fixture_dir)
     if fixture_dir.parent.name == "rules":
-        pytest.skip("a rule's example runs as two ranks (below); the whole-script fixtures cover `python train.py`")
+        pytest.skip(
+            "a rule's example runs as two ranks (below); the whole-script fixtures cover `python train.py`"
+        )
     out = (fixture_dir / "expected.py").read_text()
-    own_setup = "ddp_setup()" not in out or 'LOCAL_DEVICE = torch.device("cpu")' in out  # legacy, CPU program
+    own_setup = (
+        "ddp_setup()" not in out or 'LOCAL_DEVICE = torch.device("cpu")' in out
+    )  # legacy, CPU program
     if not own_setup and zlib.crc32(fixture_dir.name.encode()) % 3:
         # the generated set-up's one-process path is the same text in every output: one fixture
         # in three runs it (a fixed choice by name), every output with a set-up of its own does
-        pytest.skip("plain-python run sampled: one in three fixtures with the common set-up")
+        pytest.skip(
+            "plain-python run sampled: one in three fixtures with the common set-up"
+        )
     run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path)
     check_trained(run.returncode, run.stdout, run.stderr)
 
@@ -72,8 +97,13 @@ def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
 # (forkrun.py): the same torchrun environment variables and process group, without ~4 s of
 # imports per process (the suite's time budget, docs/testing.md).
 REAL_TORCHRUN = {
-    "01_toplevel_regression", "13_checkpoint_resume", "14_early_stopping", "16_tqdm_pbar_postfix",
-    "29_autoencoder_two_optimizers", "37_model_choice_branches", "38_dict_batches_early_stop",
+    "01_toplevel_regression",
+    "13_checkpoint_resume",
+    "14_early_stopping",
+    "16_tqdm_pbar_postfix",
+    "29_autoencoder_two_optimizers",
+    "37_model_choice_branches",
+    "38_dict_batches_early_stop",
     "39_dataset_in_memory_blobs",
 }
 
@@ -114,16 +144,34 @@ def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun, monkeypatch):
     args = fixture_args(fixture_dir)
     if fixture_dir.name in REAL_TORCHRUN:
         monkeypatch.chdir(tmp_path)  # the script's own files land here
-        cand = launch("candidate", script, script, args, 2, STEPS_TO_THE_END, 300, run_dir, uuid.uuid4().hex, True)
+        cand = launch(
+            "candidate",
+            script,
+            script,
+            args,
+            2,
+            STEPS_TO_THE_END,
+            300,
+            run_dir,
+            uuid.uuid4().hex,
+            True,
+        )
         assert not cand.hang, cand.hang
         out = cand.launcher_output + "".join(cand.outputs.values())
     else:
         run_dir.mkdir()
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "DDPIFY_VERIFY_DIR": str(run_dir),
-               "DDPIFY_VERIFY_STEPS": str(STEPS_TO_THE_END), "DDPIFY_VERIFY_MAIN_FILE": script}
+        env = {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "DDPIFY_VERIFY_DIR": str(run_dir),
+            "DDPIFY_VERIFY_STEPS": str(STEPS_TO_THE_END),
+            "DDPIFY_VERIFY_MAIN_FILE": script,
+        }
         run = forkrun.run(Path(PROBE), [script, *args], tmp_path, nproc=2, env=env)
         assert not run.timed_out, run.stderr[-4000:]
-        cand = RunResult(role="candidate", nproc=2, run_dir=run_dir, returncode=run.returncode)
+        cand = RunResult(
+            role="candidate", nproc=2, run_dir=run_dir, returncode=run.returncode
+        )
         _collect(cand)
         out = run.stderr + "".join(cand.outputs.values())
     # the probe sends each rank's stdout and stderr to its own file
@@ -133,5 +181,12 @@ def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun, monkeypatch):
     from ddpify.verify.checks import FAIL, Context, run_checks
 
     checks = run_checks(Context(cand, None, 2, STEPS_TO_THE_END, script, timeout=300))
-    failed = [c for c in checks if c.status == FAIL and c.name not in ACCEPTED_FAILURES.get(fixture_dir.name, ())]
-    assert not failed, "\n".join(f"{c.name}: {c.figure} {c.cause or ''} {c.details[:4]}" for c in failed)
+    failed = [
+        c
+        for c in checks
+        if c.status == FAIL
+        and c.name not in ACCEPTED_FAILURES.get(fixture_dir.name, ())
+    ]
+    assert not failed, "\n".join(
+        f"{c.name}: {c.figure} {c.cause or ''} {c.details[:4]}" for c in failed
+    )

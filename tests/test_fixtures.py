@@ -27,7 +27,12 @@ def test_expected_output(fixture_dir):
     result = convert(fixture_dir)
     expected = (fixture_dir / "expected.py").read_text()
     assert result.source == expected, "".join(
-        difflib.unified_diff(expected.splitlines(True), result.source.splitlines(True), "expected.py", "converted")
+        difflib.unified_diff(
+            expected.splitlines(True),
+            result.source.splitlines(True),
+            "expected.py",
+            "converted",
+        )
     )
 
 
@@ -39,7 +44,9 @@ def test_expected_findings(fixture_dir):
 
 def test_output_is_fixed_point(fixture_dir):
     expected = (fixture_dir / "expected.py").read_text()
-    again = convert_source(expected, Options(**fixture_options(fixture_dir)), path="expected.py")
+    again = convert_source(
+        expected, Options(**fixture_options(fixture_dir)), path="expected.py"
+    )
     assert not again.changed
     assert again.source == expected
     if (fixture_dir / "input.py").read_text() != expected:
@@ -83,4 +90,7 @@ def test_every_sharded_training_loader_gets_set_epoch_or_a_finding(fixture_dir):
     findings = (fixture_dir / "expected.txt").read_text()
     if "DDP020" in findings:
         said = ("DDP021", "DDP027", "DDP098")
-        assert any(c in findings for c in said) or "ignore[DDP027]" in (fixture_dir / "input.py").read_text(), findings
+        assert (
+            any(c in findings for c in said)
+            or "ignore[DDP027]" in (fixture_dir / "input.py").read_text()
+        ), findings

@@ -15,13 +15,22 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("ddpify_fuzzlib", ROOT / "bench" / "fuzz" / "fuzzlib.py")
+_spec = importlib.util.spec_from_file_location(
+    "ddpify_fuzzlib", ROOT / "bench" / "fuzz" / "fuzzlib.py"
+)
 fuzzlib = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzzlib)
 
 FIXTURES = fuzzlib.fixture_sources()
+
+
 def quiet(n: int) -> settings:
-    return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    return settings(
+        max_examples=n,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
 
 
 @pytest.mark.runs
@@ -45,7 +54,9 @@ def test_fixtures_are_there_to_mutate():
 
 
 @pytest.mark.runs
-@pytest.mark.skipif(not FIXTURES, reason="no fixtures (test_fixtures_are_there_to_mutate fails)")
+@pytest.mark.skipif(
+    not FIXTURES, reason="no fixtures (test_fixtures_are_there_to_mutate fails)"
+)
 @quiet(12)
 @given(st.integers(0, 10**9))
 def test_mutated_fixtures(seed):

@@ -15,7 +15,7 @@ from ddpify import Options, convert_source
 from ddpify.gate import check_program
 from ddpify.transforms import launch, rank0, sampler, wrapping
 
-TRAIN = textwrap.dedent('''\
+TRAIN = textwrap.dedent("""\
     import torch
     import torch.nn as nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -50,7 +50,7 @@ TRAIN = textwrap.dedent('''\
 
     if __name__ == "__main__":
         main()
-''')
+""")
 
 
 def codes(result) -> set[str]:
@@ -59,7 +59,9 @@ def codes(result) -> set[str]:
 
 def test_the_right_program_goes_through():
     result = convert_source(TRAIN, Options(), path="train.py")
-    assert result.status == "converted" and not result.blocking, [f.format("train.py") for f in result.blocking]
+    assert result.status == "converted" and not result.blocking, [
+        f.format("train.py") for f in result.blocking
+    ]
     assert "ddp_model(x)" in result.source
     assert not check_program(result.source)
 
@@ -73,7 +75,7 @@ def test_sync_refuses_a_plan_that_wraps_nothing(monkeypatch):
 
 
 def test_sync_refuses_a_wrapper_of_another_model():
-    out = textwrap.dedent('''\
+    out = textwrap.dedent("""\
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
         gen, disc = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
@@ -83,13 +85,15 @@ def test_sync_refuses_a_wrapper_of_another_model():
             loss = disc(ddp_gen(torch.randn(2, 4))).mean()
             loss.backward()
             opt_d.step()
-    ''')
-    found = [v for v in check_program(out) if v.code != "DDP153"]  # no process group in this excerpt
+    """)
+    found = [
+        v for v in check_program(out) if v.code != "DDP153"
+    ]  # no process group in this excerpt
     assert [v.code for v in found] == ["DDP150"] and "disc" in found[0].message
 
 
 def test_sync_follows_a_factory_and_a_trainer_attribute():
-    out = textwrap.dedent('''\
+    out = textwrap.dedent("""\
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -113,7 +117,7 @@ def test_sync_follows_a_factory_and_a_trainer_attribute():
                 self.opt.step()
 
         Trainer().fit()
-    ''')
+    """)
     assert not [v for v in check_program(out) if v.code == "DDP150"]
 
 
@@ -127,23 +131,38 @@ def test_one_writer_refuses_a_plan_that_guards_nothing(monkeypatch):
     monkeypatch.setattr(rank0.Rank0Transform, "plan", lambda self, ctx: None)
     result = convert_source(TRAIN, Options(), path="train.py")
     assert result.status == "refused" and codes(result) == {"DDP152"}
-    assert result.findings[0].line == TRAIN.splitlines().index('    torch.save(model.state_dict(), "model.pth")') + 1
+    assert (
+        result.findings[0].line
+        == TRAIN.splitlines().index('    torch.save(model.state_dict(), "model.pth")')
+        + 1
+    )
 
 
 def test_one_writer_knows_a_library_it_has_never_seen_by_what_it_is_handed():
-    script = TRAIN.replace('    torch.save(model.state_dict(), "model.pth")',
-                           '    gifmaker.write_frames([x], f"runs/epoch_{epoch}.gif")').replace("import torch\n", "import gifmaker\nimport torch\n", 1)
+    script = TRAIN.replace(
+        '    torch.save(model.state_dict(), "model.pth")',
+        '    gifmaker.write_frames([x], f"runs/epoch_{epoch}.gif")',
+    ).replace("import torch\n", "import gifmaker\nimport torch\n", 1)
     result = convert_source(script, Options(), path="train.py")
     assert result.status == "converted", [f.format("t") for f in result.blocking]
     assert "if RANK == 0:\n        gifmaker.write_frames" in result.source
     # the same call left on every rank is what the gate refuses
-    assert [v.code for v in check_program(result.source.replace("if RANK == 0:\n        gifmaker", "if True:\n        gifmaker"))] == ["DDP152"]
+    assert [
+        v.code
+        for v in check_program(
+            result.source.replace(
+                "if RANK == 0:\n        gifmaker", "if True:\n        gifmaker"
+            )
+        )
+    ] == ["DDP152"]
 
 
 def test_lifetime_refuses_teardown_before_training(monkeypatch):
     def entry(self, ctx, prelude):
         # set up and tear down at import time: the group is gone before main() trains
-        ctx.edits.after[prelude].extend([ctx.stmt("ddp_setup()\n"), ctx.stmt("dist.destroy_process_group()\n")])
+        ctx.edits.after[prelude].extend(
+            [ctx.stmt("ddp_setup()\n"), ctx.stmt("dist.destroy_process_group()\n")]
+        )
 
     monkeypatch.setattr(launch.LaunchTransform, "_entry", entry)
     result = convert_source(TRAIN, Options(), path="train.py")
@@ -155,8 +174,10 @@ def test_lifetime_reads_the_console_script_of_the_project(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n[project.scripts]\ntrain = "pkg.train:main"\n')
-    out = textwrap.dedent('''\
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\n[project.scripts]\ntrain = "pkg.train:main"\n'
+    )
+    out = textwrap.dedent("""\
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -169,17 +190,25 @@ def test_lifetime_reads_the_console_script_of_the_project(tmp_path):
             ddp_model(torch.randn(2, 4)).sum().backward()
             opt.step()
             dist.destroy_process_group()
-    ''')
+    """)
     (pkg / "train.py").write_text(out)
     # run as a script, main() never runs: nothing to say; started by the console script, it
     # trains after the module-level set-up, and tears down after: right
-    assert not [v for v in check_program(out, str(pkg / "train.py")) if v.code == "DDP153"]
-    broken = out.replace('dist.init_process_group("gloo")\n', 'dist.init_process_group("gloo")\ndist.destroy_process_group()\n', 1)
-    found = [v for v in check_program(broken, str(pkg / "train.py")) if v.code == "DDP153"]
+    assert not [
+        v for v in check_program(out, str(pkg / "train.py")) if v.code == "DDP153"
+    ]
+    broken = out.replace(
+        'dist.init_process_group("gloo")\n',
+        'dist.init_process_group("gloo")\ndist.destroy_process_group()\n',
+        1,
+    )
+    found = [
+        v for v in check_program(broken, str(pkg / "train.py")) if v.code == "DDP153"
+    ]
     assert found and "console script's `main()`" in found[0].message
 
 
-CYCLE = textwrap.dedent('''\
+CYCLE = textwrap.dedent("""\
     import torch
     import torch.nn as nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -212,7 +241,7 @@ CYCLE = textwrap.dedent('''\
 
     if __name__ == "__main__":
         main()
-''')
+""")
 
 
 def test_every_caller_a_shared_helper_checks_the_sampler_when_it_runs():
@@ -223,22 +252,38 @@ def test_every_caller_a_shared_helper_checks_the_sampler_when_it_runs():
 
 def test_every_caller_refuses_set_epoch_on_a_loader_without_a_distributed_sampler():
     result = convert_source(CYCLE, Options(), path="train.py")
-    broken = result.source.replace('if hasattr(loader.sampler, "set_epoch"):\n            loader', 'if True:\n            loader')
+    broken = result.source.replace(
+        'if hasattr(loader.sampler, "set_epoch"):\n            loader',
+        "if True:\n            loader",
+    )
     assert broken != result.source
     assert [v.code for v in check_program(broken)] == ["DDP154"]
 
 
-def test_every_module_refuses_a_project_module_the_conversion_did_not_read(tmp_path, monkeypatch):
+def test_every_module_refuses_a_project_module_the_conversion_did_not_read(
+    tmp_path, monkeypatch
+):
     from ddpify import project
     from ddpify.analysis import project as analysis_project
 
     (tmp_path / "helpers").mkdir()  # a folder without __init__.py
     (tmp_path / "helpers" / "records.py").write_text(
-        "import pickle\n\n\ndef dump_history(history, path):\n    with open(path, 'wb') as f:\n        pickle.dump(history, f)\n")
-    (tmp_path / "train.py").write_text(TRAIN.replace("import torch\n", "import torch\nfrom helpers.records import dump_history\n", 1)
-                                       .replace('    torch.save(model.state_dict(), "model.pth")', '    dump_history([1.0], "history.pkl")'))
+        "import pickle\n\n\ndef dump_history(history, path):\n    with open(path, 'wb') as f:\n        pickle.dump(history, f)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        TRAIN.replace(
+            "import torch\n",
+            "import torch\nfrom helpers.records import dump_history\n",
+            1,
+        ).replace(
+            '    torch.save(model.state_dict(), "model.pth")',
+            '    dump_history([1.0], "history.pkl")',
+        )
+    )
     result = project.convert_project(str(tmp_path / "train.py"))
-    assert result.status == "converted", [f.format("x") for r in result.files for f in r.blocking]
+    assert result.status == "converted", [
+        f.format("x") for r in result.files for f in r.blocking
+    ]
     assert len(result.files) == 2  # the folder without __init__.py is read
     real = analysis_project.local_modules
 
@@ -257,9 +302,19 @@ def test_a_folder_put_on_sys_path_is_read(tmp_path):
     from ddpify.project import convert_project
 
     (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "saver.py").write_text("import torch\n\n\ndef keep(model):\n    torch.save(model.state_dict(), 'kept.pt')\n")
-    script = TRAIN.replace("import torch\n", "import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'lib'))\nimport torch\nfrom saver import keep\n", 1)
-    (tmp_path / "train.py").write_text(script.replace('    torch.save(model.state_dict(), "model.pth")', "    keep(model)"))
+    (tmp_path / "lib" / "saver.py").write_text(
+        "import torch\n\n\ndef keep(model):\n    torch.save(model.state_dict(), 'kept.pt')\n"
+    )
+    script = TRAIN.replace(
+        "import torch\n",
+        "import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'lib'))\nimport torch\nfrom saver import keep\n",
+        1,
+    )
+    (tmp_path / "train.py").write_text(
+        script.replace(
+            '    torch.save(model.state_dict(), "model.pth")', "    keep(model)"
+        )
+    )
     result = convert_project(str(tmp_path / "train.py"))
     assert len(result.files) == 2 and result.status == "converted"
     saver = next(r for r in result.files if r.path.endswith("saver.py"))
@@ -283,7 +338,9 @@ def test_first_step_check_stops_a_forward_that_bypasses_the_wrapper(tmp_path, fo
     run = forkrun.run(bad / "train.py", [], bad, nproc=2, env=env)
     assert run.returncode != 0
     assert "have different gradients on different ranks at its first step" in run.stderr
-    assert not (bad / "model.pth").exists()  # stopped at step 1, before anything was saved
+    assert not (
+        bad / "model.pth"
+    ).exists()  # stopped at step 1, before anything was saved
 
 
 def test_gate_examples_are_the_rules_examples():
@@ -291,4 +348,7 @@ def test_gate_examples_are_the_rules_examples():
     from ddpify.gate import example_findings
 
     for code in ("DDP150", "DDP151", "DDP152", "DDP153", "DDP154", "DDP155"):
-        assert example_findings(root / code) == (root / code / "expected.txt").read_text().splitlines()
+        assert (
+            example_findings(root / code)
+            == (root / code / "expected.txt").read_text().splitlines()
+        )

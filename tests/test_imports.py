@@ -62,7 +62,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for d in sorted(graph.get(n, ())):
             if state.get(d) == 1:
-                return stack[stack.index(d):] + [d]
+                return stack[stack.index(d) :] + [d]
             if d not in state:
                 found = visit(d)
                 if found:
@@ -86,10 +86,17 @@ def test_find_cycle_finds_one():
 
 def test_graph_sees_local_and_relative_imports(tmp_path: Path):
     # imports inside functions count (legacy.py imports precision.py and wrapping.py in its planner)
-    assert "ddpify.transforms.precision" in imports_of("ddpify.transforms.legacy", MODULES["ddpify.transforms.legacy"])
+    assert "ddpify.transforms.precision" in imports_of(
+        "ddpify.transforms.legacy", MODULES["ddpify.transforms.legacy"]
+    )
     p = tmp_path / "x.py"
-    p.write_text("def f():\n    from ddpify.pipeline import Result\n    from .base import Context\n")
-    assert imports_of("ddpify.transforms.x", p) == {"ddpify.pipeline", "ddpify.transforms.base"}
+    p.write_text(
+        "def f():\n    from ddpify.pipeline import Result\n    from .base import Context\n"
+    )
+    assert imports_of("ddpify.transforms.x", p) == {
+        "ddpify.pipeline",
+        "ddpify.transforms.base",
+    }
 
 
 def test_no_import_cycle_among_ddpify_modules():
@@ -102,26 +109,51 @@ def test_architecture_module_tables_match_the_tree():
     """docs/architecture.md names every module of the analysis, the transforms and the gate, and its
     tables (and docs/conversion.md's concern table) name no module that does not exist."""
     page = (ROOT / "docs" / "architecture.md").read_text()
-    on_disk = {p.name for pkg in ("analysis", "transforms", "gate") for p in (ROOT / "ddpify" / pkg).glob("*.py")} - {"__init__.py"}
+    on_disk = {
+        p.name
+        for pkg in ("analysis", "transforms", "gate")
+        for p in (ROOT / "ddpify" / pkg).glob("*.py")
+    } - {"__init__.py"}
     assert len(on_disk) > 60, "the packages must be found"
     for name in ("architecture.md", "conversion.md"):
         text = (ROOT / "docs" / name).read_text()
-        in_tables = {m for line in text.splitlines() if line.startswith("|") for m in re.findall(r"`(\w+\.py)`", line)}
+        in_tables = {
+            m
+            for line in text.splitlines()
+            if line.startswith("|")
+            for m in re.findall(r"`(\w+\.py)`", line)
+        }
         assert in_tables, f"docs/{name} has no module table"
-        assert in_tables <= on_disk, f"docs/{name} names modules that do not exist: {sorted(in_tables - on_disk)}"
+        assert in_tables <= on_disk, (
+            f"docs/{name} names modules that do not exist: {sorted(in_tables - on_disk)}"
+        )
     named = set(re.findall(r"`(\w+\.py)`", page))
-    assert on_disk <= named, f"docs/architecture.md does not name: {sorted(on_disk - named)}"
+    assert on_disk <= named, (
+        f"docs/architecture.md does not name: {sorted(on_disk - named)}"
+    )
 
 
 @pytest.mark.runs
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_imports_in_a_fresh_interpreter(name: str):
     if name.endswith(".__main__"):  # importing it runs the command: --help must work
-        res = subprocess.run([sys.executable, "-m", name.rpartition(".")[0], "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", name.rpartition(".")[0], "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert res.returncode == 0 and "Usage" in res.stdout, res.stderr
         return
     # the converter must not import torch; ddpify.verify imports it only where it runs scripts
     code = f"import importlib, sys; importlib.import_module({name!r}); print('torch' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False", f"{name} imports torch"

@@ -21,14 +21,28 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpify.launcher import launch_command, multi_node_lines, single_node_command, slurm_script
+from ddpify.launcher import (
+    launch_command,
+    multi_node_lines,
+    single_node_command,
+    slurm_script,
+)
 
 CASES = Path(__file__).resolve().parent / "multinode_cases"
 sys.path.insert(0, str(CASES))
 
 import harness  # noqa: E402
 
-NASTY_ARGS = ["--name", "my run", "--note", "it's $HOME; `x` \"q\"", "--glob", "*.pt", "--empty", ""]
+NASTY_ARGS = [
+    "--name",
+    "my run",
+    "--note",
+    'it\'s $HOME; `x` "q"',
+    "--glob",
+    "*.pt",
+    "--empty",
+    "",
+]
 
 
 def _executable(path: Path, text: str) -> Path:
@@ -79,7 +93,9 @@ tr , '\\n' <<< "$3"
     )
 
 
-def slurm_env(bin_dir: Path, nodelist: str, nnodes: int, job_id: str = "4242") -> dict[str, str]:
+def slurm_env(
+    bin_dir: Path, nodelist: str, nnodes: int, job_id: str = "4242"
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
@@ -91,7 +107,10 @@ def slurm_env(bin_dir: Path, nodelist: str, nnodes: int, job_id: str = "4242") -
 
 
 def recorded(record_dir: Path) -> dict[str, dict]:
-    return {p.stem.split("-", 1)[1]: json.loads(p.read_text()) for p in sorted(record_dir.glob("argv-*.json"))}
+    return {
+        p.stem.split("-", 1)[1]: json.loads(p.read_text())
+        for p in sorted(record_dir.glob("argv-*.json"))
+    }
 
 
 def option(argv: list[str], name: str) -> str:
@@ -104,7 +123,10 @@ def option(argv: list[str], name: str) -> str:
 
 
 def test_single_node_command_plain():
-    assert single_node_command("train.py", []) == "torchrun --standalone --nproc_per_node=gpu train.py"
+    assert (
+        single_node_command("train.py", [])
+        == "torchrun --standalone --nproc_per_node=gpu train.py"
+    )
     assert (
         single_node_command("train.py", ["--epochs", "3"])
         == "torchrun --standalone --nproc_per_node=gpu train.py --epochs 3"
@@ -117,7 +139,12 @@ def test_single_node_command_survives_the_shell(tmp_path: Path):
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     subprocess.run(["bash", "-c", line], env=env, check=True, cwd=tmp_path)
     got = recorded(tmp_path / "rec")["0"]["argv"]
-    assert got == ["--standalone", "--nproc_per_node=gpu", "my dir/train.py", *NASTY_ARGS]
+    assert got == [
+        "--standalone",
+        "--nproc_per_node=gpu",
+        "my dir/train.py",
+        *NASTY_ARGS,
+    ]
 
 
 # --- the CLI ----------------------------------------------------------------------------
@@ -142,25 +169,37 @@ def converted_train_py(tmp_path: Path, monkeypatch) -> Path:
 def test_cli_refuses_a_missing_script(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(launch_command, ["train.py", "--nodes", "2"])
-    assert result.exit_code == 2 and "train.py: cannot read it (no such file or directory)" in result.output
+    assert (
+        result.exit_code == 2
+        and "train.py: cannot read it (no such file or directory)" in result.output
+    )
     assert "torchrun" not in result.output
 
 
 def test_cli_refuses_a_script_that_is_not_converted(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text((FIXTURES / "01_toplevel_regression" / "input.py").read_text())
+    (tmp_path / "train.py").write_text(
+        (FIXTURES / "01_toplevel_regression" / "input.py").read_text()
+    )
     out = tmp_path / "job.sbatch"
-    result = CliRunner().invoke(launch_command, ["train.py", "-g", "2", "--slurm", "-o", str(out)])
+    result = CliRunner().invoke(
+        launch_command, ["train.py", "-g", "2", "--slurm", "-o", str(out)]
+    )
     assert result.exit_code == 2, result.output
     assert "train.py is not converted yet: run `ddpify train.py` first" in result.output
     assert not out.exists()
 
 
-def test_cli_keeps_an_existing_output_without_force(converted_train_py: Path, tmp_path: Path):
+def test_cli_keeps_an_existing_output_without_force(
+    converted_train_py: Path, tmp_path: Path
+):
     out = tmp_path / "launch.sh"
     out.write_text("# mine\n")
     result = invoke("train.py", "-n", "2", "-o", str(out))
-    assert result.exit_code == 2 and "launch.sh exists: pass --force to overwrite it" in result.output
+    assert (
+        result.exit_code == 2
+        and "launch.sh exists: pass --force to overwrite it" in result.output
+    )
     assert out.read_text() == "# mine\n"
     assert invoke("train.py", "-n", "2", "-o", str(out), "--force").exit_code == 0
     assert out.read_text() == multi_node_lines("train.py", [], 2, "gpu")
@@ -169,8 +208,14 @@ def test_cli_keeps_an_existing_output_without_force(converted_train_py: Path, tm
 def test_cli_one_node_prints_the_single_node_line(converted_train_py):
     result = invoke("train.py", "--", "--epochs", "3")
     assert result.exit_code == 0, result.output
-    assert result.output == "torchrun --standalone --nproc_per_node=gpu train.py --epochs 3\n"
-    assert invoke("train.py", "-g", "4").output == "torchrun --standalone --nproc_per_node=4 train.py\n"
+    assert (
+        result.output
+        == "torchrun --standalone --nproc_per_node=gpu train.py --epochs 3\n"
+    )
+    assert (
+        invoke("train.py", "-g", "4").output
+        == "torchrun --standalone --nproc_per_node=4 train.py\n"
+    )
 
 
 def test_cli_rejects_bad_values(converted_train_py):
@@ -185,7 +230,9 @@ def test_cli_rejects_bad_values(converted_train_py):
 
 def test_cli_writes_files(converted_train_py, tmp_path: Path):
     out = tmp_path / "job.sbatch"
-    result = invoke("train.py", "-n", "2", "-g", "8", "--slurm", "-o", str(out), "--", "--lr", "0.1")
+    result = invoke(
+        "train.py", "-n", "2", "-g", "8", "--slurm", "-o", str(out), "--", "--lr", "0.1"
+    )
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert text == slurm_script("train.py", ["--lr", "0.1"], 2, 8)
@@ -196,9 +243,13 @@ def test_cli_writes_files(converted_train_py, tmp_path: Path):
 
 
 def test_cli_multi_node_output_shape(converted_train_py):
-    result = invoke("train.py", "--nodes", "2", "--gpus-per-node", "4", "--", "--epochs", "3")
+    result = invoke(
+        "train.py", "--nodes", "2", "--gpus-per-node", "4", "--", "--epochs", "3"
+    )
     assert result.exit_code == 0, result.output
-    commands = [line for line in result.output.splitlines() if line.startswith("torchrun")]
+    commands = [
+        line for line in result.output.splitlines() if line.startswith("torchrun")
+    ]
     assert commands == [
         "torchrun --nnodes=2 --nproc_per_node=4 --rdzv-backend=c10d"
         ' --rdzv-endpoint="${HEAD_NODE_ADDR}:29500" --rdzv-id=ddpify-train train.py --epochs 3'
@@ -208,9 +259,15 @@ def test_cli_multi_node_output_shape(converted_train_py):
 # --- the multi-node torchrun lines, executed on two "nodes" -----------------------------
 
 
-def run_lines_on_nodes(tmp_path: Path, text: str, nodes: int, env_extra: dict[str, str]):
+def run_lines_on_nodes(
+    tmp_path: Path, text: str, nodes: int, env_extra: dict[str, str]
+):
     fake_torchrun(tmp_path / "bin", tmp_path / "rec")
-    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", **env_extra)
+    env = dict(
+        os.environ,
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        **env_extra,
+    )
     procs = []
     for i in range(nodes):
         (tmp_path / f"node{i}").mkdir()
@@ -228,7 +285,9 @@ def run_lines_on_nodes(tmp_path: Path, text: str, nodes: int, env_extra: dict[st
 
 def test_multi_node_lines_are_the_same_on_every_node(tmp_path: Path):
     text = multi_node_lines("my dir/train.py", NASTY_ARGS, 3, "8", port=29511)
-    procs, rec = run_lines_on_nodes(tmp_path, text, 3, {"HEAD_NODE_ADDR": "node-a.cluster"})
+    procs, rec = run_lines_on_nodes(
+        tmp_path, text, 3, {"HEAD_NODE_ADDR": "node-a.cluster"}
+    )
     assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]
     assert sorted(rec) == ["0", "1", "2"]
     argvs = [rec[n]["argv"] for n in sorted(rec)]
@@ -252,7 +311,9 @@ def test_multi_node_lines_refuse_to_run_without_the_head(tmp_path: Path):
     proc = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "set HEAD_NODE_ADDR to the head node address" in proc.stderr
-    assert recorded(tmp_path / "rec") == {}  # torchrun never started with an empty endpoint
+    assert (
+        recorded(tmp_path / "rec") == {}
+    )  # torchrun never started with an empty endpoint
 
 
 @pytest.mark.parametrize(
@@ -262,7 +323,11 @@ def test_multi_node_lines_refuse_to_run_without_the_head(tmp_path: Path):
         ("$MASTER", {"MASTER": "gpu-007"}, "gpu-007:29500"),
         ("${MASTER}", {"MASTER": "gpu-007"}, "gpu-007:29500"),
         ("fe80::1", {}, "[fe80::1]:29500"),
-        ("odd host;rm", {}, "odd host;rm:29500"),  # stays one literal word, runs nothing
+        (
+            "odd host;rm",
+            {},
+            "odd host;rm:29500",
+        ),  # stays one literal word, runs nothing
     ],
 )
 def test_head_address_quoting(tmp_path: Path, head: str, env: dict, endpoint: str):
@@ -294,7 +359,9 @@ def test_slurm_script_expands_per_job_values_for_every_node(tmp_path: Path):
     script = tmp_path / "job.sbatch"
     script.write_text(slurm_script("my dir/train.py", NASTY_ARGS, 2, 4))
     env = slurm_env(tmp_path / "bin", "gpu-a17,gpu-b03", 2, job_id="987")
-    proc = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     rec = recorded(tmp_path / "rec")
     assert sorted(rec) == ["0", "1"]  # one torchrun on each node
@@ -318,10 +385,18 @@ def test_slurm_script_fails_when_a_node_fails(tmp_path: Path):
     fake_slurm(tmp_path / "bin")
     bin_dir = tmp_path / "bin"
     # node 1's torchrun fails: the job must fail, not report success from node 0
-    _executable(bin_dir / "torchrun", '#!/bin/bash\n[[ $SLURM_NODEID == 1 ]] && exit 3\nexit 0\n')
+    _executable(
+        bin_dir / "torchrun",
+        "#!/bin/bash\n[[ $SLURM_NODEID == 1 ]] && exit 3\nexit 0\n",
+    )
     script = tmp_path / "job.sbatch"
     script.write_text(slurm_script("train.py", [], 2, 4))
-    proc = subprocess.run(["bash", str(script)], env=slurm_env(bin_dir, "a,b", 2), capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", str(script)],
+        env=slurm_env(bin_dir, "a,b", 2),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
 
 
@@ -341,15 +416,34 @@ def test_slurm_script_trains_on_two_fake_nodes(tmp_path: Path):
     bin_dir = tmp_path / "bin"
     fake_slurm(bin_dir)
     env, evidence = _evidence_env(tmp_path, bin_dir)
-    env.update(SLURM_JOB_NODELIST="127.0.0.1,localhost", SLURM_NNODES="2", SLURM_JOB_ID="77")
+    env.update(
+        SLURM_JOB_NODELIST="127.0.0.1,localhost", SLURM_NNODES="2", SLURM_JOB_ID="77"
+    )
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm_script(str(CASES / "train_ddp.py"), ["--epochs", "1", "--out", "ddp model.pt"], 2, 2))
-    proc = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    script.write_text(
+        slurm_script(
+            str(CASES / "train_ddp.py"),
+            ["--epochs", "1", "--out", "ddp model.pt"],
+            2,
+            2,
+        )
+    )
+    proc = subprocess.run(
+        ["bash", str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     records = harness.load_evidence(evidence)
     detail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, detail
     assert harness.check_evidence(records, world_size=4, nodes=2) == [], detail
-    assert {r["node"] for r in records} == {"0", "1"}  # $SLURM_NODEID as each node saw it
+    assert {r["node"] for r in records} == {
+        "0",
+        "1",
+    }  # $SLURM_NODEID as each node saw it
     assert (tmp_path / "ddp model.pt").is_file()
 
 
@@ -426,7 +520,14 @@ def slurm_cluster(tmp_path: Path):
     )
     (d / "gres.conf").write_text(GRES_CONF.format(host=host))
     env = dict(os.environ, SLURM_CONF=str(conf))
-    daemons = [subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)]
+    daemons = [
+        subprocess.Popen(
+            ["slurmctld", "-D", "-i", "-f", str(conf)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+    ]
     time.sleep(1)
     for node in ("127.0.0.1", host):
         daemons.append(subprocess.Popen(["slurmd", "-D", "-f", str(conf), "-N", node], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))  # fmt: skip
@@ -434,12 +535,16 @@ def slurm_cluster(tmp_path: Path):
         deadline = time.monotonic() + 60
         states = ""
         while time.monotonic() < deadline:
-            states = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+            states = subprocess.run(
+                ["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True
+            ).stdout
             if states.split() == ["idle"]:
                 break
             time.sleep(0.5)
         else:
-            pytest.fail(f"SLURM nodes not idle: {states!r}\n{(d / 'slurmctld.log').read_text()[-3000:]}")
+            pytest.fail(
+                f"SLURM nodes not idle: {states!r}\n{(d / 'slurmctld.log').read_text()[-3000:]}"
+            )
         yield env
     finally:
         for p in reversed(daemons):
@@ -458,7 +563,9 @@ def test_slurm_script_under_real_slurm(slurm_cluster: dict[str, str], tmp_path: 
     env, evidence = _evidence_env(tmp_path, bin_dir)
     env["SLURM_CONF"] = slurm_cluster["SLURM_CONF"]
     script = tmp_path / "job.sbatch"
-    script.write_text(slurm_script(str(CASES / "train_ddp.py"), ["--epochs", "1"], 2, 2))
+    script.write_text(
+        slurm_script(str(CASES / "train_ddp.py"), ["--epochs", "1"], 2, 2)
+    )
     log = tmp_path / "job.out"
     proc = subprocess.run(
         ["sbatch", "--wait", f"--output={log}", str(script)],
@@ -470,19 +577,27 @@ def test_slurm_script_under_real_slurm(slurm_cluster: dict[str, str], tmp_path: 
     )
     text = log.read_text() if log.exists() else ""
     records = harness.load_evidence(evidence)
-    errors = "\n".join(line for line in text.splitlines() if "Error" in line or "error:" in line)
+    errors = "\n".join(
+        line for line in text.splitlines() if "Error" in line or "error:" in line
+    )
     detail = f"{proc.stdout}\n{proc.stderr}\n{text[:3000]}\n...\n{errors[-3000:]}"
     assert proc.returncode == 0, detail
     assert harness.check_evidence(records, world_size=4, nodes=2) == [], detail
     assert {r["node"] for r in records} == {"0", "1"}
     assert "ddpify: rendezvous at 127.0.0.1:" in text
     if os.environ.get("DDPIFY_SLURM_LOG"):  # the record kept under bench/slurm/
-        _write_slurm_record(Path(os.environ["DDPIFY_SLURM_LOG"]), env, script, proc, text, records)
+        _write_slurm_record(
+            Path(os.environ["DDPIFY_SLURM_LOG"]), env, script, proc, text, records
+        )
 
 
-def _write_slurm_record(path: Path, env: dict, script: Path, proc, job_log: str, records: list[dict]) -> None:
+def _write_slurm_record(
+    path: Path, env: dict, script: Path, proc, job_log: str, records: list[dict]
+) -> None:
     def run(*cmd: str) -> str:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            cmd, env=env, capture_output=True, text=True
+        ).stdout.strip()
 
     import torch
 

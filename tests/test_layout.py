@@ -1,4 +1,5 @@
 """Arguments ddpify adds to a call keep the call's own layout (one line, hanging, one per line)."""
+
 import libcst as cst
 import pytest
 
@@ -20,6 +21,8 @@ CASES = [
 @pytest.mark.parametrize("src,want", CASES)
 def test_append_kwarg_keeps_layout(src, want):
     call = cst.parse_expression(src)
-    got = cst.Module([]).code_for_node(append_kwarg(call, "k", cst.parse_expression("1")))
+    got = cst.Module([]).code_for_node(
+        append_kwarg(call, "k", cst.parse_expression("1"))
+    )
     assert got == want
     cst.parse_expression(got)  # still valid Python

@@ -62,7 +62,9 @@ def test_unfreeze_in_training_loop_is_blocking():
     assert "DDP036" in codes(r)
     assert "DDP030" not in codes(r) and "DDP(" not in r.source
     f = next(f for f in r.findings if f.code == "DDP036")
-    assert (HEAD + textwrap.dedent(UNFREEZE)).splitlines()[f.line - 1].strip() == "model[0].requires_grad_(True)"
+    assert (HEAD + textwrap.dedent(UNFREEZE)).splitlines()[
+        f.line - 1
+    ].strip() == "model[0].requires_grad_(True)"
     assert "changes which parameters need gradients" in f.message
 
 
@@ -136,7 +138,9 @@ def test_load_after_training_is_not_a_late_change():
         model.load_state_dict(torch.load("best.pt"))
     """)
     assert "DDP036" not in codes(r) and "fit(ddp_model, opt)" in r.source
-    assert "\nmodel.load_state_dict(torch.load(" in r.source and ".module" not in r.source
+    assert (
+        "\nmodel.load_state_dict(torch.load(" in r.source and ".module" not in r.source
+    )
 
 
 def test_model_in_a_dict_is_named_for_a_manual_wrap():
@@ -167,7 +171,10 @@ def test_reloaded_model_and_its_helper_stay_plain():
         print(width(model), model.out_features)
     """)
     # the helper reads an attribute: the plain model before and after the reload, no .module
-    assert r.source.count("print(width(model))") == 1 and "print(width(model), model.out_features)" in r.source
+    assert (
+        r.source.count("print(width(model))") == 1
+        and "print(width(model), model.out_features)" in r.source
+    )
     assert "fit(ddp_model, opt)" in r.source and ".module" not in r.source
 
 
@@ -186,8 +193,14 @@ def test_trainer_instance_model_stays_plain_outside_the_class():
         torch.save(trainer.model.state_dict(), "last.pt")
         print(trainer.model.out_features)
     """)
-    assert "self.ddp_model = DDP(self.model" in r.source and "fit(self.ddp_model, self.opt)" in r.source
-    assert "trainer.model.state_dict()" in r.source and "trainer.model.out_features" in r.source
+    assert (
+        "self.ddp_model = DDP(self.model" in r.source
+        and "fit(self.ddp_model, self.opt)" in r.source
+    )
+    assert (
+        "trainer.model.state_dict()" in r.source
+        and "trainer.model.out_features" in r.source
+    )
     assert ".module" not in r.source
 
 
@@ -209,7 +222,10 @@ def test_setup_method_called_in_init_moves_the_wrap_after_it():
         Trainer().fit()
     """)
     assert "DDP036" not in codes(r)
-    assert line_of(r, "self.ddp_model = DDP(self.model") == line_of(r, "self._place_model()") + 1
+    assert (
+        line_of(r, "self.ddp_model = DDP(self.model")
+        == line_of(r, "self._place_model()") + 1
+    )
 
 
 def test_same_placement_again_in_the_loop_is_not_a_late_change():
@@ -251,7 +267,11 @@ def test_list_only_read_after_training_keeps_the_wrap():
         for k, part in parts.items():
             torch.save(part.state_dict(), k + ".pt")
     """)
-    assert "DDP038" not in codes(r) and "encoder = DDP(encoder" in r.source and "decoder = DDP(decoder" in r.source
+    assert (
+        "DDP038" not in codes(r)
+        and "encoder = DDP(encoder" in r.source
+        and "decoder = DDP(decoder" in r.source
+    )
 
 
 def test_traces_and_graphs_take_the_plain_module():
@@ -265,7 +285,10 @@ def test_traces_and_graphs_take_the_plain_module():
         traced = torch.jit.trace(model, torch.randn(1, 4))
     """)
     assert "writer.add_graph(model, torch.randn(1, 4))" in r.source
-    assert "torch.jit.trace(model, torch.randn(1, 4))" in r.source and ".module" not in r.source
+    assert (
+        "torch.jit.trace(model, torch.randn(1, 4))" in r.source
+        and ".module" not in r.source
+    )
 
 
 def test_fully_frozen_backbone_is_not_wrapped_and_the_head_is():
@@ -282,7 +305,11 @@ def test_fully_frozen_backbone_is_not_wrapped_and_the_head_is():
             loss.backward()
             opt.step()
     """)
-    assert "DDP039" in codes(r) and "backbone = DDP(" not in r.source and "head = DDP(head" in r.source
+    assert (
+        "DDP039" in codes(r)
+        and "backbone = DDP(" not in r.source
+        and "head = DDP(head" in r.source
+    )
 
 
 def test_partly_frozen_model_is_wrapped():
@@ -319,7 +346,10 @@ def test_head_used_on_some_steps_sets_find_unused_parameters():
         fit(model, opt)
     """)
     f = next(f for f in r.findings if f.code == "DDP037")
-    assert "self.aux is used in forward only under an if" in f.message and "self.body" not in f.message
+    assert (
+        "self.aux is used in forward only under an if" in f.message
+        and "self.body" not in f.message
+    )
     assert "find_unused_parameters=True)" in r.source
 
 
@@ -335,7 +365,11 @@ def test_helper_called_before_and_after_the_wrap_gets_the_plain_model():
         fit(model, opt)
         print(width(model))
     """)
-    assert r.source.index("print(width(model))") < r.source.index("ddp_model = DDP(model") < r.source.index("fit(ddp_model, opt)")
+    assert (
+        r.source.index("print(width(model))")
+        < r.source.index("ddp_model = DDP(model")
+        < r.source.index("fit(ddp_model, opt)")
+    )
     assert r.source.count("print(width(model))") == 2 and ".module" not in r.source
 
 
@@ -354,7 +388,10 @@ def test_function_reading_the_global_model_before_and_after_a_reload():
         print(evaluate())
     """)
     # evaluation under no_grad reads the plain model, wrapped or reloaded alike
-    assert "+ model.out_features" in r.source and "return model(torch.randn(2, 4))" in r.source
+    assert (
+        "+ model.out_features" in r.source
+        and "return model(torch.randn(2, 4))" in r.source
+    )
     assert ".module" not in r.source and "fit(ddp_model, opt, epochs=1)" in r.source
 
 
@@ -365,7 +402,10 @@ def test_syncbn_conversion_before_training_moves_the_wrap_and_after_it_blocks():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         fit(model, opt)
     """)
-    assert line_of(before, "model = DDP(model") == line_of(before, "convert_sync_batchnorm(model)") + 1
+    assert (
+        line_of(before, "model = DDP(model")
+        == line_of(before, "convert_sync_batchnorm(model)") + 1
+    )
     after = convert("""
         model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -398,7 +438,10 @@ def test_discarded_training_outputs_set_find_unused_parameters():
             opt.step()
     """)
     f = next(f for f in r.findings if f.code == "DDP037")
-    assert "outputs of model(...) are discarded" in f.message and "find_unused_parameters=True)" in r.source
+    assert (
+        "outputs of model(...) are discarded" in f.message
+        and "find_unused_parameters=True)" in r.source
+    )
 
 
 def test_a_local_name_for_the_wrapped_attribute_routes_its_training_forward():
@@ -407,7 +450,7 @@ def test_a_local_name_for_the_wrapped_attribute_routes_its_training_forward():
     training forward runs through self.ddp_model."""
     from ddpify import Options, convert_source
 
-    src = '''import torch
+    src = """import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
@@ -433,7 +476,7 @@ class Trainer:
 
 if __name__ == "__main__":
     Trainer(nn.Linear(4, 1), [], None).run()
-'''
+"""
     out = convert_source(src, Options(line_length=0)).source  # the statements unwrapped
     assert "self.ddp_model = DDP(self.model" in out, out
     assert "        model.describe(config)\n" in out, out

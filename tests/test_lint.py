@@ -28,13 +28,17 @@ def _cases(folder: Path) -> list[Path]:
 
 def _entry(project: Path) -> Path:
     f = project / "entry.txt"
-    return project / (f.read_text().split(":", 1)[-1].strip() if f.exists() else "train.py")
+    return project / (
+        f.read_text().split(":", 1)[-1].strip() if f.exists() else "train.py"
+    )
 
 
 def lint_case(case: Path) -> dict[Path, list]:
     """Findings by file (absolute path) of one script or project."""
     if case.is_dir():
-        return {Path(r.path).resolve(): r.findings for r in lint_project(str(_entry(case)))}
+        return {
+            Path(r.path).resolve(): r.findings for r in lint_project(str(_entry(case)))
+        }
     return {case.resolve(): lint_source(case.read_text(), path=str(case)).findings}
 
 
@@ -55,7 +59,9 @@ CLEAN = _cases(LINT / "clean")
 
 def test_the_bug_set_is_large_and_varied():
     expected = [e for c in BUGS for e in expectations(c)]
-    assert len(BUGS) >= 40 and len(expected) == len(BUGS), "one bug a script, each marked `# expect: CODE`"
+    assert len(BUGS) >= 40 and len(expected) == len(BUGS), (
+        "one bug a script, each marked `# expect: CODE`"
+    )
     assert sum(c.is_dir() for c in BUGS) >= 3, "loops in another module (project mode)"
     assert len(CLEAN) >= 10
     lint_codes = {c for c, r in rules.load_all().items() if r.tool == "lint"}
@@ -71,18 +77,32 @@ def test_lint_finds_the_bugs():
             if any(f.code == code and f.line == line for f in got.get(path, [])):
                 found += 1
             else:
-                missed.append(f"{path.relative_to(LINT)}:{line} {code}: got {[(f.line, f.code) for f in got.get(path, [])]}")
+                missed.append(
+                    f"{path.relative_to(LINT)}:{line} {code}: got {[(f.line, f.code) for f in got.get(path, [])]}"
+                )
         wanted = {(p, line, code) for p, line, code in expectations(case)}
-        extra += [f"{p.name}:{f.line} {f.code}" for p, fs in got.items() for f in fs if f.blocking and (p, f.line, f.code) not in wanted]
+        extra += [
+            f"{p.name}:{f.line} {f.code}"
+            for p, fs in got.items()
+            for f in fs
+            if f.blocking and (p, f.line, f.code) not in wanted
+        ]
     total = found + len(missed)
-    print(f"\nlint detection: {found}/{total} = {found / total:.1%} (missed: {missed}; other errors: {extra})")
+    print(
+        f"\nlint detection: {found}/{total} = {found / total:.1%} (missed: {missed}; other errors: {extra})"
+    )
     assert found / total >= DETECTION_TARGET, missed
     assert not extra, "a buggy script has one bug: no other error-level finding"
 
 
 @pytest.mark.parametrize("case", CLEAN, ids=lambda p: p.name)
 def test_clean_controls_have_no_error(case):
-    errors = [format_finding(f, str(p)) for p, fs in lint_case(case).items() for f in fs if f.blocking]
+    errors = [
+        format_finding(f, str(p))
+        for p, fs in lint_case(case).items()
+        for f in fs
+        if f.blocking
+    ]
     assert not errors
 
 
@@ -93,13 +113,22 @@ LINT_CODES = sorted(c for c, r in rules.load_all().items() if r.tool == "lint")
 @pytest.mark.parametrize("code", LINT_CODES)
 def test_lint_rule_example(code):
     ex = rules.REGISTRY[code].example
-    assert (ex / "input.py").exists() and (ex / "expected.txt").exists(), f"{code} needs fixtures/rules/{code}/"
-    assert not (ex / "expected.py").exists(), "lint changes nothing: its examples have no expected.py"
+    assert (ex / "input.py").exists() and (ex / "expected.txt").exists(), (
+        f"{code} needs fixtures/rules/{code}/"
+    )
+    assert not (ex / "expected.py").exists(), (
+        "lint changes nothing: its examples have no expected.py"
+    )
     text = (ex / "input.py").read_text()
     assert 10 <= len(text.splitlines()) <= 35
-    got = [format_finding(f, "input.py") for f in lint_source(text, path="input.py").findings]
+    got = [
+        format_finding(f, "input.py")
+        for f in lint_source(text, path="input.py").findings
+    ]
     assert got == (ex / "expected.txt").read_text().splitlines()
-    assert any(f" {code} " in line for line in got), f"the example of {code} must raise it"
+    assert any(f" {code} " in line for line in got), (
+        f"the example of {code} must raise it"
+    )
 
 
 def test_lint_codes_are_in_their_range():
@@ -116,7 +145,12 @@ def _converted() -> list[Path]:
     out = []
     for d in sorted((ROOT / "fixtures").iterdir()):
         inp, exp = d / "input.py", d / "expected.py"
-        if inp.exists() and exp.exists() and exp.read_text() != inp.read_text() and "ddpify: ignore" not in inp.read_text():
+        if (
+            inp.exists()
+            and exp.exists()
+            and exp.read_text() != inp.read_text()
+            and "ddpify: ignore" not in inp.read_text()
+        ):
             out.append(exp)
     for d in sorted((ROOT / "fixtures").iterdir()):
         if (d / "expected").is_dir() and (d / "input").is_dir() and not is_refused(d):
@@ -136,8 +170,21 @@ KNOWN = {
 @pytest.mark.parametrize("output", _converted(), ids=lambda p: p.parent.name)
 def test_converter_outputs_lint_clean(output):
     if output.is_dir():  # a converted project: its entries with their modules
-        entries = [output / e.relative_to(output.parent / "input") for e in project_entries(output.parent)]
-        errors = [f.code for e in entries for r in lint_project(str(e)) for f in r.findings if f.blocking]
+        entries = [
+            output / e.relative_to(output.parent / "input")
+            for e in project_entries(output.parent)
+        ]
+        errors = [
+            f.code
+            for e in entries
+            for r in lint_project(str(e))
+            for f in r.findings
+            if f.blocking
+        ]
     else:
-        errors = [f.code for f in lint_source(output.read_text(), path=str(output)).findings if f.blocking]
+        errors = [
+            f.code
+            for f in lint_source(output.read_text(), path=str(output)).findings
+            if f.blocking
+        ]
     assert errors == KNOWN.get(output.parent.name, [])

@@ -32,7 +32,9 @@ PLAIN = "import torch\nprint(torch.ones(2))\n"
 
 
 def lint(*args: str, input: str | None = None):
-    return CliRunner().invoke(lint_command, list(args), input=input, catch_exceptions=False)
+    return CliRunner().invoke(
+        lint_command, list(args), input=input, catch_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -46,13 +48,18 @@ def test_text_output_and_exit_1_on_an_error(in_tmp):
     res = lint("train.py")
     assert res.exit_code == 1
     lines = res.stdout.splitlines()
-    assert "train.py:8:5: DDP210 [error] dist.barrier() only where `if dist.get_rank() == 0` holds" in lines[1]
+    assert (
+        "train.py:8:5: DDP210 [error] dist.barrier() only where `if dist.get_rank() == 0` holds"
+        in lines[1]
+    )
     assert lines[0].startswith("train.py:5:1: DDP283 [note] ")
     assert "1 error, 1 note in 1 file (1 distributed)" in res.stderr
 
 
 def test_notes_alone_exit_0_and_quiet_hides_them(in_tmp):
-    (in_tmp / "train.py").write_text(BUGGY.replace("    dist.barrier()", "    print('rank 0')"))
+    (in_tmp / "train.py").write_text(
+        BUGGY.replace("    dist.barrier()", "    print('rank 0')")
+    )
     res = lint("train.py")
     assert res.exit_code == 0 and "DDP283 [note]" in res.stdout
     quiet = lint("-q", "train.py")
@@ -79,12 +86,17 @@ def test_json_output(in_tmp):
 
 
 def test_unparsable_and_unreadable_input_exit_2_with_the_place(in_tmp):
-    (in_tmp / "bad.py").write_text("import torch.distributed as dist\nif True:\nx = (\n")
+    (in_tmp / "bad.py").write_text(
+        "import torch.distributed as dist\nif True:\nx = (\n"
+    )
     (in_tmp / "train.py").write_text(BUGGY)
     res = lint("bad.py", "train.py", "missing.py")
     assert res.exit_code == 2  # the other files are still linted
     assert "DDP210" in res.stdout
-    assert any(line.startswith("bad.py:3:") and ": error: SyntaxError" in line for line in res.stderr.splitlines()), res.stderr
+    assert any(
+        line.startswith("bad.py:3:") and ": error: SyntaxError" in line
+        for line in res.stderr.splitlines()
+    ), res.stderr
     assert "missing.py: error:" in res.stderr
 
 
@@ -97,7 +109,11 @@ def test_stdin_with_a_filename(in_tmp):
 
 
 def test_ignore_comment_and_option(in_tmp):
-    (in_tmp / "train.py").write_text(BUGGY.replace("    dist.barrier()", "    dist.barrier()  # ddpify: ignore[DDP210]"))
+    (in_tmp / "train.py").write_text(
+        BUGGY.replace(
+            "    dist.barrier()", "    dist.barrier()  # ddpify: ignore[DDP210]"
+        )
+    )
     res = lint("train.py")
     assert res.exit_code == 0 and "DDP210" not in res.stdout
     (in_tmp / "train.py").write_text(BUGGY)
@@ -105,13 +121,19 @@ def test_ignore_comment_and_option(in_tmp):
 
 
 def test_pyproject_ignore_and_exclude(in_tmp):
-    (in_tmp / "pyproject.toml").write_text('[tool.ddpify]\nignore = ["DDP283"]\nexclude = ["legacy/"]\n')
+    (in_tmp / "pyproject.toml").write_text(
+        '[tool.ddpify]\nignore = ["DDP283"]\nexclude = ["legacy/"]\n'
+    )
     (in_tmp / "legacy").mkdir()
     (in_tmp / "legacy" / "old.py").write_text(BUGGY)
     (in_tmp / "train.py").write_text(BUGGY)
     res = lint(".")
     assert res.exit_code == 1
-    assert res.stdout.splitlines() == [line for line in res.stdout.splitlines() if line.startswith("train.py:8:5: DDP210")]
+    assert res.stdout.splitlines() == [
+        line
+        for line in res.stdout.splitlines()
+        if line.startswith("train.py:8:5: DDP210")
+    ]
     assert "legacy" not in res.stdout + res.stderr
 
 
@@ -121,7 +143,9 @@ def test_directories_skip_what_the_converter_skips(in_tmp):
         (in_tmp / d / "train.py").write_text(BUGGY)
     (in_tmp / "src" / "notes.txt").write_text(BUGGY)
     res = lint(".")
-    assert [line.split(":")[0] for line in res.stdout.splitlines() if "[error]" in line] == ["src/train.py"]
+    assert [
+        line.split(":")[0] for line in res.stdout.splitlines() if "[error]" in line
+    ] == ["src/train.py"]
 
 
 def test_project_mode_reports_the_module_file(tmp_path, monkeypatch):
@@ -143,22 +167,34 @@ def test_explain_a_lint_code():
     assert res.stdout.startswith("DDP210 (collective-in-rank-branch)")
     assert "Severity: error" in res.stdout and "ddpify lint reports:" in res.stdout
     table = lint("--explain", "all").stdout
-    assert "| DDP210 | collective-in-rank-branch | error |" in table and "DDP020" not in table
+    assert (
+        "| DDP210 | collective-in-rank-branch | error |" in table
+        and "DDP020" not in table
+    )
 
 
 def test_dispatched_from_the_main_command(tmp_path):
     (tmp_path / "train.py").write_text(BUGGY)
-    res = subprocess.run([sys.executable, "-m", "ddpify", "lint", "train.py"], cwd=tmp_path, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpify", "lint", "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "DDP210 [error]" in res.stdout
 
 
 def test_lint_imports_no_torch(tmp_path):
     """Like the converter, lint never imports torch (nor the user's code)."""
     (tmp_path / "train.py").write_text(BUGGY)
-    code = ("import sys; from ddpify.lint.cli import lint_command\n"
-            "try:\n    lint_command.main(['train.py'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'torch imported'\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    code = (
+        "import sys; from ddpify.lint.cli import lint_command\n"
+        "try:\n    lint_command.main(['train.py'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
 
 

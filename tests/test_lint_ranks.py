@@ -30,19 +30,25 @@ def truth_of(src: str):
     return f.ranks.test(f.a.ifs[-1].test)
 
 
-@pytest.mark.parametrize("test, expected", [
-    ("RANK == 0", (True, False, False)),
-    ("dist.get_rank() == 0", (True, False, False)),
-    ("LOCAL_RANK == 0", (True, False, True)),
-    ("LOCAL_RANK in [-1, 0]", (True, False, True)),
-    ("RANK != 0", (False, True, True)),
-    ("not RANK", (True, False, False)),
-    ('int(os.environ.get("RANK", -1)) != -1', (True, True, True)),  # "is this a DDP run?": every rank
-    ('"LOCAL_RANK" in os.environ', (True, True, True)),
-    ("dist.get_world_size() > 1", (True, True, True)),
-    ("flag and RANK == 0", (UNK, False, False)),
-    ("RANK % 4 == 0", (True, False, True)),  # one process a node
-])
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        ("RANK == 0", (True, False, False)),
+        ("dist.get_rank() == 0", (True, False, False)),
+        ("LOCAL_RANK == 0", (True, False, True)),
+        ("LOCAL_RANK in [-1, 0]", (True, False, True)),
+        ("RANK != 0", (False, True, True)),
+        ("not RANK", (True, False, False)),
+        (
+            'int(os.environ.get("RANK", -1)) != -1',
+            (True, True, True),
+        ),  # "is this a DDP run?": every rank
+        ('"LOCAL_RANK" in os.environ', (True, True, True)),
+        ("dist.get_world_size() > 1", (True, True, True)),
+        ("flag and RANK == 0", (UNK, False, False)),
+        ("RANK % 4 == 0", (True, False, True)),  # one process a node
+    ],
+)
 def test_rank_tests(test, expected):
     assert truth_of(f"flag = input()\nif {test}:\n    pass\n") == expected
 
@@ -96,7 +102,9 @@ mp.spawn(worker, nprocs=4, args=(4, None))
 
 
 def test_names_judged_by_their_spelling_when_no_value_is_seen():
-    f = facts("def f(args):\n    if args.local_rank == 0:\n        pass\n    if args.rank == 0:\n        pass\n    if args.epochs == 0:\n        pass\n")
+    f = facts(
+        "def f(args):\n    if args.local_rank == 0:\n        pass\n    if args.rank == 0:\n        pass\n    if args.epochs == 0:\n        pass\n"
+    )
     local, glob, other = (f.ranks.test(i.test) for i in f.a.ifs[-3:])
     assert local == (True, False, True) and glob == (True, False, False)
     assert not f.ranks.depends(f.a.ifs[-1].test)
@@ -123,8 +131,14 @@ if RANK == 0:
 log()
 """
     f = facts(src)
-    save_call = next(c for c in f.a.calls if (c.func.attr.value if isinstance(c.func, cst.Attribute) else "") == "save")
-    open_call = next(c for c in f.a.calls if isinstance(c.func, cst.Name) and c.func.value == "open")
+    save_call = next(
+        c
+        for c in f.a.calls
+        if (c.func.attr.value if isinstance(c.func, cst.Attribute) else "") == "save"
+    )
+    open_call = next(
+        c for c in f.a.calls if isinstance(c.func, cst.Name) and c.func.value == "open"
+    )
     assert f.reach.guard_kind(save_call) == "global"
     assert f.reach.guard_kind(open_call) == "global"
     assert f.reach.every_rank(open_call) is False

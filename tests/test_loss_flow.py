@@ -33,7 +33,9 @@ def forwards(body: str) -> list[str]:
 
 
 def convert(body: str):
-    return convert_source(HEAD + textwrap.dedent(body), Options(line_length=0), path="t.py")  # unwrapped
+    return convert_source(
+        HEAD + textwrap.dedent(body), Options(line_length=0), path="t.py"
+    )  # unwrapped
 
 
 def test_through_assignments_functions_and_loss_functions():
@@ -127,8 +129,12 @@ def test_method_other_than_forward_and_parameters_outside_forward():
             loss.backward()
             opt.step()
     """)
-    assert [(code(tf.call), tf.method) for tf in f.forwards] == [("model.loss(x, y)", "loss")]  # describe() runs no parameter
-    assert [what for _, _, what in f.outside] == ["model.w"]  # a parameter; model.scale is a float
+    assert [(code(tf.call), tf.method) for tf in f.forwards] == [
+        ("model.loss(x, y)", "loss")
+    ]  # describe() runs no parameter
+    assert [what for _, _, what in f.outside] == [
+        "model.w"
+    ]  # a parameter; model.scale is a float
 
 
 def test_training_loss_by_method_routes_through_the_adapter_and_keeps_other_uses():
@@ -154,9 +160,15 @@ def test_training_loss_by_method_routes_through_the_adapter_and_keeps_other_uses
             opt.step()
         torch.save(model, "net.pt")
     """)
-    assert "ddp_model = DDP(ForwardTo(model))" in r.source and "class ForwardTo(torch.nn.Module):" in r.source
+    assert (
+        "ddp_model = DDP(ForwardTo(model))" in r.source
+        and "class ForwardTo(torch.nn.Module):" in r.source
+    )
     assert 'loss = ddp_model(x, y, method="loss")' in r.source
-    assert "ema = copy.deepcopy(model)" in r.source and 'torch.save(model, "net.pt")' in r.source
+    assert (
+        "ema = copy.deepcopy(model)" in r.source
+        and 'torch.save(model, "net.pt")' in r.source
+    )
 
 
 def test_a_model_handed_to_a_library_function_is_refused():
@@ -185,7 +197,10 @@ def test_a_training_forward_under_skip_is_refused():
             loss.backward()
             opt.step()
     """)
-    assert any(f.code == "DDP139" and f.blocking for f in r.findings) and "DDP(" not in r.source
+    assert (
+        any(f.code == "DDP139" and f.blocking for f in r.findings)
+        and "DDP(" not in r.source
+    )
 
 
 def test_a_function_that_trains_and_saves_is_wrapped_inside():
@@ -204,7 +219,10 @@ def test_a_function_that_trains_and_saves_is_wrapped_inside():
         fit(model, opt, 2)
     """)
     assert "    ddp_net = DDP(net)\n" in r.source and "(ddp_net(x) - y)" in r.source
-    assert 'torch.save(net.state_dict(), "net.pt")' in r.source and "fit(model, opt, 2)" in r.source
+    assert (
+        'torch.save(net.state_dict(), "net.pt")' in r.source
+        and "fit(model, opt, 2)" in r.source
+    )
     assert ".module" not in r.source
 
 
@@ -223,7 +241,10 @@ def test_a_per_batch_step_gets_the_wrapper_and_module_only_where_it_reads_the_mo
                 step(model, opt, x, y)
         print(model.out_features)
     """)
-    assert "step(ddp_model, opt, x, y)" in r.source and "net.module.out_features" in r.source
+    assert (
+        "step(ddp_model, opt, x, y)" in r.source
+        and "net.module.out_features" in r.source
+    )
     assert "(net(x) - y)" in r.source and "print(model.out_features)" in r.source
 
 
@@ -282,9 +303,18 @@ MODULE_HOLDER = """
 
 
 def test_a_part_of_an_nn_module_gets_a_wrapper_outside_its_state_dict():
-    r = convert(MODULE_HOLDER.format(arg=", device", move="self.to(device)", build="Pair(device)"))
-    assert 'object.__setattr__(self, "ddp_net", NotPickled(DDP(self.net)))' in r.source and "self.ddp_net(x)" in r.source
-    assert r.source.index("self.to(device)") < r.source.index('object.__setattr__(self, "ddp_net"')
+    r = convert(
+        MODULE_HOLDER.format(
+            arg=", device", move="self.to(device)", build="Pair(device)"
+        )
+    )
+    assert (
+        'object.__setattr__(self, "ddp_net", NotPickled(DDP(self.net)))' in r.source
+        and "self.ddp_net(x)" in r.source
+    )
+    assert r.source.index("self.to(device)") < r.source.index(
+        'object.__setattr__(self, "ddp_net"'
+    )
     # moved from outside after __init__ wrapped its part: DDP could not follow
     r = convert(MODULE_HOLDER.format(arg="", move="pass", build="Pair().to(device)"))
     f = next(f for f in r.findings if f.code == "DDP036")
@@ -313,7 +343,10 @@ RUNNER = """
 def test_an_instance_attribute_trained_outside_its_class():
     for build in ("Runner()", "make_runner()"):
         r = convert(RUNNER.format(build=build))
-        assert "self.ddp_net = DDP(self.net)" in r.source and "loss = (runner.ddp_net(x) - y)" in r.source, build
+        assert (
+            "self.ddp_net = DDP(self.net)" in r.source
+            and "loss = (runner.ddp_net(x) - y)" in r.source
+        ), build
         assert 'torch.save(runner.net.state_dict(), "net.pt")' in r.source
     # an object ddpify cannot tie to the class that wraps its model: refused, not left unsynchronised
     r = convert(RUNNER.format(build="{'a': Runner()}['a']"))
@@ -352,6 +385,10 @@ def test_a_model_no_forward_of_which_reaches_a_backward_is_not_wrapped():
             loss.backward()
             opt.step()
     """)
-    assert "ddp_model = DDP(model)" in r.source and "DDP(teacher" not in r.source and not r.blocking
+    assert (
+        "ddp_model = DDP(model)" in r.source
+        and "DDP(teacher" not in r.source
+        and not r.blocking
+    )
     f = next(f for f in r.findings if f.code == "DDP030" and "`teacher`" in f.message)
     assert not f.fixed and "no call of it reaches a backward()" in f.message

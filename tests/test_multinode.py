@@ -22,7 +22,9 @@ sys.path.insert(0, str(CASES))
 
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+pytestmark = (
+    pytest.mark.runs
+)  # trains or runs tools in subprocesses: not the converter tier
 
 # A top-level script and a checkpointing main() with arguments;
 # DDPIFY_MULTINODE_ALL=1 runs every fixture (about 15 s each on 2 cores).
@@ -33,7 +35,9 @@ def run_two_nodes(tmp_path: Path, script: Path, args: list[str]):
     evidence = tmp_path / "evidence"
     evidence.mkdir()
     cmds = harness.two_node_torchrun(script, args, harness.free_port())
-    runs = harness.run_agents(cmds, [tmp_path / "node0", tmp_path / "node1"], harness.worker_env(evidence))
+    runs = harness.run_agents(
+        cmds, [tmp_path / "node0", tmp_path / "node1"], harness.worker_env(evidence)
+    )
     return runs, harness.load_evidence(evidence)
 
 
@@ -47,13 +51,17 @@ def test_handwritten_ddp_two_nodes(tmp_path: Path):
     rank0_node = next(r["node"] for r in records if r["env"]["RANK"] == "0")
     assert ckpts == [f"node{rank0_node}"]
     rank0 = next(r for r in records if r["env"]["RANK"] == "0")
-    assert "over 100 samples" in rank0["stdout"], detail  # the all-reduce saw every sample once
+    assert "over 100 samples" in rank0["stdout"], (
+        detail
+    )  # the all-reduce saw every sample once
 
 
 def test_checks_catch_multinode_bugs(tmp_path: Path):
     """The checks above can fail: guards and sharding on the local rank are both reported."""
     bugs = ["--bug", "local-writer", "--bug", "local-sampler"]
-    runs, records = run_two_nodes(tmp_path, CASES / "train_ddp.py", ["--epochs", "1", *bugs])
+    runs, records = run_two_nodes(
+        tmp_path, CASES / "train_ddp.py", ["--epochs", "1", *bugs]
+    )
     assert [r.returncode for r in runs] == [0, 0], harness.describe(runs, records)
     problems = harness.check_evidence(records, world_size=4, nodes=2)
     assert any("files written by global ranks" in p for p in problems), problems
@@ -85,7 +93,9 @@ def _converted(fixture: Path) -> str:
     if opts_file.exists():
         options = Options(**json.loads(opts_file.read_text(encoding="utf-8")))
     try:
-        return convert_source((fixture / "input.py").read_text(encoding="utf-8"), options, path="train.py").source
+        return convert_source(
+            (fixture / "input.py").read_text(encoding="utf-8"), options, path="train.py"
+        ).source
     except NotImplementedError:
         return (fixture / "expected.py").read_text(encoding="utf-8")
 
@@ -99,7 +109,9 @@ def test_converted_fixture_two_nodes(fixture: Path, tmp_path: Path):
     script = tmp_path / "train.py"
     script.write_text(_converted(fixture), encoding="utf-8")
     args_file = fixture / "args.txt"
-    args = shlex.split(args_file.read_text(encoding="utf-8")) if args_file.exists() else []
+    args = (
+        shlex.split(args_file.read_text(encoding="utf-8")) if args_file.exists() else []
+    )
     runs, records = run_two_nodes(tmp_path, script, args)
     detail = harness.describe(runs, records)
     assert [r.returncode for r in runs] == [0, 0], detail

@@ -14,26 +14,43 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.runs  # trains or runs tools in subprocesses: not the converter tier
+pytestmark = (
+    pytest.mark.runs
+)  # trains or runs tools in subprocesses: not the converter tier
 
 ROOT = Path(__file__).resolve().parents[1]
-GIT_ID = ["-c", "user.name=ddpify test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+GIT_ID = [
+    "-c",
+    "user.name=ddpify test",
+    "-c",
+    "user.email=test@example.invalid",
+    "-c",
+    "commit.gpgsign=false",
+]
 
 
 def git(cwd: Path, *args: str) -> str:
-    res = subprocess.run(["git", *GIT_ID, *args], cwd=cwd, capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        ["git", *GIT_ID, *args], cwd=cwd, capture_output=True, text=True, check=True
+    )
     return res.stdout.strip()
 
 
 def make_hook_repo(dest: Path) -> str:
     """A git repository with the project's files as they are in the working tree; returns HEAD."""
     dest.mkdir()
-    shutil.copytree(ROOT / "ddpify", dest / "ddpify", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        ROOT / "ddpify",
+        dest / "ddpify",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     for name in ("pyproject.toml", ".pre-commit-hooks.yaml", "README.md"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     if not (dest / "README.md").exists():
-        (dest / "README.md").write_text("# ddpify\n")  # pyproject's readme must exist to build
+        (dest / "README.md").write_text(
+            "# ddpify\n"
+        )  # pyproject's readme must exist to build
     git(dest, "init", "-q")
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "-m", "snapshot of the working tree")
@@ -60,7 +77,9 @@ def test_precommit_hooks(tmp_path):
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "single-GPU script")
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     env["PRE_COMMIT_HOME"] = str(tmp_path / "pre-commit-home")
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
 
@@ -92,7 +111,11 @@ def test_precommit_hooks(tmp_path):
     assert pre_commit("ddpify-lint").returncode == 0
 
     # The lint hook fails on a DDP bug (a barrier on rank 0 only), naming the place.
-    (repo / "buggy.py").write_bytes((ROOT / "fixtures" / "lint" / "bugs" / "13_barrier_in_rank0_branch.py").read_bytes())
+    (repo / "buggy.py").write_bytes(
+        (
+            ROOT / "fixtures" / "lint" / "bugs" / "13_barrier_in_rank0_branch.py"
+        ).read_bytes()
+    )
     git(repo, "add", "buggy.py")
     lint = pre_commit("ddpify-lint")
     assert lint.returncode == 1, lint.stdout + lint.stderr

@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROJECTS, ROOT, clean_env, convert_fixture_project, free_port, is_refused, project_entry
+from conftest import (
+    PROJECTS,
+    ROOT,
+    clean_env,
+    convert_fixture_project,
+    free_port,
+    is_refused,
+    project_entry,
+)
 
 from ddpify.analysis.project import local_modules
 from ddpify.project import convert_project, is_project
@@ -41,7 +49,11 @@ def test_expected_outputs(project):
     expected = _files(project / "expected")
     assert sorted(got) == sorted(expected)
     for name, text in expected.items():
-        assert got[name] == text, "".join(difflib.unified_diff(text.splitlines(True), got[name].splitlines(True), name, "converted"))
+        assert got[name] == text, "".join(
+            difflib.unified_diff(
+                text.splitlines(True), got[name].splitlines(True), name, "converted"
+            )
+        )
 
 
 def test_expected_findings(project):
@@ -51,7 +63,9 @@ def test_expected_findings(project):
 
 def test_output_is_fixed_point(project):
     result, _, outputs = convert_fixture_project(project, base="expected")
-    assert outputs == {n: t for n, t in _files(project / "expected").items() if n in outputs}
+    assert outputs == {
+        n: t for n, t in _files(project / "expected").items() if n in outputs
+    }
     if _files(project / "input") != _files(project / "expected"):
         assert result.status == "already-distributed"
 
@@ -73,7 +87,11 @@ def test_modules_stay_importable_without_a_process_group(project, tmp_path, fork
     if is_refused(project):
         pytest.skip("refused: nothing converted")
     entry = project_entry(project).relative_to(project / "input")
-    modules = [n[:-3].replace("/", ".").removesuffix(".__init__") for n in _files(project / "expected") if n != str(entry)]
+    modules = [
+        n[:-3].replace("/", ".").removesuffix(".__init__")
+        for n in _files(project / "expected")
+        if n != str(entry)
+    ]
     code = f"import importlib, sys, torch.distributed as d\nsys.path.insert(0, {str(project / 'expected')!r})\n"
     code += "".join(f"importlib.import_module({m!r})\n" for m in modules)
     code += "assert not d.is_initialized()\nprint('ok')\n"
@@ -102,14 +120,37 @@ def test_runs_as_two_ranks(project, tmp_path, forkrun):
     entry = work / project_entry(project).relative_to(project / "input")
     if project.name in REAL_TORCHRUN:
         logs = tmp_path / "logs"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={logs}", "--redirects=3", "--tee=3", str(entry)]
-        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            f"--log-dir={logs}",
+            "--redirects=3",
+            "--tee=3",
+            str(entry),
+        ]
+        proc = subprocess.run(
+            cmd,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(),
+        )
         returncode, out = proc.returncode, proc.stdout + proc.stderr
         rank0 = next(logs.glob("*/attempt_0/0/stdout.log")).read_text()
         rank1 = next(logs.glob("*/attempt_0/1/stdout.log")).read_text()
     else:
-        run = forkrun.run(entry, [], tmp_path, nproc=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+        run = forkrun.run(
+            entry,
+            [],
+            tmp_path,
+            nproc=2,
+            env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+        )
         assert not run.timed_out, run.stderr[-4000:]
         returncode, out = run.returncode, run.stdout + run.stderr
         rank0, rank1 = run.ranks[0].stdout, run.ranks[1].stdout
@@ -124,8 +165,14 @@ def test_runs_as_two_ranks(project, tmp_path, forkrun):
 
 
 def _ddpify(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "ddpify", *args], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpify", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
 
 
 @pytest.mark.runs
@@ -137,7 +184,9 @@ def test_cli_converts_every_file_of_the_project(tmp_path):
     assert check.returncode == 1, check.stderr
     for name in ("train.py", "engine.py", "utils.py"):
         assert f"would convert {name}" in check.stderr
-    assert "engine.py:11:5: DDP021" in check.stderr  # path:line:col of the file concerned
+    assert (
+        "engine.py:11:5: DDP021" in check.stderr
+    )  # path:line:col of the file concerned
     diff = _ddpify("--diff", "train.py", cwd=work)
     for name in ("train.py", "engine.py", "utils.py"):
         assert f"+++ {name}" in diff.stdout
@@ -183,8 +232,12 @@ def test_shared_module_converted_the_same_for_two_entries(tmp_path):
     (work / "train_small.py").write_text(text)
     run = _ddpify(".", cwd=work)
     assert run.returncode == 0, run.stderr
-    assert (work / "engine.py").read_text() == (d / "expected" / "engine.py").read_text()
-    assert (work / "train_small.py").read_text() == (d / "expected" / "train.py").read_text().replace("EPOCHS = 3", "EPOCHS = 1")
+    assert (work / "engine.py").read_text() == (
+        d / "expected" / "engine.py"
+    ).read_text()
+    assert (work / "train_small.py").read_text() == (
+        d / "expected" / "train.py"
+    ).read_text().replace("EPOCHS = 3", "EPOCHS = 1")
 
 
 # -- import resolution ---------------------------------------------------------------------------
@@ -198,22 +251,31 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 
 def test_resolution_follows_local_imports_only(tmp_path):
-    _tree(tmp_path, {
-        "pyproject.toml": "",
-        "app/train.py": "import os\nimport pkg.mod\nfrom pkg import sub\nfrom helper import f\nimport venvlib\n",
-        "app/helper.py": "from . import nothing_here\n",
-        "pkg/__init__.py": "",
-        "pkg/mod.py": "from .deep import g\n",
-        "pkg/deep.py": "def g():\n    import lazy_one\n",
-        "pkg/sub.py": "x = 1\n",
-        "app/lazy_one.py": "",
-        "app/.venv/lib/site-packages/venvlib.py": "",
-    })
+    _tree(
+        tmp_path,
+        {
+            "pyproject.toml": "",
+            "app/train.py": "import os\nimport pkg.mod\nfrom pkg import sub\nfrom helper import f\nimport venvlib\n",
+            "app/helper.py": "from . import nothing_here\n",
+            "pkg/__init__.py": "",
+            "pkg/mod.py": "from .deep import g\n",
+            "pkg/deep.py": "def g():\n    import lazy_one\n",
+            "pkg/sub.py": "x = 1\n",
+            "app/lazy_one.py": "",
+            "app/.venv/lib/site-packages/venvlib.py": "",
+        },
+    )
     root, files = local_modules(str(tmp_path / "app" / "train.py"))
     assert root == str(tmp_path.resolve())
     names = [str(Path(f.path).relative_to(root)) for f in files]
     assert names[0] == "app/train.py"
-    assert set(names[1:]) == {"pkg/__init__.py", "pkg/mod.py", "pkg/deep.py", "pkg/sub.py", "app/helper.py"}
+    assert set(names[1:]) == {
+        "pkg/__init__.py",
+        "pkg/mod.py",
+        "pkg/deep.py",
+        "pkg/sub.py",
+        "app/helper.py",
+    }
     assert names.index("pkg/deep.py") < names.index("pkg/mod.py")  # dependencies first
     deep = next(f for f in files if f.path.endswith("deep.py"))
     assert [Path(p).name for _, p in deep.lazy] == ["lazy_one.py"]
@@ -225,7 +287,13 @@ def test_a_single_script_is_not_a_project(tmp_path):
 
 
 def test_project_without_training_is_not_training(tmp_path):
-    _tree(tmp_path, {"main.py": "from util import f\nf()\n", "util.py": "def f():\n    print('hi')\n"})
+    _tree(
+        tmp_path,
+        {
+            "main.py": "from util import f\nf()\n",
+            "util.py": "def f():\n    print('hi')\n",
+        },
+    )
     result = convert_project(str(tmp_path / "main.py"))
     assert result.status == "not-training"
     assert not any(r.changed for r in result.files)
@@ -245,7 +313,9 @@ def test_modules_that_are_also_scripts_still_run(tmp_path, forkrun):
             work = tmp_path / d.name
             if not work.exists():
                 shutil.copytree(d / "expected", work)
-            run = forkrun.run(work / name, [], work, timeout=120)  # as `python name` in work
+            run = forkrun.run(
+                work / name, [], work, timeout=120
+            )  # as `python name` in work
             assert run.returncode == 0, run.stderr[-3000:]
             ran += 1
     assert ran, "no project fixture has a module that is also a script"
@@ -258,15 +328,25 @@ def test_module_script_that_needs_a_group_sets_it_up(tmp_path, forkrun):
     d = next(p for p in PROJECTS if p.name.startswith("100_"))
     shutil.copytree(d / "input", tmp_path / "p")
     trainer = tmp_path / "p" / "trainer.py"
-    trainer.write_text(trainer.read_text() + '\n\nif __name__ == "__main__":\n    print(Trainer.__doc__ or "Trainer(model, optimizer, train_loader, device)")\n')
+    trainer.write_text(
+        trainer.read_text()
+        + '\n\nif __name__ == "__main__":\n    print(Trainer.__doc__ or "Trainer(model, optimizer, train_loader, device)")\n'
+    )
     result = convert_project(str(tmp_path / "p" / "train.py"))
-    assert result.status == "converted", [f.format("x") for r in result.files for f in r.findings]
+    assert result.status == "converted", [
+        f.format("x") for r in result.files for f in r.findings
+    ]
     out = next(r.output for r in result.files if r.path.endswith("trainer.py"))
-    guard = out[out.index('if __name__ == "__main__":'):]
-    assert guard.splitlines()[1].strip() == "ddp_setup()" and "dist.destroy_process_group()" in guard
+    guard = out[out.index('if __name__ == "__main__":') :]
+    assert (
+        guard.splitlines()[1].strip() == "ddp_setup()"
+        and "dist.destroy_process_group()" in guard
+    )
     assert "\ndef ddp_setup():" in out
     trainer.write_text(out)
-    run = forkrun.run(trainer, [], tmp_path / "p", timeout=120)  # as `python trainer.py`
+    run = forkrun.run(
+        trainer, [], tmp_path / "p", timeout=120
+    )  # as `python trainer.py`
     assert run.returncode == 0 and "Trainer" in run.stdout, run.stderr[-3000:]
 
 
@@ -281,8 +361,16 @@ def test_verify_converts_the_project_and_runs_a_converted_folder(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     for folder, convert in (("input", True), ("expected", False)):
         lines: list[str] = []
-        outcome = run_verify(str(d / folder / "train.py"), nproc=2, steps=12, backend="gloo", timeout=120.0,
-                             baseline=convert, convert=convert, echo=lines.append)
+        outcome = run_verify(
+            str(d / folder / "train.py"),
+            nproc=2,
+            steps=12,
+            backend="gloo",
+            timeout=120.0,
+            baseline=convert,
+            convert=convert,
+            echo=lines.append,
+        )
         text = "\n".join(lines)
         assert outcome.exit_code == 0, text
         statuses = {c.name: c.status for c in outcome.checks}
@@ -296,17 +384,28 @@ def test_loop_in_the_entry_with_a_helper_module(tmp_path):
     """The loop stays in the entry (the common case): converted as one file would be, plus the
     helper's print on rank 0."""
     d = next(p for p in PROJECTS if p.name.startswith("102_"))
-    _tree(tmp_path, {
-        "helpers.py": "def log(epoch, loss):\n    print(f'epoch {epoch} loss {loss:.4f}')\n",
-        "train.py": (d / "input" / "train.py").read_text().replace(
-            "from helpers import describe, head_norm, save_checkpoint\n", "from helpers import log\n"
-        ).replace("describe(model)\n", "").replace(
-            '    print(f"epoch {epoch} loss {loss.item():.4f} head norm {head_norm(model):.3f}")\n    save_checkpoint(model, "classifier.pt")\n',
-            "    log(epoch, loss.item())\n"),
-        "model.py": (d / "input" / "model.py").read_text(),
-    })
+    _tree(
+        tmp_path,
+        {
+            "helpers.py": "def log(epoch, loss):\n    print(f'epoch {epoch} loss {loss:.4f}')\n",
+            "train.py": (d / "input" / "train.py")
+            .read_text()
+            .replace(
+                "from helpers import describe, head_norm, save_checkpoint\n",
+                "from helpers import log\n",
+            )
+            .replace("describe(model)\n", "")
+            .replace(
+                '    print(f"epoch {epoch} loss {loss.item():.4f} head norm {head_norm(model):.3f}")\n    save_checkpoint(model, "classifier.pt")\n',
+                "    log(epoch, loss.item())\n",
+            ),
+            "model.py": (d / "input" / "model.py").read_text(),
+        },
+    )
     result = convert_project(str(tmp_path / "train.py"))
-    assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
+    assert result.status == "converted", [
+        f.format(Path(r.path).name) for r in result.files for f in r.findings
+    ]
     out = {Path(r.path).name: r.output for r in result.files}
     assert "    train_loader.sampler.set_epoch(epoch)\n" in out["train.py"]
     assert "    if RANK == 0:\n        print(" in out["helpers.py"]
@@ -333,7 +432,6 @@ def test_a_project_distributed_with_todays_apis_is_left_as_it_is(tmp_path):
     assert not any(f.changed for f in res.files)
 
 
-
 TINY_ENTRY = (
     "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader, TensorDataset\n"
     "from helpers import build\n\n"
@@ -343,23 +441,35 @@ TINY_ENTRY = (
     "        loss = F.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
 )
 
+
 def test_names_another_file_imports_are_not_the_entrys(tmp_path):
     """helpers.py imports DistributedDataParallel and dist at module level; train.py imports
     neither: its wrap still needs imports of its own (the benchmark's benchmodels.py had the wrap
     read a name only the helper bound, NameError at the first step)."""
-    _tree(tmp_path, {
-        "helpers.py": (
-            "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n"
-            "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n\n\n"
-            "def is_ddp(m):\n    return isinstance(m, DistributedDataParallel) and dist.is_initialized()\n"
-        ),
-        "train.py": TINY_ENTRY,
-    })
+    _tree(
+        tmp_path,
+        {
+            "helpers.py": (
+                "import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n"
+                "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n\n\n"
+                "def is_ddp(m):\n    return isinstance(m, DistributedDataParallel) and dist.is_initialized()\n"
+            ),
+            "train.py": TINY_ENTRY,
+        },
+    )
     result = convert_project(str(tmp_path / "train.py"))
-    assert result.status == "converted", [f.format(Path(r.path).name) for r in result.files for f in r.findings]
+    assert result.status == "converted", [
+        f.format(Path(r.path).name) for r in result.files for f in r.findings
+    ]
     out = {Path(r.path).name: r.output for r in result.files}["train.py"]
-    assert "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out and "ddp_model = DDP(model)" in out
-    assert "import torch.distributed as dist\n" in out and "dist.destroy_process_group()" in out
+    assert (
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out
+        and "ddp_model = DDP(model)" in out
+    )
+    assert (
+        "import torch.distributed as dist\n" in out
+        and "dist.destroy_process_group()" in out
+    )
     from ddpify.undefined import unbound_reads
 
     assert unbound_reads(out)[0] == set()  # (names read unbound, ...)
@@ -370,15 +480,36 @@ def test_a_name_only_another_file_binds_is_refused_per_file(tmp_path, monkeypatc
     names): a conversion that reads a helper's import in the entry is refused, not written."""
     import ddpify.transforms.base as base
 
-    monkeypatch.setattr(base.Context, "_resolve_aliases", lambda self: (
-        setattr(self, "_bound", {"DistributedDataParallel": {"torch.nn.parallel.DistributedDataParallel"}})
-        or {**{k: v[1] for k, v in base.IMPORTS.items()}, "DDP": "DistributedDataParallel"}))
-    _tree(tmp_path, {
-        "helpers.py": "from torch.nn.parallel import DistributedDataParallel\nimport torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n",
-        "train.py": TINY_ENTRY,
-    })
+    monkeypatch.setattr(
+        base.Context,
+        "_resolve_aliases",
+        lambda self: (
+            setattr(
+                self,
+                "_bound",
+                {
+                    "DistributedDataParallel": {
+                        "torch.nn.parallel.DistributedDataParallel"
+                    }
+                },
+            )
+            or {
+                **{k: v[1] for k, v in base.IMPORTS.items()},
+                "DDP": "DistributedDataParallel",
+            }
+        ),
+    )
+    _tree(
+        tmp_path,
+        {
+            "helpers.py": "from torch.nn.parallel import DistributedDataParallel\nimport torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n",
+            "train.py": TINY_ENTRY,
+        },
+    )
     result = convert_project(str(tmp_path / "train.py"))
     assert result.status == "refused"
     findings = [f for r in result.files for f in r.findings]
-    assert any(f.code == "DDP005" and "DistributedDataParallel" in f.message for f in findings), findings
+    assert any(
+        f.code == "DDP005" and "DistributedDataParallel" in f.message for f in findings
+    ), findings
     assert all(r.output == r.source for r in result.files)

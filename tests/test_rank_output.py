@@ -12,7 +12,7 @@ from ddpify import Options, convert_source
 
 torch = pytest.importorskip("torch")
 
-SCRIPT = '''\
+SCRIPT = """\
 import logging
 import os
 import sys
@@ -44,26 +44,39 @@ for epoch in range(2):
     console.info("handler: epoch %d", epoch)
     os.write(1, b"fd: epoch\\n")
     sys.stderr.write(f"stderr from every rank: epoch {epoch}\\n")
-'''
+"""
 
 
 def test_the_set_up_silences_stdout_of_other_ranks_only():
     out = convert_source(SCRIPT, Options()).source
-    assert out.count("if RANK == 0:") >= 1  # the script's own print keeps its explicit guard
-    assert 'console.info("handler' in out and "    say(f" in out  # no guard per call: one rule at run time
+    assert (
+        out.count("if RANK == 0:") >= 1
+    )  # the script's own print keeps its explicit guard
+    assert (
+        'console.info("handler' in out and "    say(f" in out
+    )  # no guard per call: one rule at run time
     assert "os.dup2(os.open(os.devnull, os.O_WRONLY), 1)" in out
 
 
 def test_rank1_writes_nothing_to_stdout_but_keeps_stderr(tmp_path, forkrun):
     script = tmp_path / "train.py"
     script.write_text(convert_source(SCRIPT, Options()).source)
-    run = forkrun.run(script, [], tmp_path, nproc=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+    run = forkrun.run(
+        script,
+        [],
+        tmp_path,
+        nproc=2,
+        env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+    )
     assert not run.timed_out and run.returncode == 0, run.stderr[-3000:]
     rank0, rank1 = run.ranks
     for what in ("epoch 1 loss", "write: epoch 1", "handler: epoch 1", "fd: epoch"):
         assert what in rank0.stdout, rank0.stdout
     assert rank1.stdout == "", rank1.stdout
-    assert "stderr from every rank: epoch 1" in rank1.stderr and "stderr from every rank: epoch 1" in rank0.stderr
+    assert (
+        "stderr from every rank: epoch 1" in rank1.stderr
+        and "stderr from every rank: epoch 1" in rank0.stderr
+    )
 
 
 def test_a_plain_run_keeps_its_stdout(tmp_path, forkrun):

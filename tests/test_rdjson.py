@@ -46,7 +46,9 @@ jsonschema.Draft7Validator.check_schema(SCHEMA)
 VALIDATOR = jsonschema.Draft7Validator(_inline(SCHEMA, SCHEMA["definitions"]))
 OFFICIAL = os.environ.get("DDPIFY_RDJSON_SCHEMA_DIR")
 
-_FINDING = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<code>DDP\d{3})(?P<mark> \[\*\]| \[blocking\])? (?P<msg>.*)$")
+_FINDING = re.compile(
+    r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<code>DDP\d{3})(?P<mark> \[\*\]| \[blocking\])? (?P<msg>.*)$"
+)
 
 
 def findings_of(expected_txt: str) -> dict[str, list[Finding]]:
@@ -56,8 +58,14 @@ def findings_of(expected_txt: str) -> dict[str, list[Finding]]:
         mo = _FINDING.match(line)
         assert mo, line
         mark = mo["mark"] or ""
-        f = Finding(int(mo["line"]), int(mo["col"]), mo["code"], mo["msg"], fixed=mark == " [*]",
-                    severity="blocking" if mark == " [blocking]" else "note")
+        f = Finding(
+            int(mo["line"]),
+            int(mo["col"]),
+            mo["code"],
+            mo["msg"],
+            fixed=mark == " [*]",
+            severity="blocking" if mark == " [blocking]" else "note",
+        )
         out.setdefault(mo["path"], []).append(f)
     return out
 
@@ -83,8 +91,12 @@ def offset(data: bytes, pos: dict) -> int:
     assert line <= len(starts), pos
     end = starts[line] - 1 if line < len(starts) else len(data) - data.endswith(b"\n")
     at = starts[line - 1] + col - 1
-    assert at <= end, f"column past the end of line {line}: {pos}"  # the newline is the next line's start
-    assert at == len(data) or data[at] & 0xC0 != 0x80, f"column inside a UTF-8 character: {pos}"
+    assert at <= end, (
+        f"column past the end of line {line}: {pos}"
+    )  # the newline is the next line's start
+    assert at == len(data) or data[at] & 0xC0 != 0x80, (
+        f"column inside a UTF-8 character: {pos}"
+    )
     return at
 
 
@@ -96,7 +108,10 @@ def apply(data: bytes, diagnostics: list[dict], path: str) -> bytes:
             continue
         for s in d.get("suggestions", []):
             r = s["range"]
-            start, end = offset(data, r["start"]), offset(data, r.get("end", r["start"]))
+            start, end = (
+                offset(data, r["start"]),
+                offset(data, r.get("end", r["start"])),
+            )
             assert start <= end, r
             edits.append((start, end, s["text"].encode("utf-8")))
     edits.sort(key=lambda e: (e[0], e[1]))
@@ -112,7 +127,9 @@ def apply_as_github(data: bytes, diagnostics: list[dict], path: str) -> bytes:
     range's start line to its end line become start_line[:column-1] + text + end_line[column-1:],
     and GitHub replaces those lines with it. Its comment covers the diagnostic's lines, which must
     be the suggestion's."""
-    lines = data.decode("utf-8").split("\n")  # the last item is "" after a final newline
+    lines = data.decode("utf-8").split(
+        "\n"
+    )  # the last item is "" after a final newline
     real = len(lines) - (lines[-1] == "")
     edits = []
     for d in diagnostics:
@@ -120,21 +137,25 @@ def apply_as_github(data: bytes, diagnostics: list[dict], path: str) -> bytes:
             continue
         (s,) = d["suggestions"]
         r = s["range"]
-        assert d["location"]["range"] == r, "the comment's lines and the suggestion's must be the same"
+        assert d["location"]["range"] == r, (
+            "the comment's lines and the suggestion's must be the same"
+        )
         first, last = r["start"]["line"], r["end"]["line"]
         assert 1 <= first <= last <= real, f"reviewdog has no source line for {r}"
         head = lines[first - 1].encode()[: r["start"]["column"] - 1].decode()
-        tail = lines[last - 1].encode()[r["end"]["column"] - 1:].decode()
+        tail = lines[last - 1].encode()[r["end"]["column"] - 1 :].decode()
         edits.append((first, last, head + s["text"] + tail))
     edits.sort()
     for (_, l1, _), (f2, _, _) in zip(edits, edits[1:]):
         assert l1 < f2, "two suggestions on one line"
     for first, last, body in reversed(edits):
-        lines[first - 1:last] = body.split("\n")
+        lines[first - 1 : last] = body.split("\n")
     return "\n".join(lines).encode("utf-8")
 
 
-def kept_lines_outside(data: bytes, converted: bytes, diagnostics: list[dict], path: str) -> None:
+def kept_lines_outside(
+    data: bytes, converted: bytes, diagnostics: list[dict], path: str
+) -> None:
     """Minimal hunks: a line the line diff keeps is in no suggestion's range (its newline may be,
     where a hunk at the end of the file starts at the end of the line before it)."""
     a = data.decode().splitlines(keepends=True)
@@ -143,27 +164,39 @@ def kept_lines_outside(data: bytes, converted: bytes, diagnostics: list[dict], p
     for d in diagnostics:
         if d["location"]["path"] == path:
             for s in d.get("suggestions", []):
-                spans.append((offset(data, s["range"]["start"]), offset(data, s["range"]["end"])))
+                spans.append(
+                    (offset(data, s["range"]["start"]), offset(data, s["range"]["end"]))
+                )
     starts = line_starts(data)
-    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(
+        None, a, b, autojunk=False
+    ).get_opcodes():
         if tag != "equal":
             continue
         for i in range(i1, i2):
             lo = starts[i]
             hi = lo + len(a[i].rstrip("\r\n").encode())
             for s, e in spans:
-                assert not (s < hi and lo < e and hi > lo), f"kept line {i + 1} is inside a suggestion {s}-{e}"
+                assert not (s < hi and lo < e and hi > lo), (
+                    f"kept line {i + 1} is inside a suggestion {s}-{e}"
+                )
 
 
 def check_document(doc: dict) -> None:
     VALIDATOR.validate(doc)
-    if OFFICIAL:  # reviewdog's generated schema (draft-04, its references inside the file)
+    if (
+        OFFICIAL
+    ):  # reviewdog's generated schema (draft-04, its references inside the file)
         schema = json.loads((Path(OFFICIAL) / "DiagnosticResult.json").read_text())
         jsonschema.Draft4Validator(schema).validate(doc)
 
 
-def check_file(path: str, original: bytes, expected: bytes, findings: list[Finding]) -> dict:
-    result = FileResult(path, findings, [], original.decode("utf-8"), expected.decode("utf-8"))
+def check_file(
+    path: str, original: bytes, expected: bytes, findings: list[Finding]
+) -> dict:
+    result = FileResult(
+        path, findings, [], original.decode("utf-8"), expected.decode("utf-8")
+    )
     doc = rdjson.document([result], "convert")
     check_document(doc)
     diags = doc["diagnostics"]
@@ -177,15 +210,27 @@ def check_file(path: str, original: bytes, expected: bytes, findings: list[Findi
         assert hunks
     # every finding is a diagnostic: its own, or folded into the message of the change that makes it
     for f in findings:
-        assert any(f"{f.code}: {f.message}" in d["message"] or (d["message"] == f.message and d.get("code", {}).get("value") == f.code)
-                   for d in diags), f
+        assert any(
+            f"{f.code}: {f.message}" in d["message"]
+            or (d["message"] == f.message and d.get("code", {}).get("value") == f.code)
+            for d in diags
+        ), f
     return doc
 
 
-@pytest.mark.parametrize("d", FIXTURES, ids=[p.name if p.parent.name != "rules" else f"rules-{p.name}" for p in FIXTURES])
+@pytest.mark.parametrize(
+    "d",
+    FIXTURES,
+    ids=[p.name if p.parent.name != "rules" else f"rules-{p.name}" for p in FIXTURES],
+)
 def test_suggestions_rebuild_the_converted_file(d):
     original, expected = (d / "input.py").read_bytes(), (d / "expected.py").read_bytes()
-    check_file("input.py", original, expected, findings_of((d / "expected.txt").read_text()).get("input.py", []))
+    check_file(
+        "input.py",
+        original,
+        expected,
+        findings_of((d / "expected.txt").read_text()).get("input.py", []),
+    )
 
 
 @pytest.mark.parametrize("d", PROJECTS, ids=[p.name for p in PROJECTS])
@@ -197,31 +242,47 @@ def test_suggestions_rebuild_every_file_of_a_project(d):
         expected = d / "expected" / rel
         if not expected.exists():
             continue  # outside the project: not converted
-        check_file(str(rel), (d / "input" / rel).read_bytes(), expected.read_bytes(), found.get(str(rel), []))
+        check_file(
+            str(rel),
+            (d / "input" / rel).read_bytes(),
+            expected.read_bytes(),
+            found.get(str(rel), []),
+        )
 
 
-@pytest.mark.parametrize("before, after", [
-    ("", "a\n"),
-    ("a\n", ""),
-    ("a\nb\n", "a\nb\nc\n"),  # insertion at the end
-    ("a\nb\nc\n", "a\nb\n"),  # deletion at the end
-    ("a\nb\nc\n", "b\nc\n"),  # deletion at the start
-    ("x\n", "y\n"),  # the only line
-    ("a\nb", "a\nc"),  # no final newline
-    ("a\nb", "a\nb\n"),  # a final newline added
-    ("a\nb\n", "a\nb"),  # and removed
-    ("a\r\nb\r\nc\r\n", "a\r\nB\r\nc\r\nd\r\n"),  # CRLF
-    ("é = 1\nß = 2\n", "é = 1\n# 𐐀\nß = 3\n"),  # multi-byte characters
-    ("a\n\nb\n\n", "a\n\nB\n\nc\n"),
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("", "a\n"),
+        ("a\n", ""),
+        ("a\nb\n", "a\nb\nc\n"),  # insertion at the end
+        ("a\nb\nc\n", "a\nb\n"),  # deletion at the end
+        ("a\nb\nc\n", "b\nc\n"),  # deletion at the start
+        ("x\n", "y\n"),  # the only line
+        ("a\nb", "a\nc"),  # no final newline
+        ("a\nb", "a\nb\n"),  # a final newline added
+        ("a\nb\n", "a\nb"),  # and removed
+        ("a\r\nb\r\nc\r\n", "a\r\nB\r\nc\r\nd\r\n"),  # CRLF
+        ("é = 1\nß = 2\n", "é = 1\n# 𐐀\nß = 3\n"),  # multi-byte characters
+        ("a\n\nb\n\n", "a\n\nB\n\nc\n"),
+    ],
+)
 def test_edge_cases(before, after):
     result = FileResult("f.py", [], [], before, after)
     doc = rdjson.document([result], "convert")
     VALIDATOR.validate(doc)
     assert apply(before.encode(), doc["diagnostics"], "f.py") == after.encode()
     # GitHub's suggestions are lines: one cannot take away the final newline
-    if before and after and "\r" not in before and not (before.endswith("\n") and not after.endswith("\n")):
-        assert apply_as_github(before.encode(), doc["diagnostics"], "f.py") == after.encode()
+    if (
+        before
+        and after
+        and "\r" not in before
+        and not (before.endswith("\n") and not after.endswith("\n"))
+    ):
+        assert (
+            apply_as_github(before.encode(), doc["diagnostics"], "f.py")
+            == after.encode()
+        )
 
 
 def test_columns_are_utf8_bytes():
@@ -229,16 +290,25 @@ def test_columns_are_utf8_bytes():
     f = Finding(1, line.index("y") + 1, "DDP060", "a message")
     doc = rdjson.document([FileResult("f.py", [f], [], line, None)], "convert")
     (d,) = doc["diagnostics"]
-    assert d["location"]["range"]["start"] == {"line": 1, "column": line.encode().index(b"y") + 1}
+    assert d["location"]["range"]["start"] == {
+        "line": 1,
+        "column": line.encode().index(b"y") + 1,
+    }
     assert d["severity"] == "INFO" and d["code"] == {"value": "DDP060"}
 
 
 # ----------------------------------------------------------------------------- through the CLI
 
 
-def _cli_case(tmp_path, monkeypatch, fixture: Path, inputs: list[str]) -> tuple[dict, int]:
+def _cli_case(
+    tmp_path, monkeypatch, fixture: Path, inputs: list[str]
+) -> tuple[dict, int]:
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(convert_command, ["--check", "--output-format", "rdjson", *inputs], catch_exceptions=False)
+    res = CliRunner().invoke(
+        convert_command,
+        ["--check", "--output-format", "rdjson", *inputs],
+        catch_exceptions=False,
+    )
     return json.loads(res.stdout), res.exit_code
 
 
@@ -248,15 +318,26 @@ def test_cli_single_file(tmp_path, monkeypatch):
     doc, code = _cli_case(tmp_path, monkeypatch, d, ["train.py"])
     assert code == 1  # --check: the file would change
     check_document(doc)
-    assert apply((d / "input.py").read_bytes(), doc["diagnostics"], "train.py") == (d / "expected.py").read_bytes()
-    assert (tmp_path / "train.py").read_bytes() == (d / "input.py").read_bytes()  # nothing written
+    assert (
+        apply((d / "input.py").read_bytes(), doc["diagnostics"], "train.py")
+        == (d / "expected.py").read_bytes()
+    )
+    assert (tmp_path / "train.py").read_bytes() == (
+        d / "input.py"
+    ).read_bytes()  # nothing written
     carried = [d for d in doc["diagnostics"] if d.get("suggestions") and "code" in d]
     assert any("DDP020:" in d["message"] for d in carried)
 
 
 def test_cli_project(tmp_path, monkeypatch):
-    d = next(p for p in PROJECTS if not (p / "options.json").exists() and (p / "expected").is_dir()
-             and len(list((p / "expected").rglob("*.py"))) > 1 and not (p / "entry.txt").exists())
+    d = next(
+        p
+        for p in PROJECTS
+        if not (p / "options.json").exists()
+        and (p / "expected").is_dir()
+        and len(list((p / "expected").rglob("*.py"))) > 1
+        and not (p / "entry.txt").exists()
+    )
     shutil.copytree(d / "input", tmp_path / "proj")
     doc, _ = _cli_case(tmp_path, monkeypatch, d, [str(Path("proj") / "train.py")])
     check_document(doc)
@@ -264,6 +345,8 @@ def test_cli_project(tmp_path, monkeypatch):
     for p in sorted((d / "expected").rglob("*.py")):
         rel = p.relative_to(d / "expected")
         before = (d / "input" / rel).read_bytes()
-        assert apply(before, doc["diagnostics"], str(Path("proj") / rel)) == p.read_bytes(), rel
+        assert (
+            apply(before, doc["diagnostics"], str(Path("proj") / rel)) == p.read_bytes()
+        ), rel
         changed += before != p.read_bytes()
     assert changed >= 1

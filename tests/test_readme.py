@@ -23,7 +23,14 @@ README = (ROOT / "README.md").read_text()
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 LAUNCH = (ROOT / "docs" / "launch.md").read_text()
 BIN = str(Path(sys.executable).parent)
-GIT_ID = ["-c", "user.name=ddpify test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+GIT_ID = [
+    "-c",
+    "user.name=ddpify test",
+    "-c",
+    "user.email=test@example.invalid",
+    "-c",
+    "commit.gpgsign=false",
+]
 
 
 def section(title: str, text: str = README) -> str:
@@ -55,13 +62,20 @@ def commands(block: str) -> list[str]:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *GIT_ID, *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *GIT_ID, *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def fresh_clone(tmp_path: Path) -> Path:
     """A `git clone` of the working tree as it is (its files that git tracks or does not ignore)."""
     src = tmp_path / "origin"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, files.decode().split("\0")):
         if (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
@@ -69,12 +83,16 @@ def fresh_clone(tmp_path: Path) -> Path:
     git(src, "init", "-q")
     git(src, "add", "-A")
     git(src, "commit", "-q", "-m", "the working tree")
-    subprocess.run(["git", "clone", "-q", str(src), str(tmp_path / "ddpify")], check=True)
+    subprocess.run(
+        ["git", "clone", "-q", str(src), str(tmp_path / "ddpify")], check=True
+    )
     return tmp_path / "ddpify"
 
 
 def env_for(clone: Path | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "FORCE_COLOR")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "FORCE_COLOR")
+    }
     env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
     if clone is not None:
         env["PYTHONPATH"] = str(clone)  # the clone's ddpify, not this tree's
@@ -88,7 +106,10 @@ def test_install_lines_give_the_cpu_build():
     install = section("## Install")
     first, gpu = [commands(b) for b in blocks(install, "console")[:2]]
     assert first[0] == "git clone <this repository> ddpify && cd ddpify"
-    assert "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu" in first
+    assert (
+        "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
+        in first
+    )
     assert first[-1] == 'python -m pip install -e ".[verify]"'
     assert gpu == ["python -m pip install torch"]
     pyproject = (ROOT / "pyproject.toml").read_text()
@@ -103,8 +124,13 @@ def test_contributing_sets_up_and_tests_as_ci_does():
     setup = section("## Set up", CONTRIBUTING)
     lines = [c for b in blocks(setup, "console") for c in commands(b)]
     # CI's torch, as the CPU wheel: the pin alone would fetch the CUDA build from PyPI
-    assert f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu" in lines
-    assert lines.index(f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu") < lines.index('python -m pip install -e ".[test]"')
+    assert (
+        f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
+        in lines
+    )
+    assert lines.index(
+        f"python -m pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
+    ) < lines.index('python -m pip install -e ".[test]"')
     assert f"`{pin}`" in setup and "`.ci/run`" in setup
     # CONTRIBUTING's test command is what CI runs, and its lint steps too
     assert ci.strip().splitlines()[-1] in lines
@@ -114,7 +140,9 @@ def test_contributing_sets_up_and_tests_as_ci_does():
 
 def test_the_converter_tier_is_the_runs_marker():
     setup = section("## Set up", CONTRIBUTING)
-    assert 'python -m pytest -q -n 2 -m "not runs"' in [c for b in blocks(setup, "console") for c in commands(b)]
+    assert 'python -m pytest -q -n 2 -m "not runs"' in [
+        c for b in blocks(setup, "console") for c in commands(b)
+    ]
     assert '"runs: ' in (ROOT / "pyproject.toml").read_text()
 
 
@@ -122,11 +150,24 @@ def test_the_converter_tier_is_the_runs_marker():
 def test_try_it_runs_in_a_fresh_clone(tmp_path: Path):
     clone = fresh_clone(tmp_path)
     script = " && ".join(commands(blocks(section("## Try it"), "console")[0]))
-    assert script.startswith("mkdir -p out") and "ddpify verify" in script and "torchrun" in script
-    proc = subprocess.run(["bash", "-c", "set -e; " + script], cwd=clone, env=env_for(clone),
-                          capture_output=True, text=True, timeout=900)
+    assert (
+        script.startswith("mkdir -p out")
+        and "ddpify verify" in script
+        and "torchrun" in script
+    )
+    proc = subprocess.run(
+        ["bash", "-c", "set -e; " + script],
+        cwd=clone,
+        env=env_for(clone),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "converted train.py" in proc.stderr and (clone / "out" / "regressor.pt").exists()
+    assert (
+        "converted train.py" in proc.stderr
+        and (clone / "out" / "regressor.pt").exists()
+    )
     assert "DistributedDataParallel" in (clone / "out" / "train.py").read_text()
 
 
@@ -153,15 +194,31 @@ def test_precommit_local_snippet_works_as_written(tmp_path: Path):
     env["PRE_COMMIT_HOME"] = str(tmp_path / "pre-commit-home")
 
     def pre_commit():
-        return subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files", "--color", "never"],
-                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pre_commit",
+                "run",
+                "--all-files",
+                "--color",
+                "never",
+            ],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     original = (repo / "train.py").read_text()
     first = pre_commit()
     assert first.returncode == 1, first.stdout + first.stderr
     assert "would convert train.py" in first.stdout and "+++ train.py" in first.stdout
     assert (repo / "train.py").read_text() == original
-    subprocess.run([str(Path(BIN) / "ddpify"), "-q", "train.py"], cwd=repo, env=env, check=True)
+    subprocess.run(
+        [str(Path(BIN) / "ddpify"), "-q", "train.py"], cwd=repo, env=env, check=True
+    )
     second = pre_commit()
     assert second.returncode == 0, second.stdout + second.stderr
 
@@ -169,18 +226,41 @@ def test_precommit_local_snippet_works_as_written(tmp_path: Path):
 @pytest.mark.runs
 def test_precommit_pinned_snippet_names_the_clones_commit(tmp_path: Path):
     clone = fresh_clone(tmp_path)
-    printf = [c for b in blocks(section("## pre-commit"), "console") for c in commands(b) if c.startswith("printf")]
+    printf = [
+        c
+        for b in blocks(section("## pre-commit"), "console")
+        for c in commands(b)
+        if c.startswith("printf")
+    ]
     assert len(printf) == 1
-    entry = subprocess.run(["bash", "-c", printf[0]], cwd=clone, capture_output=True, text=True, check=True).stdout
+    entry = subprocess.run(
+        ["bash", "-c", printf[0]], cwd=clone, capture_output=True, text=True, check=True
+    ).stdout
     config = "repos:\n" + entry
     assert f"rev: {git(clone, 'rev-parse', 'HEAD')}\n" in config
     assert f"repo: {tmp_path / 'origin'}\n" in config
     assert "files: ^train.*\\.py$" in config
     (tmp_path / "config.yaml").write_text(config)
-    check = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config", str(tmp_path / "config.yaml")],
-                           capture_output=True, text=True, env=env_for(), timeout=120)
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pre_commit",
+            "validate-config",
+            str(tmp_path / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env_for(),
+        timeout=120,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    git(tmp_path / "origin", "cat-file", "-e", git(clone, "rev-parse", "HEAD") + "^{commit}")
+    git(
+        tmp_path / "origin",
+        "cat-file",
+        "-e",
+        git(clone, "rev-parse", "HEAD") + "^{commit}",
+    )
     assert "ddpify-check" in (clone / ".pre-commit-hooks.yaml").read_text()
 
 
@@ -193,7 +273,7 @@ def _console(text: str, command: str) -> list[str]:
         lines = block.splitlines()
         if f"$ {command}" in lines:
             out = []
-            for line in lines[lines.index(f"$ {command}") + 1:]:
+            for line in lines[lines.index(f"$ {command}") + 1 :]:
                 if line.startswith("$ "):
                     break
                 out.append(line)
@@ -204,11 +284,17 @@ def _console(text: str, command: str) -> list[str]:
 def test_launch_samples_are_what_ddpify_prints(tmp_path: Path, monkeypatch):
     text = section("# Running on more than one machine: `ddpify launch`", LAUNCH)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text((ROOT / "fixtures" / "01_toplevel_regression" / "expected.py").read_text())
+    (tmp_path / "train.py").write_text(
+        (ROOT / "fixtures" / "01_toplevel_regression" / "expected.py").read_text()
+    )
     # after a conversion: the commands that run the script on this machine
     shown = _console(text, "ddpify train.py")
-    assert shown[1:] == ["converted train.py", f"  run it with: {run_commands('train.py')[0]}",
-                         f"           or: {run_commands('train.py')[1]}", "1 file converted."]
+    assert shown[1:] == [
+        "converted train.py",
+        f"  run it with: {run_commands('train.py')[0]}",
+        f"           or: {run_commands('train.py')[1]}",
+        "1 file converted.",
+    ]
     # several nodes by hand
     cmd = 'ddpify launch train.py --nodes 2 --gpus-per-node 8 -- --epochs 10 --out "runs/first try"'
     res = CliRunner().invoke(launch_command, shlex.split(cmd)[2:])
@@ -219,4 +305,7 @@ def test_launch_samples_are_what_ddpify_prints(tmp_path: Path, monkeypatch):
     res = CliRunner().invoke(launch_command, shlex.split(cmd)[2:])
     assert res.exit_code == 0, res.output
     assert _console(text, cmd) == res.output.splitlines()
-    assert _console(text, "cat train.sbatch") == (tmp_path / "train.sbatch").read_text().splitlines()
+    assert (
+        _console(text, "cat train.sbatch")
+        == (tmp_path / "train.sbatch").read_text().splitlines()
+    )

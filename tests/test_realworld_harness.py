@@ -17,12 +17,21 @@ sys.path.insert(0, str(HERE))
 import run as rw  # noqa: E402
 
 
-def _python(code: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def _python(
+    code: str, cwd: Path, env: dict | None = None
+) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("RANK", None)
     e.update(env or {})
     e["PYTHONPATH"] = os.pathsep.join([str(HERE / "shim"), e.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=e, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_recorder_logs_writes_by_rank_and_torch_save(tmp_path):
@@ -42,7 +51,13 @@ def test_recorder_logs_writes_by_rank_and_torch_save(tmp_path):
     r = _python(code, tmp_path, {"RW_WRITE_LOG": str(log), "RANK": "1"})
     assert r.returncode == 0, r.stderr
     writes = rw.read_writes(log, tmp_path)
-    assert {w["rel"] for w in writes} == {"a.txt", "b.txt", "c.pt", "d.log", "e.txt"}  # not r.txt, not devnull
+    assert {w["rel"] for w in writes} == {
+        "a.txt",
+        "b.txt",
+        "c.pt",
+        "d.log",
+        "e.txt",
+    }  # not r.txt, not devnull
     assert {w["rank"] for w in writes} == {"1"}
     assert [w["rel"] for w in writes if w["kind"] == "torch.save"] == ["c.pt"]
 
@@ -74,7 +89,11 @@ def test_loader_fails_without_a_group_and_compares_structure(tmp_path):
 
 
 def test_progress_lines_shared_by_rank_1_are_found():
-    r0 = ["epoch 1 loss 0.532", "saving to ckpt_1.pt", "UserWarning: step 3 of lr_scheduler"]
+    r0 = [
+        "epoch 1 loss 0.532",
+        "saving to ckpt_1.pt",
+        "UserWarning: step 3 of lr_scheduler",
+    ]
     r1 = ["epoch 1 loss 0.611"]
     assert rw.progress_shapes(r0) & rw.progress_shapes(r1) == {"epoch # loss #"}
     assert not rw.progress_shapes(["model has 123 parameters"])  # no progress word
@@ -82,7 +101,9 @@ def test_progress_lines_shared_by_rank_1_are_found():
 
 
 def test_norm_rel_ignores_numbers_in_paths():
-    assert rw.norm_rel("src/runs/Nov26_09-56-46_vm/ckpt_12.pt") == rw.norm_rel("src/runs/Nov26_10-01-02_vm/ckpt_3.pt")
+    assert rw.norm_rel("src/runs/Nov26_09-56-46_vm/ckpt_12.pt") == rw.norm_rel(
+        "src/runs/Nov26_10-01-02_vm/ckpt_3.pt"
+    )
     assert rw.norm_rel("src/a.pt") != rw.norm_rel("src/b.pt")
 
 
@@ -96,7 +117,9 @@ def test_export_shares_duplicates_and_restores_them(tmp_path):
     rw.share_duplicates(tmp_path / "export")
     assert not (tmp_path / "export" / "one" / "src" / "data" / "images.bin").exists()
     assert len(list((tmp_path / "export" / rw.SHARED).iterdir())) == 1
-    assert (tmp_path / "export" / "one" / "src" / "data" / "own.bin").exists()  # not shared: kept in place
+    assert (
+        tmp_path / "export" / "one" / "src" / "data" / "own.bin"
+    ).exists()  # not shared: kept in place
     tree = tmp_path / "run"
     import shutil
 

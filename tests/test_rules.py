@@ -36,7 +36,9 @@ def test_each_code_is_declared_exactly_once():
 def test_declaring_a_code_again_elsewhere_is_an_error():
     rules.load_all()
     with pytest.raises(ValueError, match="declared twice"):
-        rules.declare("DDP020", "again", "a second declaration")  # this module is not sampler.py
+        rules.declare(
+            "DDP020", "again", "a second declaration"
+        )  # this module is not sampler.py
     assert rules.REGISTRY["DDP020"].module == "ddpify.transforms.sampler"
 
 
@@ -44,10 +46,14 @@ def test_every_code_raised_is_declared_and_every_declared_code_is_raised():
     registry = rules.load_all()
     raised: set[str] = set()
     for text in sources().values():
-        body = DECLARE.sub("", text)  # the declarations themselves do not count as raising
+        body = DECLARE.sub(
+            "", text
+        )  # the declarations themselves do not count as raising
         raised |= set(CODE.findall(body))
     assert raised - set(registry) == set(), "raised but never declared"
-    assert {c for c, r in registry.items() if r.tool == "convert"} - raised == set(), "declared but never raised"
+    assert {c for c, r in registry.items() if r.tool == "convert"} - raised == set(), (
+        "declared but never raised"
+    )
 
 
 def test_a_declared_code_is_raised_by_its_own_module_or_one_that_imports_it():
@@ -75,18 +81,28 @@ def test_findings_take_their_default_severity_from_the_registry():
     assert BLOCKING == {c for c, r in registry.items() if r.severity == "blocking"}
     assert CODES == {c: r.message for c, r in registry.items()}
     assert Finding(1, 1, "DDP024", "no loader").blocking
-    assert not Finding(1, 1, "DDP024", "no loader", fixed=True).blocking  # what ddpify fixed never blocks
+    assert not Finding(
+        1, 1, "DDP024", "no loader", fixed=True
+    ).blocking  # what ddpify fixed never blocks
     assert not Finding(1, 1, "DDP026", "batch").blocking
-    assert not Finding(1, 1, "DDP024", "said", severity="note").blocking  # one call site may say otherwise
+    assert not Finding(
+        1, 1, "DDP024", "said", severity="note"
+    ).blocking  # one call site may say otherwise
 
 
 def test_rules_page_table_is_the_registry():
     page = (ROOT / "docs" / "rules.md").read_text()
-    block = page.split("<!-- rules:begin -->\n", 1)[1].split("\n<!-- rules:end -->", 1)[0]
+    block = page.split("<!-- rules:begin -->\n", 1)[1].split("\n<!-- rules:end -->", 1)[
+        0
+    ]
     assert block == rules.table("convert"), "run: python tools/rules_table.py"
-    lint = page.split("<!-- lint-rules:begin -->\n", 1)[1].split("\n<!-- lint-rules:end -->", 1)[0]
+    lint = page.split("<!-- lint-rules:begin -->\n", 1)[1].split(
+        "\n<!-- lint-rules:end -->", 1
+    )[0]
     assert lint == rules.table("lint"), "run: python tools/rules_table.py"
-    assert rules.table().count("\n") == block.count("\n") + lint.count("\n") - 1  # every code in one of the two
+    assert (
+        rules.table().count("\n") == block.count("\n") + lint.count("\n") - 1
+    )  # every code in one of the two
 
 
 def test_titles_are_kebab_case_and_unique():
@@ -97,44 +113,76 @@ def test_titles_are_kebab_case_and_unique():
 
 @pytest.mark.runs
 def test_explain_prints_the_rule():
-    out = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "ddp024"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--explain", "ddp024"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("DDP024 (no-training-loader)")
     assert "Severity: blocking" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "DDP999"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--explain", "DDP999"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "no such code" in bad.stderr
 
 
 @pytest.mark.runs
 def test_explain_all_is_the_table():
-    out = subprocess.run([sys.executable, "-m", "ddpify", "--explain", "all"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--explain", "all"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and out.stdout.strip() == rules.table()
 
 
 def _example_codes(d: Path) -> set[str]:
-    return {ln.split()[1] for ln in (d / "expected.txt").read_text().splitlines() if ln.strip()}
+    return {
+        ln.split()[1]
+        for ln in (d / "expected.txt").read_text().splitlines()
+        if ln.strip()
+    }
 
 
 def test_every_code_has_a_minimal_example_that_raises_it():
     for code, rule in rules.load_all().items():
         d = rule.example
-        if rule.tool == "gate":  # a converted program that breaks the invariant, fed to the gate
-            assert (d / "output.py").exists() or (d / "output").is_dir(), f"{code}: no example in {d}"
+        if (
+            rule.tool == "gate"
+        ):  # a converted program that breaks the invariant, fed to the gate
+            assert (d / "output.py").exists() or (d / "output").is_dir(), (
+                f"{code}: no example in {d}"
+            )
             from ddpify.gate import example_findings
 
-            assert example_findings(d) == (d / "expected.txt").read_text().splitlines(), f"{code}: tools/regen_fixtures.py {code}"
+            assert (
+                example_findings(d) == (d / "expected.txt").read_text().splitlines()
+            ), f"{code}: tools/regen_fixtures.py {code}"
             assert code in _example_codes(d), f"{code}: its example does not raise it"
             continue
-        assert (d / "input.py").exists() or (d / "input").is_dir(), f"{code}: no example in {d}"
-        assert (d / "expected.txt").exists(), f"{code}: regenerate with tools/regen_fixtures.py {code}"
+        assert (d / "input.py").exists() or (d / "input").is_dir(), (
+            f"{code}: no example in {d}"
+        )
+        assert (d / "expected.txt").exists(), (
+            f"{code}: regenerate with tools/regen_fixtures.py {code}"
+        )
         assert code in _example_codes(d), f"{code}: its example does not raise it"
         if (d / "input.py").exists():
-            assert 8 <= len((d / "input.py").read_text().splitlines()) <= 40, f"{code}: an example is a minimal script"
+            assert 8 <= len((d / "input.py").read_text().splitlines()) <= 40, (
+                f"{code}: an example is a minimal script"
+            )
 
 
 def test_a_blocking_example_is_refused_and_a_fixing_one_is_fixed():
     for code, rule in rules.load_all().items():
-        lines = [ln for ln in (rule.example / "expected.txt").read_text().splitlines() if f" {code} " in ln + " "]
+        lines = [
+            ln
+            for ln in (rule.example / "expected.txt").read_text().splitlines()
+            if f" {code} " in ln + " "
+        ]
         if rule.tool != "convert" or not lines:
             continue
         if rule.blocking and not rule.fix:

@@ -26,7 +26,7 @@ from ddpify.pipeline import Result
 ROOT = Path(__file__).resolve().parents[1]
 
 # A plain single-GPU training script (CPU-friendly) for the end-to-end tests with the real converter.
-TRAIN_SCRIPT = '''\
+TRAIN_SCRIPT = """\
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -61,7 +61,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 TRAIN = "import torch  # TRAIN\nmodel = torch.nn.Linear(2, 2)\n"
 
@@ -71,8 +71,15 @@ def fake_convert(source: str, options=None, path: str = "<stdin>") -> Result:
     if "# TRAIN" not in source:
         return Result(source, False, "not-training", [])
     extra = "# añadido ✓\n" if "UNENCODABLE" in source else ""
-    new = source.replace("# TRAIN", "# TRAIN\n" + extra + "import torch.distributed as dist", 1)
-    return Result(new, True, "converted", [Finding(1, 1, "DDP001", "process-group setup added", True)])
+    new = source.replace(
+        "# TRAIN", "# TRAIN\n" + extra + "import torch.distributed as dist", 1
+    )
+    return Result(
+        new,
+        True,
+        "converted",
+        [Finding(1, 1, "DDP001", "process-group setup added", True)],
+    )
 
 
 @pytest.fixture
@@ -82,7 +89,9 @@ def fake(monkeypatch, tmp_path):
 
 
 def invoke(*args: str, input=None):
-    return CliRunner().invoke(convert_command, list(args), input=input, catch_exceptions=False)
+    return CliRunner().invoke(
+        convert_command, list(args), input=input, catch_exceptions=False
+    )
 
 
 # --------------------------------------------------------------------------- bad input
@@ -130,7 +139,10 @@ def test_bad_inputs_each_get_one_clear_line_and_stay_untouched(fake, tmp_path):
         if name != "good.py":
             assert (tmp_path / name).read_bytes() == data, name
     assert "import torch.distributed" in (tmp_path / "good.py").read_text()
-    assert err[-1] == "1 file converted, 2 files left unchanged, 9 files failed to convert."
+    assert (
+        err[-1]
+        == "1 file converted, 2 files left unchanged, 9 files failed to convert."
+    )
 
 
 def test_empty_and_comment_only_files_exit_0(fake, tmp_path):
@@ -181,19 +193,31 @@ def test_read_only_file_is_not_replaced(fake, tmp_path):
 
 
 def test_declared_encoding_is_decoded_and_kept(fake, tmp_path):
-    data = "# -*- coding: latin-1 -*-\nimport torch  # TRAIN\n# café\n".encode("latin-1")
+    data = "# -*- coding: latin-1 -*-\nimport torch  # TRAIN\n# café\n".encode(
+        "latin-1"
+    )
     (tmp_path / "l1.py").write_bytes(data)
     assert invoke("l1.py").exit_code == 0
     out = (tmp_path / "l1.py").read_bytes()
-    assert out == "# -*- coding: latin-1 -*-\nimport torch  # TRAIN\nimport torch.distributed as dist\n# café\n".encode("latin-1")
+    assert (
+        out
+        == "# -*- coding: latin-1 -*-\nimport torch  # TRAIN\nimport torch.distributed as dist\n# café\n".encode(
+            "latin-1"
+        )
+    )
 
 
 def test_output_that_cannot_be_encoded_is_refused(fake, tmp_path):
-    data = "# -*- coding: latin-1 -*-\nimport torch  # TRAIN UNENCODABLE\n".encode("latin-1")
+    data = "# -*- coding: latin-1 -*-\nimport torch  # TRAIN UNENCODABLE\n".encode(
+        "latin-1"
+    )
     (tmp_path / "l1.py").write_bytes(data)
     res = invoke("l1.py")
     assert res.exit_code == 2
-    assert "l1.py: error: the converted code cannot be encoded in the file's encoding (iso-8859-1)" in res.stderr
+    assert (
+        "l1.py: error: the converted code cannot be encoded in the file's encoding (iso-8859-1)"
+        in res.stderr
+    )
     assert (tmp_path / "l1.py").read_bytes() == data
 
 
@@ -203,13 +227,37 @@ def test_output_that_cannot_be_encoded_is_refused(fake, tmp_path):
 @pytest.mark.parametrize(
     "name, before, after",
     [
-        ("crlf", b"import torch  # TRAIN\r\nx = 1\r\n", b"import torch  # TRAIN\r\nimport torch.distributed as dist\r\nx = 1\r\n"),
-        ("bom", b"\xef\xbb\xbfimport torch  # TRAIN\nx = 1\n", b"\xef\xbb\xbfimport torch  # TRAIN\nimport torch.distributed as dist\nx = 1\n"),
-        ("no-final-newline", b"import torch  # TRAIN\nx = 1", b"import torch  # TRAIN\nimport torch.distributed as dist\nx = 1"),
-        ("cr", b"import torch  # TRAIN\rx = 1\r", b"import torch  # TRAIN\rimport torch.distributed as dist\rx = 1\r"),
+        (
+            "crlf",
+            b"import torch  # TRAIN\r\nx = 1\r\n",
+            b"import torch  # TRAIN\r\nimport torch.distributed as dist\r\nx = 1\r\n",
+        ),
+        (
+            "bom",
+            b"\xef\xbb\xbfimport torch  # TRAIN\nx = 1\n",
+            b"\xef\xbb\xbfimport torch  # TRAIN\nimport torch.distributed as dist\nx = 1\n",
+        ),
+        (
+            "no-final-newline",
+            b"import torch  # TRAIN\nx = 1",
+            b"import torch  # TRAIN\nimport torch.distributed as dist\nx = 1",
+        ),
+        (
+            "cr",
+            b"import torch  # TRAIN\rx = 1\r",
+            b"import torch  # TRAIN\rimport torch.distributed as dist\rx = 1\r",
+        ),
         # Mixed newlines: untouched lines keep theirs, new lines take the dominant one.
-        ("mixed", b"import torch  # TRAIN\r\nx = 1\r\ny = 2\n", b"import torch  # TRAIN\r\nimport torch.distributed as dist\r\nx = 1\r\ny = 2\n"),
-        ("tabs", b"import torch  # TRAIN\nif x:\n\ty = 1\n", b"import torch  # TRAIN\nimport torch.distributed as dist\nif x:\n\ty = 1\n"),
+        (
+            "mixed",
+            b"import torch  # TRAIN\r\nx = 1\r\ny = 2\n",
+            b"import torch  # TRAIN\r\nimport torch.distributed as dist\r\nx = 1\r\ny = 2\n",
+        ),
+        (
+            "tabs",
+            b"import torch  # TRAIN\nif x:\n\ty = 1\n",
+            b"import torch  # TRAIN\nimport torch.distributed as dist\nif x:\n\ty = 1\n",
+        ),
     ],
 )
 def test_bytes_survive_a_rewrite(fake, tmp_path, name, before, after):
@@ -220,7 +268,9 @@ def test_bytes_survive_a_rewrite(fake, tmp_path, name, before, after):
     assert res.exit_code == 0, res.stderr
     assert p.read_bytes() == after
     assert stat.S_IMODE(p.stat().st_mode) == 0o751
-    assert [n for n in os.listdir(tmp_path) if n != "t.py"] == []  # no temporary left behind
+    assert [
+        n for n in os.listdir(tmp_path) if n != "t.py"
+    ] == []  # no temporary left behind
 
 
 def test_symlink_target_is_rewritten_and_link_kept(fake, tmp_path):
@@ -238,13 +288,18 @@ def test_file_changed_during_conversion_is_not_overwritten(monkeypatch, tmp_path
 
     def racing_convert(source, options=None, path="<stdin>"):
         time.sleep(0.01)
-        p.write_text(TRAIN + "# edited by the user meanwhile\n")  # an editor saves mid-run
+        p.write_text(
+            TRAIN + "# edited by the user meanwhile\n"
+        )  # an editor saves mid-run
         return fake_convert(source, options, path)
 
     monkeypatch.setattr(pipeline, "convert_source", racing_convert)
     res = invoke("t.py")
     assert res.exit_code == 2
-    assert "t.py: error: the file changed while it was being converted: not rewritten" in res.stderr
+    assert (
+        "t.py: error: the file changed while it was being converted: not rewritten"
+        in res.stderr
+    )
     assert p.read_text() == TRAIN + "# edited by the user meanwhile\n"
 
 
@@ -273,14 +328,25 @@ WRITER = textwrap.dedent(
 def _writer(target: Path, size: int, pause: bool) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(target), str(size), "pause" if pause else "run"], stdout=subprocess.PIPE, env=env
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(target),
+            str(size),
+            "pause" if pause else "run",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
     )
     assert proc.stdout.readline() == b"ready\n"
     return proc
 
 
 @pytest.mark.runs
-def test_writer_killed_mid_write_leaves_old_content_and_a_hidden_temp_cleaned_next_run(fake, tmp_path):
+def test_writer_killed_mid_write_leaves_old_content_and_a_hidden_temp_cleaned_next_run(
+    fake, tmp_path
+):
     target = tmp_path / "train.py"
     old = TRAIN.encode()
     target.write_bytes(old)
@@ -290,12 +356,18 @@ def test_writer_killed_mid_write_leaves_old_content_and_a_hidden_temp_cleaned_ne
     proc.wait()
     assert target.read_bytes() == old
     temps = [n for n in os.listdir(tmp_path) if n != "train.py"]
-    assert len(temps) == 1 and temps[0].startswith(".train.py.") and temps[0].endswith(fileio.TEMP_SUFFIX)
+    assert (
+        len(temps) == 1
+        and temps[0].startswith(".train.py.")
+        and temps[0].endswith(fileio.TEMP_SUFFIX)
+    )
     assert (tmp_path / temps[0]).stat().st_size > 0  # it really was killed mid-write
     # Hidden and not *.py: never collected as input.
     res = invoke("--check", ".")
     assert res.exit_code == 1 and "would convert train.py" in res.stderr.splitlines()
-    assert os.path.exists(tmp_path / temps[0])  # check mode writes (and deletes) nothing
+    assert os.path.exists(
+        tmp_path / temps[0]
+    )  # check mode writes (and deletes) nothing
     # The next rewriting run removes the dead writer's temporary.
     assert invoke(".").exit_code == 0
     assert os.listdir(tmp_path) == ["train.py"]
@@ -358,7 +430,12 @@ def _tabify(text: str) -> str:
         ("bom", lambda b: b"\xef\xbb\xbf" + b),
         ("no-final-newline", lambda b: b[:-1]),
         ("tabs", lambda b: _tabify(b.decode()).encode()),
-        ("latin-1", lambda b: "# -*- coding: latin-1 -*-\n# entraînement\n".encode("latin-1") + b),
+        (
+            "latin-1",
+            lambda b: (
+                "# -*- coding: latin-1 -*-\n# entraînement\n".encode("latin-1") + b
+            ),
+        ),
     ],
     ids=lambda v: v[0],
 )
@@ -376,13 +453,22 @@ def test_real_conversion_keeps_file_format(tmp_path, converted, variant):
 @pytest.mark.runs
 def test_never_runs_or_imports_the_users_code(tmp_path):
     marker = tmp_path / "EXECUTED"
-    (tmp_path / "evil_helper.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    (tmp_path / "evil_helper.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\n"
+    )
     script = (
-        f"import evil_helper\nopen({str(marker)!r}, 'w').write('ran')\nraise SystemExit('executed')\n" + TRAIN_SCRIPT
+        f"import evil_helper\nopen({str(marker)!r}, 'w').write('ran')\nraise SystemExit('executed')\n"
+        + TRAIN_SCRIPT
     )
     (tmp_path / "train.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "ddpify", "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpify", "train.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "train.py").read_text() != script  # it was really converted
     assert not marker.exists()
@@ -390,7 +476,9 @@ def test_never_runs_or_imports_the_users_code(tmp_path):
 
 def test_skip_comment_leaves_the_line_alone(tmp_path, converted):
     line = '        print(f"epoch {epoch} loss {loss.item():.4f}")'
-    assert line not in converted.split("\n")  # without the marker the converter changes this line
+    assert line not in converted.split(
+        "\n"
+    )  # without the marker the converter changes this line
     out = _convert_text(TRAIN_SCRIPT.replace(line, line + "  # ddpify: skip"), tmp_path)
     lines = out.split("\n")
     i = lines.index(line + "  # ddpify: skip")

@@ -14,7 +14,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, PROJECTS, fixture_args, fixture_options, free_port, is_refused, needs_apex, needs_cuda, project_entry
+from conftest import (
+    FIXTURES,
+    PROJECTS,
+    fixture_args,
+    fixture_options,
+    free_port,
+    is_refused,
+    needs_apex,
+    needs_cuda,
+    project_entry,
+)
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.runs  # every test here runs scripts
@@ -22,7 +32,7 @@ pytestmark = pytest.mark.runs  # every test here runs scripts
 # One plain process loads every file: classes defined in a script's __main__ are not importable
 # there, so they load as stand-in modules (their state dicts are still compared); classes of a
 # project's modules are the real ones (the run's folder is on sys.path).
-LOADER = r'''
+LOADER = r"""
 import json, os, pickle, sys, types
 import torch
 
@@ -74,7 +84,7 @@ for root in sys.argv[1:]:
     sys.path.remove(root)
     out[root] = files
 print(json.dumps(out))
-'''
+"""
 
 
 def _saves(texts: list[str]) -> bool:
@@ -86,48 +96,105 @@ def _saves_objects(text: str) -> bool:
     where a wrapper or a `module.` prefix could slip in. Bare state dicts are read from the
     plain model by construction (tests/test_two_names.py), so a sample of them runs here."""
     calls = re.findall(r"torch\.save\(\s*([^,]+?),", text)
-    return not all(re.fullmatch(r"[\w.\[\]\"']+\.state_dict\(\)", c.strip()) for c in calls)
+    return not all(
+        re.fullmatch(r"[\w.\[\]\"']+\.state_dict\(\)", c.strip()) for c in calls
+    )
 
 
 # originals that import apex with no fallback do not run here (no apex): their conversions are
 # run by tests/test_fixture_runs.py, and their saves by bench/gpu_session/apex_gpu.sh
-_CANDIDATES = [d for d in FIXTURES if d.parent.name == "fixtures" and not is_refused(d) and not needs_cuda(d)
-               and not needs_apex(d / "input.py") and fixture_options(d).get("amp") != "apex" and _saves([(d / "input.py").read_text()])]
+_CANDIDATES = [
+    d
+    for d in FIXTURES
+    if d.parent.name == "fixtures"
+    and not is_refused(d)
+    and not needs_cuda(d)
+    and not needs_apex(d / "input.py")
+    and fixture_options(d).get("amp") != "apex"
+    and _saves([(d / "input.py").read_text()])
+]
 # every fixture that saves objects, and one in four of those that save bare state dicts (the suite's time)
 # the identity fixtures (240-259: one model, two names) all run
-SINGLE = [d for i, d in enumerate(_CANDIDATES) if _saves_objects((d / "input.py").read_text()) or i % 4 == 0 or d.name[:2] in ("24", "25")]
-PROJ = [d for d in PROJECTS if not is_refused(d) and not any(needs_apex(p) for p in (d / "input").rglob("*.py"))
-        and _saves([p.read_text() for p in (d / "input").rglob("*.py")])]
+SINGLE = [
+    d
+    for i, d in enumerate(_CANDIDATES)
+    if _saves_objects((d / "input.py").read_text())
+    or i % 4 == 0
+    or d.name[:2] in ("24", "25")
+]
+PROJ = [
+    d
+    for d in PROJECTS
+    if not is_refused(d)
+    and not any(needs_apex(p) for p in (d / "input").rglob("*.py"))
+    and _saves([p.read_text() for p in (d / "input").rglob("*.py")])
+]
 
 
-def _run_both(forkrun, tmp_path: Path, original: Path, converted: Path, script: str, args: list[str]):
+def _run_both(
+    forkrun,
+    tmp_path: Path,
+    original: Path,
+    converted: Path,
+    script: str,
+    args: list[str],
+):
     """(what the original wrote, what the conversion wrote), each as the loader describes it."""
     runs = {}
     for role, src, nproc in (("original", original, 1), ("converted", converted, 2)):
         work = tmp_path / role
-        shutil.copytree(src, work, ignore=shutil.ignore_patterns("expected*", "__pycache__", "*.txt", "*.json"))
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} if nproc > 1 else {}
+        shutil.copytree(
+            src,
+            work,
+            ignore=shutil.ignore_patterns(
+                "expected*", "__pycache__", "*.txt", "*.json"
+            ),
+        )
+        env = (
+            {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+            if nproc > 1
+            else {}
+        )
         run = forkrun.run(work / script, args, work, nproc=nproc, env=env)
-        assert not run.timed_out and run.returncode == 0, f"{role}: {run.stderr[-3000:]}"
+        assert not run.timed_out and run.returncode == 0, (
+            f"{role}: {run.stderr[-3000:]}"
+        )
         runs[role] = work
     (tmp_path / "load.py").write_text(LOADER)
-    load = forkrun.run(tmp_path / "load.py", [str(runs["original"]), str(runs["converted"])], tmp_path, timeout=120)
+    load = forkrun.run(
+        tmp_path / "load.py",
+        [str(runs["original"]), str(runs["converted"])],
+        tmp_path,
+        timeout=120,
+    )
     assert load.returncode == 0, load.stderr[-3000:]
     described = json.loads(load.stdout.strip().splitlines()[-1])
     return described[str(runs["original"])], described[str(runs["converted"])]
 
 
 def _compare(before: dict, after: dict) -> None:
-    saved = {k: v for k, v in before.items() if not (isinstance(v, dict) and "error" in v)}
+    saved = {
+        k: v for k, v in before.items() if not (isinstance(v, dict) and "error" in v)
+    }
     if not before and not after:
-        pytest.skip("no file saved with the fixture's arguments (a save behind a flag, into a buffer)")
+        pytest.skip(
+            "no file saved with the fixture's arguments (a save behind a flag, into a buffer)"
+        )
     assert saved, f"the original saved nothing torch.load reads: {sorted(before)}"
     for name, what in saved.items():
-        assert name in after, f"{name}: the original saved it, the conversion did not ({sorted(after)})"
-        assert after[name] == what, f"{name}:\n original:  {json.dumps(what, sort_keys=True)[:1500]}\n converted: {json.dumps(after[name], sort_keys=True)[:1500]}"
+        assert name in after, (
+            f"{name}: the original saved it, the conversion did not ({sorted(after)})"
+        )
+        assert after[name] == what, (
+            f"{name}:\n original:  {json.dumps(what, sort_keys=True)[:1500]}\n converted: {json.dumps(after[name], sort_keys=True)[:1500]}"
+        )
     for name, what in after.items():
         if name not in before:  # a file only the conversion wrote must still load
-            assert not (isinstance(what, dict) and "error" in what and what["error"] != "UnpicklingError"), f"{name}: {what}"
+            assert not (
+                isinstance(what, dict)
+                and "error" in what
+                and what["error"] != "UnpicklingError"
+            ), f"{name}: {what}"
 
 
 @pytest.mark.parametrize("fixture", SINGLE, ids=[d.name for d in SINGLE])
@@ -136,18 +203,38 @@ def test_saved_files_load_like_the_originals(fixture, tmp_path, forkrun):
     for role, name in (("original", "input.py"), ("converted", "expected.py")):
         (src / role).mkdir(parents=True)
         shutil.copy(fixture / name, src / role / "train.py")
-    before, after = _run_both(forkrun, tmp_path, src / "original", src / "converted", "train.py", fixture_args(fixture))
+    before, after = _run_both(
+        forkrun,
+        tmp_path,
+        src / "original",
+        src / "converted",
+        "train.py",
+        fixture_args(fixture),
+    )
     _compare(before, after)
 
 
 @pytest.mark.parametrize("project", PROJ, ids=[d.name for d in PROJ])
 def test_saved_files_of_projects_load_like_the_originals(project, tmp_path, forkrun):
     entry = str(project_entry(project).relative_to(project / "input"))
-    before, after = _run_both(forkrun, tmp_path, project / "input", project / "expected", entry, [])
+    before, after = _run_both(
+        forkrun, tmp_path, project / "input", project / "expected", entry, []
+    )
     _compare(before, after)
 
 
 def test_the_set_covers_every_identity_family():
     names = {d.name for d in SINGLE + PROJ}
-    for family in ("240_", "241_", "242_", "243_", "244_", "245_", "246_", "249_", "250_", "257_"):
+    for family in (
+        "240_",
+        "241_",
+        "242_",
+        "243_",
+        "244_",
+        "245_",
+        "246_",
+        "249_",
+        "250_",
+        "257_",
+    ):
         assert any(n.startswith(family) for n in names), family

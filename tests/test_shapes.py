@@ -31,7 +31,9 @@ def programs() -> list[Program]:
 
 def test_every_variant_is_reachable(programs):
     seen = {(k, v) for p in programs for k, v in p.dims.items()}
-    missing = [(k, v) for k, vs in grammar.DIMENSIONS.items() for v in vs if (k, v) not in seen]
+    missing = [
+        (k, v) for k, vs in grammar.DIMENSIONS.items() for v in vs if (k, v) not in seen
+    ]
     assert not missing
 
 
@@ -89,7 +91,12 @@ def test_names_are_drawn_at_random(programs):
     for s in sets:
         for n in s:
             counts[n] = counts.get(n, 0) + 1
-    common = sorted(n for n, c in counts.items() if c > len(sets) // 3 and not re.fullmatch(r"__\w+__|self|forward|p|g|x|y|i|o", n))
+    common = sorted(
+        n
+        for n, c in counts.items()
+        if c > len(sets) // 3
+        and not re.fullmatch(r"__\w+__|self|forward|p|g|x|y|i|o", n)
+    )
     assert not common, common
 
 
@@ -175,16 +182,35 @@ def _launchers():
     close_launchers()
 
 
-def _planted(tmp_path: Path, converted: str, saved: str = "model.state_dict()", saved_conv: str | None = None) -> dict:
+def _planted(
+    tmp_path: Path,
+    converted: str,
+    saved: str = "model.state_dict()",
+    saved_conv: str | None = None,
+) -> dict:
     from oracle import run_program
 
-    prog = Program(dims=dict(grammar.simplest()), name_seed="planted", files={"train.py": ORIGINAL.replace("SAVED", saved)},
-                   argv=["train.py"], entry_file="train.py", loop="epochs", steps="halved", seeded_data=True)
+    prog = Program(
+        dims=dict(grammar.simplest()),
+        name_seed="planted",
+        files={"train.py": ORIGINAL.replace("SAVED", saved)},
+        argv=["train.py"],
+        entry_file="train.py",
+        loop="epochs",
+        steps="halved",
+        seeded_data=True,
+    )
     text = converted.replace("SAVED", saved_conv or saved)
 
     def plant(conv: Path, entry: str) -> dict:
         (conv / entry).write_text(text)
-        return {"exit": 0, "codes": [], "blocking": [], "outcomes": {entry: "changed"}, "errors": []}
+        return {
+            "exit": 0,
+            "codes": [],
+            "blocking": [],
+            "outcomes": {entry: "changed"},
+            "errors": [],
+        }
 
     return run_program(prog, tmp_path, verify=False, converter=plant)
 
@@ -204,9 +230,14 @@ def test_oracle_flags_unsynchronised_replicas(tmp_path):
 
 @pytest.mark.runs
 def test_oracle_flags_unsharded_data(tmp_path):
-    conv = CONVERTED.replace("loader = DataLoader(ds, batch_size=8, sampler=sampler)", "loader = DataLoader(ds, batch_size=8, shuffle=True)")
+    conv = CONVERTED.replace(
+        "loader = DataLoader(ds, batch_size=8, sampler=sampler)",
+        "loader = DataLoader(ds, batch_size=8, shuffle=True)",
+    )
     res = _planted(tmp_path, conv)
-    assert res["verdict"] == "wrong" and {"batches", "steps"} <= set(res["failed"]), res.get("reason")
+    assert res["verdict"] == "wrong" and {"batches", "steps"} <= set(res["failed"]), (
+        res.get("reason")
+    )
 
 
 @pytest.mark.runs
@@ -221,7 +252,9 @@ def test_oracle_flags_a_saved_wrapper(tmp_path):
     # process group to load
     res = _planted(tmp_path, CONVERTED, saved="model", saved_conv="net")
     assert res["verdict"] == "wrong" and res["failed"] == ["load"], res.get("reason")
-    assert "DistributedDataParallel" in res["reason"] or "process group" in res["reason"]
+    assert (
+        "DistributedDataParallel" in res["reason"] or "process group" in res["reason"]
+    )
 
 
 # -- a sample through the whole pipeline (runs) ------------------------------------------------
@@ -239,8 +272,29 @@ def test_sample_has_no_wrong_conversion(tmp_path):
     spec.loader.exec_module(run)
 
     out = tmp_path / "sample.json"
-    assert run.main(["--n", str(SAMPLE_N), "--seed", str(SAMPLE_SEED), "-j", "2", "--no-verify", "--json", str(out)]) == 0
+    assert (
+        run.main(
+            [
+                "--n",
+                str(SAMPLE_N),
+                "--seed",
+                str(SAMPLE_SEED),
+                "-j",
+                "2",
+                "--no-verify",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
-    assert doc["counts"]["invalid"] == 0, [c["reason"] for c in doc["cases"] if c["verdict"] == "invalid"]
-    wrong = [f"[{c['index']}] {c['verdict']}: {c['reason'][:200]}" for c in doc["cases"] if c["verdict"] in ("wrong", "crash")]
+    assert doc["counts"]["invalid"] == 0, [
+        c["reason"] for c in doc["cases"] if c["verdict"] == "invalid"
+    ]
+    wrong = [
+        f"[{c['index']}] {c['verdict']}: {c['reason'][:200]}"
+        for c in doc["cases"]
+        if c["verdict"] in ("wrong", "crash")
+    ]
     assert not wrong, "\n".join(wrong)

@@ -20,7 +20,9 @@ device = "cpu"
 loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.rand(8, 1)), batch_size=4, shuffle=True)
 """
 
-MANUAL = HEAD + """
+MANUAL = (
+    HEAD
+    + """
 for epoch in range(2):
     for x, y in loader:
         out = model(x)
@@ -30,6 +32,7 @@ for epoch in range(2):
         for p in model.parameters():
             p.data.add_(p.grad, alpha=-0.1)
 """
+)
 
 # The snippets keep their models on the CPU (DDP035 would refuse them): these tests are about the step.
 CPU_OK = Options(ignore=("DDP035",))
@@ -43,7 +46,9 @@ def test_manual_update_with_fp16_leaves_precision_off():
     result = convert_source(MANUAL, Options(amp="fp16", ignore=CPU_OK.ignore))
     assert "autocast" not in result.source and "SCALER" not in result.source
     assert "DDP045" in _codes(result, fixed=False)
-    assert "model = DDP(model" in result.source  # found by its update loop, wrapped all the same
+    assert (
+        "model = DDP(model" in result.source
+    )  # found by its update loop, wrapped all the same
 
 
 def test_manual_update_gets_bf16_autocast_and_no_scaler():
@@ -54,7 +59,9 @@ def test_manual_update_gets_bf16_autocast_and_no_scaler():
 
 
 def test_unsafe_op_in_the_forward_statement_leaves_precision_off():
-    src = HEAD + """
+    src = (
+        HEAD
+        + """
 criterion = nn.BCELoss()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
@@ -64,17 +71,23 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 """
+    )
     result = convert_source(src, CPU_OK)
     assert "torch.autocast" not in result.source
     assert "DDP044" in _codes(result, fixed=False)
     # asked for: the op alone leaves autocast, in the one statement of forward and loss
     result = convert_source(src, Options(amp="bf16", ignore=CPU_OK.ignore))
-    assert "        loss = in_float32(criterion)(torch.sigmoid(ddp_model(x)), y)\n" in result.source
+    assert (
+        "        loss = in_float32(criterion)(torch.sigmoid(ddp_model(x)), y)\n"
+        in result.source
+    )
     assert "DDP044" in _codes(result, fixed=True) and "DDP043" not in _codes(result)
 
 
 def test_inplace_change_of_the_first_forward_output_leaves_precision_off():
-    src = HEAD + """
+    src = (
+        HEAD
+        + """
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
     for x, y in loader:
@@ -84,13 +97,16 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 """
+    )
     result = convert_source(src, CPU_OK)
     assert "DDP046" in _codes(result, fixed=False)
     assert "torch.autocast" not in result.source
 
 
 def test_augmented_assignment_to_a_number_is_no_inplace_op():
-    src = HEAD + """
+    src = (
+        HEAD
+        + """
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
     for x, y in loader:
@@ -102,13 +118,18 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 """
-    result = convert_source(src, replace(CPU_OK, line_length=0))  # the statements unwrapped
+    )
+    result = convert_source(
+        src, replace(CPU_OK, line_length=0)
+    )  # the statements unwrapped
     assert "DDP046" not in _codes(result)
     assert "torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE" in result.source
 
 
 def test_bce_outside_the_training_step_is_left_alone():
-    src = HEAD + """
+    src = (
+        HEAD
+        + """
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
     for x, y in loader:
@@ -120,6 +141,7 @@ for epoch in range(2):
     with torch.no_grad():
         val = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
 """
+    )
     result = convert_source(src, CPU_OK)
     assert "DDP044" not in _codes(result)
     assert "enabled=False" not in result.source
@@ -146,14 +168,20 @@ from torch.utils.data import DataLoader, IterableDataset
 
 
 def test_stream_defined_elsewhere_is_refused():
-    src = STREAM_HEAD + "import webdataset as wds\n\nshards = wds.WebDataset('data-{0..9}.tar')\ntrain_loader = DataLoader(shards, batch_size=4)\n" + STREAM_STEP
+    src = (
+        STREAM_HEAD
+        + "import webdataset as wds\n\nshards = wds.WebDataset('data-{0..9}.tar')\ntrain_loader = DataLoader(shards, batch_size=4)\n"
+        + STREAM_STEP
+    )
     result = convert_source(src, CPU_OK)
     assert "DDP023" in _codes(result, fixed=False)
     assert "RankShard" not in result.source
 
 
 def test_stream_splitting_its_workers_is_split_by_rank_only():
-    src = STREAM_HEAD + '''
+    src = (
+        STREAM_HEAD
+        + """
 class Lines(IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -162,14 +190,21 @@ class Lines(IterableDataset):
 
 
 train_loader = DataLoader(Lines(), batch_size=4)
-''' + STREAM_STEP
+"""
+        + STREAM_STEP
+    )
     result = convert_source(src, CPU_OK)
-    assert "DataLoader(RankShard(Lines(), split_workers=False), batch_size=4)" in result.source
+    assert (
+        "DataLoader(RankShard(Lines(), split_workers=False), batch_size=4)"
+        in result.source
+    )
     assert "DDP019" in _codes(result, fixed=True)
 
 
 def test_stream_reading_the_rank_itself_is_refused():
-    src = STREAM_HEAD + '''
+    src = (
+        STREAM_HEAD
+        + """
 class Shards(IterableDataset):
     def __init__(self, rank=0, world_size=1):
         self.rank, self.world_size = rank, world_size
@@ -179,14 +214,18 @@ class Shards(IterableDataset):
 
 
 train_loader = DataLoader(Shards(), batch_size=4)
-''' + STREAM_STEP
+"""
+        + STREAM_STEP
+    )
     result = convert_source(src, CPU_OK)
     assert "DDP023" in _codes(result, fixed=False)
     assert "RankShard(" not in result.source
 
 
 def test_sampler_with_no_distributed_equivalent_is_refused():
-    src = STREAM_HEAD + '''from torch.utils.data import Sampler, TensorDataset
+    src = (
+        STREAM_HEAD
+        + """from torch.utils.data import Sampler, TensorDataset
 
 
 class EveryOther(Sampler):
@@ -202,7 +241,9 @@ class EveryOther(Sampler):
 
 ds = TensorDataset(torch.randn(8, 4), torch.rand(8, 1))
 train_loader = DataLoader(ds, batch_size=4, sampler=EveryOther(8))
-''' + STREAM_STEP
+"""
+        + STREAM_STEP
+    )
     result = convert_source(src, CPU_OK)
     assert "DDP022" in _codes(result, fixed=False)
     assert "DistributedWeightedSampler" not in result.source
@@ -222,7 +263,11 @@ def _helper(text: str, rank: int, world: int) -> dict:
 def test_rank_shard_gives_every_rank_the_same_count_of_distinct_items():
     pytest.importorskip("torch")
     got = [list(_helper("shard", r, 3)["RankShard"](range(11))) for r in range(3)]
-    assert got == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 9 and 10: an incomplete round, dropped
+    assert got == [
+        [0, 3, 6],
+        [1, 4, 7],
+        [2, 5, 8],
+    ]  # 9 and 10: an incomplete round, dropped
 
 
 def test_rank_shard_splits_workers_too():
@@ -233,7 +278,17 @@ def test_rank_shard_splits_workers_too():
     for r in range(2):
         shard = _helper("shard", r, 2)["RankShard"](list(range(20)))
         # workers are forked processes: the helper's globals go with them
-        per_rank.append(sorted(int(x) for x in DataLoader(shard, batch_size=None, num_workers=2, multiprocessing_context="fork")))
+        per_rank.append(
+            sorted(
+                int(x)
+                for x in DataLoader(
+                    shard,
+                    batch_size=None,
+                    num_workers=2,
+                    multiprocessing_context="fork",
+                )
+            )
+        )
     assert len(per_rank[0]) == len(per_rank[1]) == 10
     assert set(per_rank[0]).isdisjoint(per_rank[1])
 
@@ -241,7 +296,12 @@ def test_rank_shard_splits_workers_too():
 def test_distributed_weighted_sampler_draws_disjoint_shares_that_change_by_epoch():
     torch = pytest.importorskip("torch")
     weights = torch.tensor([1.0] * 90 + [9.0] * 10)
-    samplers = [_helper("weighted", r, 2)["DistributedWeightedSampler"](weights, num_samples=100, replacement=True) for r in range(2)]
+    samplers = [
+        _helper("weighted", r, 2)["DistributedWeightedSampler"](
+            weights, num_samples=100, replacement=True
+        )
+        for r in range(2)
+    ]
     draws = [list(s) for s in samplers]
     assert [len(d) for d in draws] == [50, 50] == [len(s) for s in samplers]
     assert set(draws[0]).isdisjoint(draws[1])
@@ -279,24 +339,44 @@ for step in range(3):
 
 
 def test_legacy_launch_script_gets_a_device_aware_setup():
-    result = convert_source(LEGACY, replace(CPU_OK, line_length=0))  # the statements unwrapped
+    result = convert_source(
+        LEGACY, replace(CPU_OK, line_length=0)
+    )  # the statements unwrapped
     out = result.source
-    assert "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)" in out
-    assert 'init_process_group(backend=args.dist_backend if torch.cuda.is_available() else "gloo")' in out
+    assert (
+        "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)"
+        in out
+    )
+    assert (
+        'init_process_group(backend=args.dist_backend if torch.cuda.is_available() else "gloo")'
+        in out
+    )
     assert "device_ids=[args.local_rank] if torch.cuda.is_available() else None" in out
     assert "output_device=args.local_rank if torch.cuda.is_available() else None" in out
     assert ".cuda(" not in out and "nn.Linear(4, 1).to(LOCAL_DEVICE)" in out
-    assert 'LOCAL_DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))' in out
+    assert (
+        'LOCAL_DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))'
+        in out
+    )
     assert "import os" in out
     again = convert_source(out, CPU_OK)
     assert not again.changed  # the set-up it wrote is left alone
 
 
 def test_legacy_setup_already_device_aware_is_left_alone():
-    src = LEGACY.replace("torch.cuda.set_device(args.local_rank)", "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)")
-    src = src.replace('default="nccl"', 'default="nccl" if torch.cuda.is_available() else "gloo"')
+    src = LEGACY.replace(
+        "torch.cuda.set_device(args.local_rank)",
+        "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)",
+    )
+    src = src.replace(
+        'default="nccl"', 'default="nccl" if torch.cuda.is_available() else "gloo"'
+    )
     result = convert_source(src, CPU_OK)
-    assert "DDP013" not in " ".join(f.format("x") for f in result.findings if "set_device" in f.message or "backend" in f.message)
+    assert "DDP013" not in " ".join(
+        f.format("x")
+        for f in result.findings
+        if "set_device" in f.message or "backend" in f.message
+    )
 
 
 def test_old_autocast_positional_enabled_becomes_a_keyword():

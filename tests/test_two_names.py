@@ -12,22 +12,47 @@ from pathlib import Path
 
 from conftest import FIXTURES, PROJECTS
 
-PASSTHROUGH = {"no_sync", "train", "eval", "parameters", "named_parameters", "zero_grad", "to", "cuda", "cpu", "requires_grad_"}
+PASSTHROUGH = {
+    "no_sync",
+    "train",
+    "eval",
+    "parameters",
+    "named_parameters",
+    "zero_grad",
+    "to",
+    "cuda",
+    "cpu",
+    "requires_grad_",
+}
 DDP_NAMES = {"DDP", "DistributedDataParallel"}
 
 
 def _outputs(d: Path) -> tuple[dict[str, str], dict[str, str]]:
     if (d / "input").is_dir():
-        return ({str(p.relative_to(d / "input")): p.read_text() for p in (d / "input").rglob("*.py")},
-                {str(p.relative_to(d / "expected")): p.read_text() for p in (d / "expected").rglob("*.py")})
-    return {"input.py": (d / "input.py").read_text()}, {"input.py": (d / "expected.py").read_text()}
+        return (
+            {
+                str(p.relative_to(d / "input")): p.read_text()
+                for p in (d / "input").rglob("*.py")
+            },
+            {
+                str(p.relative_to(d / "expected")): p.read_text()
+                for p in (d / "expected").rglob("*.py")
+            },
+        )
+    return {"input.py": (d / "input.py").read_text()}, {
+        "input.py": (d / "expected.py").read_text()
+    }
 
 
 def _converted(d: Path) -> bool:
     """A fixture ddpify converted from single-GPU code (not refused, not already distributed)."""
     inputs, outputs = _outputs(d)
     text = "".join(inputs.values())
-    return inputs != outputs and "DistributedDataParallel" not in text and "apex" not in text
+    return (
+        inputs != outputs
+        and "DistributedDataParallel" not in text
+        and "apex" not in text
+    )
 
 
 CASES = [d for d in FIXTURES + PROJECTS if _converted(d)]
@@ -43,16 +68,23 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _is_ddp(call: ast.AST) -> bool:
-    return isinstance(call, ast.Call) and (_dotted(call.func) or "").rsplit(".", 1)[-1] in DDP_NAMES
+    return (
+        isinstance(call, ast.Call)
+        and (_dotted(call.func) or "").rsplit(".", 1)[-1] in DDP_NAMES
+    )
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
-    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return {
+        child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)
+    }
 
 
 def _function_of(node: ast.AST, parents) -> ast.FunctionDef | None:
     cur = parents.get(node)
-    while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    while cur is not None and not isinstance(
+        cur, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
         cur = parents.get(cur)
     return cur
 
@@ -69,7 +101,11 @@ def _argument(call: ast.Call, fn: ast.FunctionDef, param: str) -> ast.AST | None
     i = _param_index(fn, param)
     if i is None:
         return None
-    if fn.args.args and fn.args.args[0].arg in ("self", "cls") and isinstance(call.func, ast.Attribute):
+    if (
+        fn.args.args
+        and fn.args.args[0].arg in ("self", "cls")
+        and isinstance(call.func, ast.Attribute)
+    ):
         i -= 1
     return call.args[i] if 0 <= i < len(call.args) else None
 
@@ -77,13 +113,23 @@ def _argument(call: ast.Call, fn: ast.FunctionDef, param: str) -> ast.AST | None
 def _analyse(outputs: dict[str, str]):
     trees = {name: ast.parse(text) for name, text in outputs.items()}
     parents = {name: _parents(t) for name, t in trees.items()}
-    functions = {f.name: f for t in trees.values() for f in ast.walk(t) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {
+        f.name: f
+        for t in trees.values()
+        for f in ast.walk(t)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
     wrappers: set[str] = set()
     for t in trees.values():
         for node in ast.walk(t):
             if isinstance(node, ast.Assign) and _is_ddp(node.value):
                 wrappers |= {d for tgt in node.targets if (d := _dotted(tgt))}
-            if isinstance(node, ast.Call) and _dotted(node.func) == "object.__setattr__" and len(node.args) == 3 and _is_ddp(node.args[2]):
+            if (
+                isinstance(node, ast.Call)
+                and _dotted(node.func) == "object.__setattr__"
+                and len(node.args) == 3
+                and _is_ddp(node.args[2])
+            ):
                 wrappers.add("self." + node.args[1].value)  # type: ignore[attr-defined]
     return trees, parents, functions, wrappers
 
@@ -99,42 +145,73 @@ def _wrapper_uses(trees, parents, functions, wrappers):
             d = _dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
             if d is None:
                 continue
-            if d in wrappers or (isinstance(node, ast.Attribute) and node.attr in attrs and _dotted(node.value) is not None):
+            if d in wrappers or (
+                isinstance(node, ast.Attribute)
+                and node.attr in attrs
+                and _dotted(node.value) is not None
+            ):
                 work.append((name, node, d))
     seen: set[tuple[str, str]] = set()
     while work:
         name, node, d = work.pop()
         par = parents[name].get(node)
         if isinstance(par, ast.Attribute) and par.value is node:
-            if par.attr not in PASSTHROUGH and not (par.attr == "module" and d not in wrappers):  # a holder's plain module
+            if par.attr not in PASSTHROUGH and not (
+                par.attr == "module" and d not in wrappers
+            ):  # a holder's plain module
                 misuses.append(f"{name}:{node.lineno}: {d}.{par.attr}")
             continue
         if isinstance(par, ast.Call) and par.func is node:
             continue  # a training forward
-        if isinstance(par, (ast.Assign, ast.AnnAssign)) and node in getattr(par, "targets", [getattr(par, "target", None)]):
+        if isinstance(par, (ast.Assign, ast.AnnAssign)) and node in getattr(
+            par, "targets", [getattr(par, "target", None)]
+        ):
             continue
-        if isinstance(par, ast.Call) and (node in par.args or any(k.value is node for k in par.keywords)):
+        if isinstance(par, ast.Call) and (
+            node in par.args or any(k.value is node for k in par.keywords)
+        ):
             callee = (_dotted(par.func) or "").rsplit(".", 1)[-1]
             fn = functions.get(callee)
             if fn is None and callee in DDP_NAMES | {"__setattr__"}:
                 continue
             bound = par.args[0] if callee == "partial" and par.args else None
-            if bound is not None and bound is not node and functions.get(_dotted(bound) or "") is not None:
+            if (
+                bound is not None
+                and bound is not node
+                and functions.get(_dotted(bound) or "") is not None
+            ):
                 # functools.partial(f, a, ...): a is f's first parameter, as in a call of f
                 fn = functions[_dotted(bound)]
                 k = par.args.index(node) - 1
                 param = fn.args.args[k].arg if 0 <= k < len(fn.args.args) else None
             else:
-                param = next((a.arg for a in fn.args.args if _argument(par, fn, a.arg) is node), None) if fn else None
+                param = (
+                    next(
+                        (
+                            a.arg
+                            for a in fn.args.args
+                            if _argument(par, fn, a.arg) is node
+                        ),
+                        None,
+                    )
+                    if fn
+                    else None
+                )
             if fn is None or param is None:
                 misuses.append(f"{name}:{node.lineno}: {d} handed to {callee}()")
                 continue
             if (fn.name, param) not in seen:
                 seen.add((fn.name, param))
                 holders.add((fn.name, param))
-                fname = next(n for n, t in trees.items() if any(f is fn for f in ast.walk(t)))
+                fname = next(
+                    n for n, t in trees.items() if any(f is fn for f in ast.walk(t))
+                )
                 for inner in ast.walk(fn):
-                    if isinstance(inner, ast.Name) and inner.id == param and _function_of(inner, parents[fname]) is fn:
+                    if (
+                        isinstance(inner, ast.Name)
+                        and inner.id == param
+                        and _function_of(inner, parents[fname]) is fn
+                    ):
                         work.append((fname, inner, param))
             continue
         if isinstance(par, ast.keyword):
@@ -176,16 +253,29 @@ def test_module_only_on_a_parameter_that_holds_the_wrapper():
                 base = None
                 if isinstance(node, ast.Attribute) and node.attr == "module":
                     base = node.value
-                elif isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2 and getattr(node.args[1], "value", None) == "module":
+                elif (
+                    isinstance(node, ast.Call)
+                    and _dotted(node.func) == "getattr"
+                    and len(node.args) >= 2
+                    and getattr(node.args[1], "value", None) == "module"
+                ):
                     base = node.args[0]
                 if base is None or lines[node.lineno - 1].strip() in old:
                     continue  # the input's own .module (DataParallel, or code that checks for it)
                 seen += 1
                 fn = _function_of(node, parents[name])
-                if not (isinstance(base, ast.Name) and fn is not None and (fn.name, base.id) in holders):
-                    problems.append(f"{d.name}: {name}:{node.lineno}: {ast.unparse(node)} is not on a parameter that holds the wrapper")
+                if not (
+                    isinstance(base, ast.Name)
+                    and fn is not None
+                    and (fn.name, base.id) in holders
+                ):
+                    problems.append(
+                        f"{d.name}: {name}:{node.lineno}: {ast.unparse(node)} is not on a parameter that holds the wrapper"
+                    )
     assert not problems, "\n".join(problems)
-    assert seen, "no fixture exercises a function that holds the wrapper and reads the model"
+    assert seen, (
+        "no fixture exercises a function that holds the wrapper and reads the model"
+    )
 
 
 def test_the_model_keeps_its_name():
@@ -196,6 +286,12 @@ def test_the_model_keeps_its_name():
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.Assign) and _is_ddp(node.value):
                     inner = node.value.args[0]
-                    inner = inner.args[0] if isinstance(inner, ast.Call) and inner.args else inner  # DDP(ForwardTo(model))
+                    inner = (
+                        inner.args[0]
+                        if isinstance(inner, ast.Call) and inner.args
+                        else inner
+                    )  # DDP(ForwardTo(model))
                     targets = {_dotted(t) for t in node.targets}
-                    assert _dotted(inner) not in targets, f"{d.name}: {ast.unparse(node)}"
+                    assert _dotted(inner) not in targets, (
+                        f"{d.name}: {ast.unparse(node)}"
+                    )

@@ -1,5 +1,6 @@
 """Files ddpify must leave alone, and what it says about them: its own output (DDP090) and
 files that do not train (DDP099, with and without the quick text test)."""
+
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,12 @@ import pytest
 from ddpify import Options, convert_source
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-OWN_OUTPUTS = ["02_mnist_classic", "13_checkpoint_resume", "36_gpt_param_groups_method", "44_multiline_loader_calls"]
+OWN_OUTPUTS = [
+    "02_mnist_classic",
+    "13_checkpoint_resume",
+    "36_gpt_param_groups_method",
+    "44_multiline_loader_calls",
+]
 
 NOT_TRAINING = '''"""Inference helper: loads a model and predicts; nothing is trained here."""
 import torch
@@ -44,7 +50,11 @@ def test_own_output_is_already_distributed(name):
     assert "init_process_group" in line, line
 
 
-@pytest.mark.parametrize("comment", ["", "the backward pass lives in train.py"], ids=["quick-text-test", "full-analysis"])
+@pytest.mark.parametrize(
+    "comment",
+    ["", "the backward pass lives in train.py"],
+    ids=["quick-text-test", "full-analysis"],
+)
 def test_not_training_is_left_alone(comment):
     # A comment that mentions "backward" sends the file through the full analysis; both
     # ways must come to the same answer.
@@ -91,7 +101,13 @@ def _ddpify(*args, cwd):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "ddpify", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpify", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_check_passes_on_distributed_scripts(tmp_path):
@@ -113,17 +129,22 @@ def test_project_distributed_by_accelerate_is_left_alone(tmp_path):
     (tmp_path / "helper.py").write_text(
         "import torch\n\n\ndef fit(model, loader, opt, backward):\n    for x, y in loader:\n"
         "        loss = ((model(x) - y) ** 2).mean()\n        opt.zero_grad()\n        backward(loss)\n        opt.step()\n"
-        "    return loss\n\n\nif __name__ == \"__main__\":\n    m = torch.nn.Linear(4, 1)\n    o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "    print(fit(m, [(torch.randn(8, 4), torch.randn(8, 1))], o, lambda loss: loss.backward()))\n")
+        '    return loss\n\n\nif __name__ == "__main__":\n    m = torch.nn.Linear(4, 1)\n    o = torch.optim.SGD(m.parameters(), lr=0.1)\n'
+        "    print(fit(m, [(torch.randn(8, 4), torch.randn(8, 1))], o, lambda loss: loss.backward()))\n"
+    )
     (tmp_path / "train.py").write_text(
         "import torch\nfrom accelerate import Accelerator\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helper import fit\n\n"
         "\ndef main():\n    accelerator = Accelerator()\n    model = torch.nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
         "    model, opt, loader = accelerator.prepare(model, opt, loader)\n    for epoch in range(2):\n"
-        "        print(fit(model, loader, opt, accelerator.backward))\n\n\nif __name__ == \"__main__\":\n    main()\n")
+        '        print(fit(model, loader, opt, accelerator.backward))\n\n\nif __name__ == "__main__":\n    main()\n'
+    )
     before = {p.name: p.read_text() for p in tmp_path.glob("*.py")}
     for args in (["--check", "."], ["."]):
         proc = _ddpify(*args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "DDP090" in proc.stdout + proc.stderr and "DDP102" not in proc.stdout + proc.stderr
+        assert (
+            "DDP090" in proc.stdout + proc.stderr
+            and "DDP102" not in proc.stdout + proc.stderr
+        )
     assert {p.name: p.read_text() for p in tmp_path.glob("*.py")} == before

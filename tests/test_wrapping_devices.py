@@ -115,25 +115,38 @@ def test_wrap_has_no_device_ids_and_the_group_has_gloo_for_cpu_tensors():
 def test_checkpoint_keeps_cpu_tensors_on_the_cpu():
     code, findings = convert(ONE_FORWARD)
     assert 'torch.load("m.pt", map_location={"cuda:0": str(LOCAL_DEVICE)})' in code
-    assert any(f.code == "DDP071" and "CPU tensors staying on the CPU" in f.message for f in findings)
+    assert any(
+        f.code == "DDP071" and "CPU tensors staying on the CPU" in f.message
+        for f in findings
+    )
 
 
 def test_cpu_program_still_maps_everything_to_the_cpu():
-    script = FLAG_SCRIPT.replace('device = torch.device("cuda" if args.cuda else "cpu")\n', "").replace(".to(device)", "")
+    script = FLAG_SCRIPT.replace(
+        'device = torch.device("cuda" if args.cuda else "cpu")\n', ""
+    ).replace(".to(device)", "")
     script = script.replace('parser.add_argument("--cuda", action="store_true")\n', "")
     code, findings = convert(ONE_FORWARD, script)
     assert "DDP120" in {f.code for f in findings}
-    assert 'map_location=LOCAL_DEVICE' in code
+    assert "map_location=LOCAL_DEVICE" in code
     assert ddp_line(code) == "ddp_model = DDP(model)"
 
 
 def test_sync_bn_follows_the_model_device():
-    code, _ = convert(ONE_FORWARD, sync_bn=True, line_length=0)  # the statements unwrapped
-    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model" in code
+    code, _ = convert(
+        ONE_FORWARD, sync_bn=True, line_length=0
+    )  # the statements unwrapped
+    assert (
+        "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model"
+        in code
+    )
 
 
-@pytest.mark.parametrize("step", [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS, NO_GRAD_AFTER],
-                         ids=["two-sites", "loop", "two-backwards", "no-grad-after"])
+@pytest.mark.parametrize(
+    "step",
+    [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS, NO_GRAD_AFTER],
+    ids=["two-sites", "loop", "two-backwards", "no-grad-after"],
+)
 def test_repeated_forward_gets_broadcast_buffers_false(step):
     code, findings = convert(step)
     assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
@@ -142,8 +155,11 @@ def test_repeated_forward_gets_broadcast_buffers_false(step):
     assert "rank 0's are the ones saved" in notes[0].message
 
 
-@pytest.mark.parametrize("step", [EITHER_FORWARD, FORWARD_BACKWARD_TWICE, NO_GRAD_FIRST],
-                         ids=["if-else", "each-forward-its-backward", "no-grad-first"])
+@pytest.mark.parametrize(
+    "step",
+    [EITHER_FORWARD, FORWARD_BACKWARD_TWICE, NO_GRAD_FIRST],
+    ids=["if-else", "each-forward-its-backward", "no-grad-first"],
+)
 def test_one_forward_per_backward_keeps_the_broadcast(step):
     code, findings = convert(step)
     assert ddp_line(code) == "ddp_model = DDP(model)"
@@ -159,8 +175,12 @@ def test_model_without_buffers_keeps_the_broadcast():
 
 
 def test_model_whose_code_is_not_read_is_assumed_to_hold_buffers():
-    script = FLAG_SCRIPT.replace("import torch\n", "import torch\nimport torchvision\n").replace(
-        "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))", "torchvision.models.resnet18()")
+    script = FLAG_SCRIPT.replace(
+        "import torch\n", "import torch\nimport torchvision\n"
+    ).replace(
+        "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))",
+        "torchvision.models.resnet18()",
+    )
     code, findings = convert(TWO_FORWARDS, script)
     assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
 
@@ -173,17 +193,26 @@ def test_sync_bn_note_says_what_happens():
 
 
 def test_repeated_forward_in_a_helper_the_model_is_handed_to():
-    script = FLAG_SCRIPT.replace("for epoch in range(2):", "def train_step(net, x, y):\n"
-                                 "    loss = ((net(x) - y) ** 2).mean() + ((net(-x) - y) ** 2).mean()\n"
-                                 "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n\n\nfor epoch in range(2):")
+    script = FLAG_SCRIPT.replace(
+        "for epoch in range(2):",
+        "def train_step(net, x, y):\n"
+        "    loss = ((net(x) - y) ** 2).mean() + ((net(-x) - y) ** 2).mean()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n\n\nfor epoch in range(2):",
+    )
     code, findings = convert("        train_step(model, x, y)\n", script)
     assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
     note = next(f for f in findings if f.code == "DDP136")
     assert re.search(r"`model` runs a second time here", note.message)
 
 
-@pytest.mark.parametrize("norm,expected", [("nn.InstanceNorm1d(8)", False), ("nn.InstanceNorm1d(8, track_running_stats=True)", True),
-                                           ("nn.utils.spectral_norm(nn.Linear(8, 8))", True)])
+@pytest.mark.parametrize(
+    "norm,expected",
+    [
+        ("nn.InstanceNorm1d(8)", False),
+        ("nn.InstanceNorm1d(8, track_running_stats=True)", True),
+        ("nn.utils.spectral_norm(nn.Linear(8, 8))", True),
+    ],
+)
 def test_which_layers_make_buffers(norm, expected):
     script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8)", norm)
     code, _ = convert(TWO_FORWARDS, script)
@@ -198,14 +227,28 @@ def test_sync_bn_says_converted_only_where_the_model_has_batchnorm():
         return res, [f for f in res.findings if f.code == "DDP032"]
 
     # no BatchNorm in the model's code: nothing converted, and the note says so
-    res, (note,) = ddp032((fixtures / "270_sync_bn_model_without_batchnorm" / "input.py").read_text())
+    res, (note,) = ddp032(
+        (fixtures / "270_sync_bn_model_without_batchnorm" / "input.py").read_text()
+    )
     assert not note.fixed and "has no BatchNorm layers" in note.message
     assert "convert_sync_batchnorm" not in res.source
     # BatchNorm in the model (here made by a helper of the file): converted, and said plainly
-    res, found = ddp032((fixtures / "173_gan_trainer_loop_sync_bn" / "input.py").read_text())
-    assert [f.message for f in found] == [f"BatchNorm layers of `self.{n}` converted to SyncBatchNorm (--sync-bn)" for n in "GD"]
+    res, found = ddp032(
+        (fixtures / "173_gan_trainer_loop_sync_bn" / "input.py").read_text()
+    )
+    assert [f.message for f in found] == [
+        f"BatchNorm layers of `self.{n}` converted to SyncBatchNorm (--sync-bn)"
+        for n in "GD"
+    ]
     # a model whose class ddpify cannot read: converted (a no-op without BatchNorm), said as such
     src = (fixtures / "270_sync_bn_model_without_batchnorm" / "input.py").read_text()
-    src = src.replace("model = MLP().to(device)", "import torchvision\nmodel = torchvision.models.resnet18(num_classes=3).to(device)")
+    src = src.replace(
+        "model = MLP().to(device)",
+        "import torchvision\nmodel = torchvision.models.resnet18(num_classes=3).to(device)",
+    )
     res, (f,) = ddp032(src)
-    assert f.fixed and "if it has any" in f.message and "convert_sync_batchnorm" in res.source
+    assert (
+        f.fixed
+        and "if it has any" in f.message
+        and "convert_sync_batchnorm" in res.source
+    )

@@ -15,7 +15,9 @@ from ddpify import rules
 
 RULES = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 BLOCK = re.compile(r"(<!-- rules:begin -->\n).*?(\n<!-- rules:end -->)", re.S)
-LINT_BLOCK = re.compile(r"(<!-- lint-rules:begin -->\n).*?(\n<!-- lint-rules:end -->)", re.S)
+LINT_BLOCK = re.compile(
+    r"(<!-- lint-rules:begin -->\n).*?(\n<!-- lint-rules:end -->)", re.S
+)
 
 
 def main() -> int:

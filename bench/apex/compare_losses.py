@@ -15,16 +15,25 @@ import math
 import re
 import sys
 
-LOSS = re.compile(r"loss\w*\W{0,3}?\s*([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf)", re.I)
+LOSS = re.compile(
+    r"loss\w*\W{0,3}?\s*([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf)", re.I
+)
 
 
 def losses(path: str) -> list[float]:
     with open(path, errors="replace") as f:
-        return [float(m.group(1)) for line in f if "epoch" in line.lower() for m in LOSS.finditer(line)]
+        return [
+            float(m.group(1))
+            for line in f
+            if "epoch" in line.lower()
+            for m in LOSS.finditer(line)
+        ]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("name")
     ap.add_argument("apex_log")
     ap.add_argument("torch_log")
@@ -37,8 +46,14 @@ def main() -> int:
         why = f"{len(x)} losses from --amp apex, {len(y)} from torch.amp"
     elif not all(math.isfinite(v) for v in x + y):
         why = "a loss is not finite"
-    worst = max((abs(p - q) / max(abs(p), abs(q), 1e-12) for p, q in zip(x, y)), default=0.0)
-    out = [(p, q) for p, q in zip(x, y) if abs(p - q) > a.atol + a.rtol * max(abs(p), abs(q))]
+    worst = max(
+        (abs(p - q) / max(abs(p), abs(q), 1e-12) for p, q in zip(x, y)), default=0.0
+    )
+    out = [
+        (p, q)
+        for p, q in zip(x, y)
+        if abs(p - q) > a.atol + a.rtol * max(abs(p), abs(q))
+    ]
     if not why and out:
         why = f"{len(out)} of {len(x)} pairs apart by more than {a.atol} + {a.rtol:.0%}: {out[:3]}"
     figures = f"apex {[round(v, 4) for v in x]} | torch.amp {[round(v, 4) for v in y]} | largest relative difference {worst:.2%}"

@@ -117,35 +117,35 @@ class AverageMeter:
     def avg(self):
         return self.total / max(1, self.count)
 ''',
-    '''
+    """
 def seed_everything(seed=0):
     import random as _random
 
     _random.seed(seed)
     torch.manual_seed(seed)
-''',
-    '''
+""",
+    """
 def format_seconds(seconds):
     minutes, seconds = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours:d}:{minutes:02d}:{seconds:02d}"
-''',
-    '''
+""",
+    """
 def count_parameters(module):
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
-''',
-    '''
+""",
+    """
 def describe_config(config):
     width = max(len(str(k)) for k in config) if config else 0
     return "\\n".join(f"{str(k).ljust(width)} = {v}" for k, v in sorted(config.items()))
-''',
-    '''
+""",
+    """
 def linear_warmup(step, warmup_steps, base_lr):
     if step < warmup_steps:
         return base_lr * (step + 1) / warmup_steps
     return base_lr
-''',
-    '''
+""",
+    """
 class EarlyStopper:
     def __init__(self, patience=3, min_delta=0.0):
         self.patience = patience
@@ -160,23 +160,23 @@ class EarlyStopper:
         else:
             self.bad_epochs += 1
         return self.bad_epochs > self.patience
-''',
-    '''
+""",
+    """
 def accuracy(logits, labels):
     return (logits.argmax(dim=-1) == labels).float().mean().item()
-''',
-    '''
+""",
+    """
 LABEL_NAMES = [f"class_{i}" for i in range(10)]
 DEFAULT_HPARAMS = {"lr": 1e-3, "batch_size": 64, "epochs": 5, "weight_decay": 0.0}
-''',
-    '''
+""",
+    """
 def moving_average(values, window=5):
     out = []
     for i in range(len(values)):
         chunk = values[max(0, i - window + 1) : i + 1]
         out.append(sum(chunk) / len(chunk))
     return out
-''',
+""",
 ]
 
 
@@ -206,7 +206,7 @@ def pad(src: str, rng: random.Random, n: int = 3) -> str:
 
 MODELS = {
     "mlp": (
-        '''
+        """
 class {cls}(nn.Module):
     def __init__(self, in_dim={dim}, hidden={hidden}, classes={classes}):
         super().__init__()
@@ -221,11 +221,11 @@ class {cls}(nn.Module):
 
     def forward(self, x):
         return self.net(x)
-''',
+""",
         "torch.randn({n}, {dim})",
     ),
     "cnn": (
-        '''
+        """
 class {cls}(nn.Module):
     def __init__(self, classes={classes}):
         super().__init__()
@@ -243,11 +243,11 @@ class {cls}(nn.Module):
 
     def forward(self, x):
         return self.head(torch.flatten(self.features(x), 1))
-''',
+""",
         "torch.randn({n}, 3, 32, 32)",
     ),
     "rnn": (
-        '''
+        """
 class {cls}(nn.Module):
     def __init__(self, vocab=1000, emb=64, hidden={hidden}, classes={classes}):
         super().__init__()
@@ -258,11 +258,11 @@ class {cls}(nn.Module):
     def forward(self, tokens):
         h, _ = self.rnn(self.embed(tokens))
         return self.out(h[:, -1])
-''',
+""",
         "torch.randint(0, 1000, ({n}, 24))",
     ),
     "transformer": (
-        '''
+        """
 class {cls}(nn.Module):
     def __init__(self, vocab=1000, width=64, heads=4, layers=2, classes={classes}):
         super().__init__()
@@ -273,7 +273,7 @@ class {cls}(nn.Module):
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)).mean(dim=1))
-''',
+""",
         "torch.randint(0, 1000, ({n}, 32))",
     ),
 }
@@ -302,7 +302,11 @@ LOADERS = [
     "torch.utils.data.DataLoader({ds}, batch_size={bs}, shuffle=True, num_workers=0)",
 ]
 
-LOSSES = ["nn.CrossEntropyLoss()", "nn.CrossEntropyLoss(label_smoothing=0.1)", "F.cross_entropy"]
+LOSSES = [
+    "nn.CrossEntropyLoss()",
+    "nn.CrossEntropyLoss(label_smoothing=0.1)",
+    "F.cross_entropy",
+]
 
 
 def template_script(rng: random.Random, index: int, big: bool = False) -> str:
@@ -312,7 +316,9 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
     o = rng.choice(["optimizer", "opt", "optim_"])
     loader = rng.choice(["train_loader", "loader", "train_dl", "dl"])
     dev = rng.choice(["device", "dev", "DEVICE"])
-    x, y = rng.choice([("x", "y"), ("inputs", "targets"), ("data", "target"), ("batch_x", "batch_y")])
+    x, y = rng.choice(
+        [("x", "y"), ("inputs", "targets"), ("data", "target"), ("batch_x", "batch_y")]
+    )
     classes = rng.choice([2, 5, 10, 100])
     n = rng.choice([256, 512, 1024])
     bs = rng.choice([16, 32, 64, 128])
@@ -327,9 +333,20 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
     save = big or rng.random() < 0.5
     tqdm_bar = big or rng.random() < 0.3
     model_src, data_expr = MODELS[kind]
-    fmt = dict(cls=cls, dim=rng.choice([16, 32, 64]), hidden=rng.choice([64, 128, 256]), classes=classes, n=n)
+    fmt = dict(
+        cls=cls,
+        dim=rng.choice([16, 32, 64]),
+        hidden=rng.choice([64, 128, 256]),
+        classes=classes,
+        n=n,
+    )
 
-    imports = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", "import torch.optim as optim"]
+    imports = [
+        "import torch",
+        "import torch.nn as nn",
+        "import torch.nn.functional as F",
+        "import torch.optim as optim",
+    ]
     imports.append("from torch.utils.data import DataLoader, TensorDataset")
     if sched and "StepLR" in sched or sched and "Cosine" in sched:
         imports.append("from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR")
@@ -342,14 +359,34 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
     if save:
         imports.insert(0, "import os")
 
-    parts = [f'"""Generated training script #{index}: {kind} model, {config} config, {structure} layout."""', ""]
+    parts = [
+        f'"""Generated training script #{index}: {kind} model, {config} config, {structure} layout."""',
+        "",
+    ]
     parts += imports + ["", ""]
     if config == "constants":
-        parts += [f"EPOCHS = {rng.choice([2, 3, 5])}", f"BATCH_SIZE = {bs}", f"LR = {lr}", "", ""]
+        parts += [
+            f"EPOCHS = {rng.choice([2, 3, 5])}",
+            f"BATCH_SIZE = {bs}",
+            f"LR = {lr}",
+            "",
+            "",
+        ]
         epochs, bsz, lr_expr = "EPOCHS", "BATCH_SIZE", "LR"
     elif config == "dataclass":
-        parts += ["@dataclass", "class Config:", f"    epochs: int = {rng.choice([2, 3, 5])}", f"    batch_size: int = {bs}",
-                  f"    lr: float = {lr}", "    seed: int = 0", "", "", "EPOCHS = Config.epochs", "", ""]
+        parts += [
+            "@dataclass",
+            "class Config:",
+            f"    epochs: int = {rng.choice([2, 3, 5])}",
+            f"    batch_size: int = {bs}",
+            f"    lr: float = {lr}",
+            "    seed: int = 0",
+            "",
+            "",
+            "EPOCHS = Config.epochs",
+            "",
+            "",
+        ]
         epochs, bsz, lr_expr = "cfg.epochs", "cfg.batch_size", "cfg.lr"
     else:
         parts += ["EPOCHS = 3", "", ""]
@@ -376,7 +413,9 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
     if sched:
         setup.append(f"scheduler = {sched.format(o=o)}")
     if amp == "fp16":
-        setup.append('scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())')
+        setup.append(
+            'scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())'
+        )
     if evaluate:
         setup += [
             f"val_features = {data_expr.format(n=n // 4, dim=fmt['dim'])}",
@@ -384,30 +423,43 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
             f"val_loader = DataLoader(TensorDataset(val_features, val_labels), batch_size={bsz})",
         ]
 
-    it = f"tqdm({loader}, desc=f\"epoch {{epoch}}\")" if tqdm_bar else loader
+    it = f'tqdm({loader}, desc=f"epoch {{epoch}}")' if tqdm_bar else loader
     step = [f"{x}, {y} = {x}.to({dev}), {y}.to({dev})"]
     fwd = [f"out = {m}({x})", f"loss = {crit}(out, {y})"]
     if accum:
         fwd.append("loss = loss / ACCUM_STEPS")
     if amp == "bf16":
-        step += [f'with torch.autocast(device_type={dev}.type, dtype=torch.bfloat16):'] + ["    " + ln for ln in fwd]
+        step += [
+            f"with torch.autocast(device_type={dev}.type, dtype=torch.bfloat16):"
+        ] + ["    " + ln for ln in fwd]
     elif amp == "fp16":
-        step += [f'with torch.autocast(device_type={dev}.type, dtype=torch.float16, enabled=torch.cuda.is_available()):'] + ["    " + ln for ln in fwd]
+        step += [
+            f"with torch.autocast(device_type={dev}.type, dtype=torch.float16, enabled=torch.cuda.is_available()):"
+        ] + ["    " + ln for ln in fwd]
     else:
         step += fwd
     update = []
     if amp == "fp16":
         update += ["scaler.scale(loss).backward()"]
         if clip:
-            update += [f"scaler.unscale_({o})", f"nn.utils.clip_grad_norm_({m}.parameters(), 1.0)"]
+            update += [
+                f"scaler.unscale_({o})",
+                f"nn.utils.clip_grad_norm_({m}.parameters(), 1.0)",
+            ]
         update += [f"scaler.step({o})", "scaler.update()", f"{o}.zero_grad()"]
     else:
         update += ["loss.backward()"]
         if clip:
-            update += [f"torch.nn.utils.clip_grad_norm_({m}.parameters(), max_norm=1.0)"]
+            update += [
+                f"torch.nn.utils.clip_grad_norm_({m}.parameters(), max_norm=1.0)"
+            ]
         update += [f"{o}.step()", f"{o}.zero_grad(set_to_none=True)"]
     if accum:
-        body = step + [update[0], "if (i + 1) % ACCUM_STEPS == 0:"] + ["    " + u for u in update[1:]]
+        body = (
+            step
+            + [update[0], "if (i + 1) % ACCUM_STEPS == 0:"]
+            + ["    " + u for u in update[1:]]
+        )
         loop_head = f"for i, ({x}, {y}) in enumerate({it}):"
     else:
         body = step + update
@@ -415,16 +467,28 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
     body += ["running += loss.item()"]
     if tqdm_bar:
         body += []
-    epoch_loop = [f"for epoch in range({epochs}):", f"    {m}.train()", "    running = 0.0", f"    {loop_head}"]
+    epoch_loop = [
+        f"for epoch in range({epochs}):",
+        f"    {m}.train()",
+        "    running = 0.0",
+        f"    {loop_head}",
+    ]
     epoch_loop += ["        " + b for b in body]
     if sched:
         epoch_loop += ["    scheduler.step()"]
-    epoch_loop += [f'    print(f"epoch {{epoch}}: train loss {{running / len({loader}):.4f}}")']
+    epoch_loop += [
+        f'    print(f"epoch {{epoch}}: train loss {{running / len({loader}):.4f}}")'
+    ]
     if evaluate:
-        epoch_loop += [f"    acc = evaluate({m}, val_loader, {dev})", '    print(f"epoch {epoch}: val acc {acc:.3f}")']
+        epoch_loop += [
+            f"    acc = evaluate({m}, val_loader, {dev})",
+            '    print(f"epoch {epoch}: val acc {acc:.3f}")',
+        ]
     if save:
-        epoch_loop += ['    os.makedirs("checkpoints", exist_ok=True)',
-                       f'    torch.save({{"model": {m}.state_dict(), "optimizer": {o}.state_dict(), "epoch": epoch}}, "checkpoints/last.pt")']
+        epoch_loop += [
+            '    os.makedirs("checkpoints", exist_ok=True)',
+            f'    torch.save({{"model": {m}.state_dict(), "optimizer": {o}.state_dict(), "epoch": epoch}}, "checkpoints/last.pt")',
+        ]
 
     if accum:
         parts += ["ACCUM_STEPS = 4", ""]
@@ -447,14 +511,18 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
         parts += [
             "def parse_args():",
             '    parser = argparse.ArgumentParser(description="training")',
-            "    parser.add_argument(\"--epochs\", type=int, default=EPOCHS)",
-            f"    parser.add_argument(\"--batch-size\", type=int, default={bs})",
-            f"    parser.add_argument(\"--lr\", type=float, default={lr})",
+            '    parser.add_argument("--epochs", type=int, default=EPOCHS)',
+            f'    parser.add_argument("--batch-size", type=int, default={bs})',
+            f'    parser.add_argument("--lr", type=float, default={lr})',
             "    return parser.parse_args()",
             "",
             "",
         ]
-    cfg_line = {"argparse": ["args = parse_args()"], "dataclass": ["cfg = Config()"], "constants": []}[config]
+    cfg_line = {
+        "argparse": ["args = parse_args()"],
+        "dataclass": ["cfg = Config()"],
+        "constants": [],
+    }[config]
     if structure == "toplevel":
         parts += cfg_line + setup + epoch_loop
     elif structure == "main":
@@ -462,11 +530,22 @@ def template_script(rng: random.Random, index: int, big: bool = False) -> str:
         parts += ["", "", 'if __name__ == "__main__":', "    main()"]
     else:
         train_args = {"argparse": "args", "dataclass": "cfg", "constants": ""}[config]
-        sig = ", ".join(filter(None, [train_args, m, o, loader, dev] + (["criterion"] if crit == "criterion" else [])
-                               + (["scheduler"] if sched else []) + (["scaler"] if amp == "fp16" else [])
-                               + (["val_loader"] if evaluate else [])))
+        sig = ", ".join(
+            filter(
+                None,
+                [train_args, m, o, loader, dev]
+                + (["criterion"] if crit == "criterion" else [])
+                + (["scheduler"] if sched else [])
+                + (["scaler"] if amp == "fp16" else [])
+                + (["val_loader"] if evaluate else []),
+            )
+        )
         parts += [f"def train({sig}):"] + ["    " + s for s in epoch_loop] + ["", ""]
-        parts += ["def main():"] + ["    " + s for s in cfg_line + setup] + [f"    train({sig})"]
+        parts += (
+            ["def main():"]
+            + ["    " + s for s in cfg_line + setup]
+            + [f"    train({sig})"]
+        )
         parts += ["", "", 'if __name__ == "__main__":', "    main()"]
     return "\n".join(parts).replace("\n\n\n\n", "\n\n\n") + "\n"
 
@@ -487,7 +566,7 @@ def precommit_script(rng: random.Random, lines: int = 300) -> str:
         extra += 1
         body = list(module.body)
         filler = cst.parse_module(
-            f"def log_{extra}(step, value):\n    if step % 100 == 0:\n        print(f\"step {{step}}: {{value:.4f}}\")\n    return value\n"
+            f'def log_{extra}(step, value):\n    if step % 100 == 0:\n        print(f"step {{step}}: {{value:.4f}}")\n    return value\n'
         ).body
         module = module.with_changes(body=body[:-2] + list(filler) + body[-2:])
         src = module.code
@@ -557,14 +636,18 @@ def generate(out: Path, count: int = 240, seed: int = 0) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("out", type=Path)
     p.add_argument("--count", type=int, default=240)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     s = generate(a.out, a.count, a.seed)
-    print(f"{s['files']} scripts, {s['lines']} lines in {a.out / 'corpus'} ({s['kinds']}); "
-          f"{s['rejected']} rejected; precommit_300.py: {s['precommit_lines']} lines")
+    print(
+        f"{s['files']} scripts, {s['lines']} lines in {a.out / 'corpus'} ({s['kinds']}); "
+        f"{s['rejected']} rejected; precommit_300.py: {s['precommit_lines']} lines"
+    )
     return 0
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 import make_corpus  # noqa: E402
 
-FLOOR = r'''
+FLOOR = r"""
 import sys, time
 t0 = time.perf_counter()
 import libcst
@@ -52,12 +52,14 @@ for path in sys.argv[1:]:
         raise SystemExit(f"round trip differs: {path}")
 t2 = time.perf_counter()
 print(f"import_s={t1 - t0:.4f} parse_print_s={t2 - t1:.4f}")
-'''
+"""
 
 
 def child_env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), env.get("PYTHONPATH", "")])
+    )
     env["NO_COLOR"] = "1"
     return env
 
@@ -67,11 +69,19 @@ def timed(cmd: list[str], cpu: int | None, env: dict, cwd: str) -> dict:
     pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, preexec_fn=pre)
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=cwd, preexec_fn=pre
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu_s, "rc": r.returncode, "out": r.stdout, "err": r.stderr}
+    return {
+        "wall": wall,
+        "cpu": cpu_s,
+        "rc": r.returncode,
+        "out": r.stdout,
+        "err": r.stderr,
+    }
 
 
 def med(xs: list[float]) -> float:
@@ -95,8 +105,16 @@ def machine() -> list[str]:
         except md.PackageNotFoundError:
             return "not installed"
 
-    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--short", "--", "ddpify"], capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--short", "--", "ddpify"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return [
         f"cpus: {os.cpu_count()} (affinity {sorted(os.sched_getaffinity(0))}), {model}",
         f"python: {sys.version.split()[0]} ({platform.python_implementation()}), {platform.platform()}",
@@ -131,8 +149,12 @@ def in_process(paths: list[Path], profile: bool) -> tuple[dict, str]:
         t_parse += t1 - t0
         t_conv += t2 - t1
         per_file.append(((t2 - t1) / (t1 - t0), path.name, src.count("\n")))
-    res = {"parse_print_s": t_parse, "convert_s": t_conv, "errors": errors,
-           "slowest": sorted(per_file, reverse=True)[:5]}
+    res = {
+        "parse_print_s": t_parse,
+        "convert_s": t_conv,
+        "errors": errors,
+        "slowest": sorted(per_file, reverse=True)[:5],
+    }
     prof_text = ""
     if profile:
         prof = cProfile.Profile()
@@ -145,7 +167,9 @@ def in_process(paths: list[Path], profile: bool) -> tuple[dict, str]:
         prof.disable()
         buf = io.StringIO()
         st = pstats.Stats(prof, stream=buf).strip_dirs()
-        buf.write("== cProfile of convert_source over the corpus, by cumulative time ==\n")
+        buf.write(
+            "== cProfile of convert_source over the corpus, by cumulative time ==\n"
+        )
         st.sort_stats("cumulative").print_stats(30)
         buf.write("== by own time ==\n")
         st.sort_stats("tottime").print_stats(20)
@@ -154,15 +178,40 @@ def in_process(paths: list[Path], profile: bool) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", type=Path, help="directory for the generated corpus (default: a temporary one)")
-    p.add_argument("--count", type=int, default=240, help="scripts in the corpus (>= 200)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats of floor, -j 1 and -j 2")
-    p.add_argument("--single-runs", type=int, default=7, help="runs of the one-file pre-commit timing")
-    p.add_argument("--profile", action="store_true", help="add a cProfile of convert_source")
-    p.add_argument("--results", type=Path, default=HERE / "results.txt", help="where to write the record ('-': nowhere)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="directory for the generated corpus (default: a temporary one)",
+    )
+    p.add_argument(
+        "--count", type=int, default=240, help="scripts in the corpus (>= 200)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="timed repeats of floor, -j 1 and -j 2"
+    )
+    p.add_argument(
+        "--single-runs",
+        type=int,
+        default=7,
+        help="runs of the one-file pre-commit timing",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="add a cProfile of convert_source"
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=HERE / "results.txt",
+        help="where to write the record ('-': nowhere)",
+    )
     a = p.parse_args(argv)
-    command = "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__, REPO), *(argv or sys.argv[1:])])
+    command = "python " + " ".join(
+        shlex.quote(x)
+        for x in [os.path.relpath(__file__, REPO), *(argv or sys.argv[1:])]
+    )
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
 
     tmp = None
@@ -180,19 +229,35 @@ def main(argv=None) -> int:
     cpu0 = min(os.sched_getaffinity(0))
     py = sys.executable
     ddpify = [py, "-m", "ddpify", "--check", "-q"]
-    lines = [f"# ddpify converter-speed benchmark, {started}", "", f"command: {command}", *machine(),
-             f"corpus: {summary['files']} scripts, {summary['lines']} lines, {summary['kinds']}; "
-             f"one-file test: precommit_300.py, {summary['precommit_lines']} lines", ""]
+    lines = [
+        f"# ddpify converter-speed benchmark, {started}",
+        "",
+        f"command: {command}",
+        *machine(),
+        f"corpus: {summary['files']} scripts, {summary['lines']} lines, {summary['kinds']}; "
+        f"one-file test: precommit_300.py, {summary['precommit_lines']} lines",
+        "",
+    ]
 
     # One untimed pass: does the converter work, and what does it say about the corpus?
     check = timed(ddpify + files, None, env, cwd)
     failed = [ln for ln in check["err"].splitlines() if ": error:" in ln]
-    lines.append(f"untimed check pass: exit {check['rc']} (0: nothing to convert, 1: would convert, 2: some file failed); "
-                 f"{len(failed)} of {len(files)} files failed to convert")
+    lines.append(
+        f"untimed check pass: exit {check['rc']} (0: nothing to convert, 1: would convert, 2: some file failed); "
+        f"{len(failed)} of {len(files)} files failed to convert"
+    )
     lines += [f"  {ln}" for ln in failed[:10]]
-    working = check["rc"] in (0, 1, 2) and len(failed) < len(files) and "Traceback" not in check["err"]
+    working = (
+        check["rc"] in (0, 1, 2)
+        and len(failed) < len(files)
+        and "Traceback" not in check["err"]
+    )
     if not working:
-        lines += ["", "The converter does not work on this corpus yet; no timing taken.", check["err"][-2000:]]
+        lines += [
+            "",
+            "The converter does not work on this corpus yet; no timing taken.",
+            check["err"][-2000:],
+        ]
         print("\n".join(lines))
         if str(a.results) != "-":
             a.results.write_text("\n".join(lines) + "\n")
@@ -211,7 +276,10 @@ def main(argv=None) -> int:
     single = [timed(ddpify + [big], None, env, cwd) for _ in range(a.single_runs)]
     bare = [timed([py, "-c", "pass"], None, env, cwd) for _ in range(3)]
     imp = [timed([py, "-c", "import libcst"], None, env, cwd) for _ in range(3)]
-    imp_ddpify = [timed([py, "-c", "import ddpify.cli, ddpify.pipeline"], None, env, cwd) for _ in range(3)]
+    imp_ddpify = [
+        timed([py, "-c", "import ddpify.cli, ddpify.pipeline"], None, env, cwd)
+        for _ in range(3)
+    ]
     inproc, prof_text = in_process([Path(f) for f in files], a.profile)
 
     w = {k: med([r["wall"] for r in v]) for k, v in runs.items()}
@@ -236,24 +304,37 @@ def main(argv=None) -> int:
         f"| `ddpify --check -j 2` | {w['j2']:.2f} | {c['j2']:.2f} | {speedup:.2f}x faster than -j 1 | {cspeed:.2f}x less CPU than -j 1 | > 1x: {'yes' if speedup > 1 else 'NO'} |",
         f"| one {summary['precommit_lines']}-line file, `ddpify --check` (mean of {len(sw)}) | {one:.3f} | {statistics.mean(r['cpu'] for r in single):.3f} | min {min(sw):.3f}, max {max(sw):.3f} | | <= 0.5 s: {'yes' if one <= 0.5 else 'NO'} |",
         row("`python -c pass` (start-up, for scale)", bare),
-        row("`python -c \"import libcst\"` (for scale)", imp),
-        row("`python -c \"import ddpify.cli, ddpify.pipeline\"` (for scale)", imp_ddpify),
+        row('`python -c "import libcst"` (for scale)', imp),
+        row('`python -c "import ddpify.cli, ddpify.pipeline"` (for scale)', imp_ddpify),
         f"| in-process, all files: parse + print | {inproc['parse_print_s']:.2f} | | | | |",
         f"| in-process, all files: `convert_source` | {inproc['convert_s']:.2f} | | {inratio:.2f}x parse + print | | |",
     ]
-    lines += ["", *table, "",
-              f"Figures: median of {a.repeats} interleaved repeats (wall: elapsed; CPU: user+sys of the child and its workers).",
-              f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-              "", "raw (seconds):"]
+    lines += [
+        "",
+        *table,
+        "",
+        f"Figures: median of {a.repeats} interleaved repeats (wall: elapsed; CPU: user+sys of the child and its workers).",
+        f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        "",
+        "raw (seconds):",
+    ]
     for k, v in runs.items():
-        lines.append(f"  {k}: wall {[round(r['wall'], 3) for r in v]} cpu {[round(r['cpu'], 3) for r in v]} rc {[r['rc'] for r in v]}")
+        lines.append(
+            f"  {k}: wall {[round(r['wall'], 3) for r in v]} cpu {[round(r['cpu'], 3) for r in v]} rc {[r['rc'] for r in v]}"
+        )
         if k == "floor":
             lines.append(f"  floor inside the child: {[r['out'].strip() for r in v]}")
-    lines.append(f"  single file: wall {[round(x, 3) for x in sw]} rc {[r['rc'] for r in single]}")
-    lines.append(f"  python -c pass: {[round(r['wall'], 3) for r in bare]}; import libcst: {[round(r['wall'], 3) for r in imp]}; "
-                 f"import ddpify: {[round(r['wall'], 3) for r in imp_ddpify]}")
-    lines.append(f"  in-process convert_source errors: {inproc['errors']}; slowest files by convert/parse ratio: "
-                 + ", ".join(f"{n} ({l} lines) {x:.1f}x" for x, n, l in inproc["slowest"]))
+    lines.append(
+        f"  single file: wall {[round(x, 3) for x in sw]} rc {[r['rc'] for r in single]}"
+    )
+    lines.append(
+        f"  python -c pass: {[round(r['wall'], 3) for r in bare]}; import libcst: {[round(r['wall'], 3) for r in imp]}; "
+        f"import ddpify: {[round(r['wall'], 3) for r in imp_ddpify]}"
+    )
+    lines.append(
+        f"  in-process convert_source errors: {inproc['errors']}; slowest files by convert/parse ratio: "
+        + ", ".join(f"{n} ({l} lines) {x:.1f}x" for x, n, l in inproc["slowest"])
+    )
     if prof_text:
         lines += ["", prof_text]
     text = "\n".join(lines) + "\n"

@@ -27,14 +27,24 @@ import make_corpus  # noqa: E402
 
 from ddpify import Options, convert_source  # noqa: E402
 
-OPTION_SETS = [{}, {"amp": "apex"}, {"amp": "bf16", "sync_bn": True}, {"amp": "none", "shard_eval": True}, {"amp": "fp16", "opt_level": "O2"}]
+OPTION_SETS = [
+    {},
+    {"amp": "apex"},
+    {"amp": "bf16", "sync_bn": True},
+    {"amp": "none", "shard_eval": True},
+    {"amp": "fp16", "opt_level": "O2"},
+]
 
 
 def sources(tmp: Path) -> list[tuple[str, str]]:
     out = []
-    for p in sorted([*(REPO / "fixtures").rglob("*.py"), *(REPO / "examples").rglob("*.py")]):
+    for p in sorted(
+        [*(REPO / "fixtures").rglob("*.py"), *(REPO / "examples").rglob("*.py")]
+    ):
         out.append((str(p.relative_to(REPO)), p.read_text()))
-    for p in sorted((REPO / "fixtures").glob("*/input.py")):  # tab-indented and CRLF files
+    for p in sorted(
+        (REPO / "fixtures").glob("*/input.py")
+    ):  # tab-indented and CRLF files
         text = p.read_text()
         out.append((f"{p.parent.name}/tabs", text.replace("    ", "\t")))
         out.append((f"{p.parent.name}/crlf", text.replace("\n", "\r\n")))
@@ -56,7 +66,12 @@ def run(name: str, src: str, opts: dict) -> dict:
         r = convert_source(src, Options(**opts), path="x.py")
     except Exception as e:  # noqa: BLE001 - recorded, compared
         return {"error": f"{type(e).__name__}: {e}"}
-    return {"source": r.source, "status": r.status, "changed": r.changed, "findings": [f.format("x.py") for f in r.findings]}
+    return {
+        "source": r.source,
+        "status": r.status,
+        "changed": r.changed,
+        "findings": [f.format("x.py") for f in r.findings],
+    }
 
 
 def collect() -> dict:
@@ -96,7 +111,10 @@ def positions_agree(Analysis, module, src, seen, ref) -> bool:
         return False
     rng = random.Random(len(seen))
     for n in rng.sample(seen, min(len(seen), 12)):
-        if Analysis(module, src).pos.start(n) != ref[n].start or Analysis(module, src).pos[n] != ref[n]:
+        if (
+            Analysis(module, src).pos.start(n) != ref[n].start
+            or Analysis(module, src).pos[n] != ref[n]
+        ):
             return False
     return True
 
@@ -110,7 +128,9 @@ def walk_check() -> int:
     from ddpify.analysis import _WHITESPACE, Analysis
 
     with tempfile.TemporaryDirectory() as tmp:
-        srcs = sources(Path(tmp)) + [(f"edge{i}", text) for i, text in enumerate(EDGE_CASES)]
+        srcs = sources(Path(tmp)) + [
+            (f"edge{i}", text) for i, text in enumerate(EDGE_CASES)
+        ]
     bad = 0
     for name, src in srcs:
         try:
@@ -139,7 +159,9 @@ def walk_check() -> int:
         got = sorted(a._order, key=a._order.get)
         # the walk leaves whitespace out: the rest in the visitor's order, with its parents
         walked = [n for n in seen if not isinstance(n, _WHITESPACE)]
-        walked_parents = {n: p for n, p in parents.items() if not isinstance(n, _WHITESPACE)}
+        walked_parents = {
+            n: p for n, p in parents.items() if not isinstance(n, _WHITESPACE)
+        }
         if [id(n) for n in walked] != got or walked_parents != a.parent:
             bad += 1
             print("order or parents differ:", name)
@@ -163,7 +185,9 @@ def main() -> int:
     ref = json.loads(path.read_text())
     diff = [k for k in ref if ref[k] != res.get(k)] + [k for k in res if k not in ref]
     for k in diff[:20]:
-        print("differs:", k, "ref:", str(ref.get(k))[:300], "now:", str(res.get(k))[:300])
+        print(
+            "differs:", k, "ref:", str(ref.get(k))[:300], "now:", str(res.get(k))[:300]
+        )
     print(f"{len(res) - len(diff)} of {len(res)} cases identical")
     return 1 if diff else 0
 

@@ -72,7 +72,10 @@ def check(source: str, options: Options | None = None) -> str:
 
 
 def fixture_sources() -> list[str]:
-    return [p.read_text(encoding="utf-8") for p in sorted((ROOT / "fixtures").glob("*/input.py"))]
+    return [
+        p.read_text(encoding="utf-8")
+        for p in sorted((ROOT / "fixtures").glob("*/input.py"))
+    ]
 
 
 # --------------------------------------------------------------------------- mutations
@@ -80,12 +83,16 @@ def fixture_sources() -> list[str]:
 
 def _whole_lines(lines: list[str], node: ast.stmt) -> tuple[int, int] | None:
     """0-based [start, end) line span of a statement that sits alone on its lines."""
-    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+    start = (
+        min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+    )
     end = node.end_lineno
     first = lines[start]
     if first[: node.col_offset].strip() and not getattr(node, "decorator_list", None):
         return None
-    if lines[end - 1][node.end_col_offset :].strip() and not lines[end - 1][node.end_col_offset :].lstrip().startswith("#"):
+    if lines[end - 1][node.end_col_offset :].strip() and not lines[end - 1][
+        node.end_col_offset :
+    ].lstrip().startswith("#"):
         return None
     return start, end
 
@@ -104,12 +111,18 @@ def delete_statement(source: str, rng: random.Random) -> str | None:
             continue
         start, end = span
         indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
-        return "".join(lines[:start] + [indent + "pass\n"] + lines[end:])  # pass keeps blocks non-empty
+        return "".join(
+            lines[:start] + [indent + "pass\n"] + lines[end:]
+        )  # pass keeps blocks non-empty
     return None
 
 
 def rename(source: str, rng: random.Random) -> str | None:
-    toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.NAME]
+    toks = [
+        t
+        for t in tokenize.generate_tokens(io.StringIO(source).readline)
+        if t.type == tokenize.NAME
+    ]
     names = sorted({t.string for t in toks if not _is_keyword(t.string)})
     if not names:
         return None
@@ -140,7 +153,11 @@ def swap_statements(source: str, rng: random.Random) -> str | None:
     for node in ast.walk(ast.parse(source)):
         for attr in ("body", "orelse", "finalbody"):
             block = getattr(node, attr, None)
-            if isinstance(block, list) and len(block) >= 2 and all(isinstance(s, ast.stmt) for s in block):
+            if (
+                isinstance(block, list)
+                and len(block) >= 2
+                and all(isinstance(s, ast.stmt) for s in block)
+            ):
                 bodies.append(block)
     rng.shuffle(bodies)
     for block in bodies:
@@ -148,7 +165,13 @@ def swap_statements(source: str, rng: random.Random) -> str | None:
         a, b = _whole_lines(lines, block[i]), _whole_lines(lines, block[i + 1])
         if a is None or b is None or a[1] > b[0]:
             continue
-        return "".join(lines[: a[0]] + lines[b[0] : b[1]] + lines[a[1] : b[0]] + lines[a[0] : a[1]] + lines[b[1] :])
+        return "".join(
+            lines[: a[0]]
+            + lines[b[0] : b[1]]
+            + lines[a[1] : b[0]]
+            + lines[a[0] : a[1]]
+            + lines[b[1] :]
+        )
     return None
 
 

@@ -65,7 +65,12 @@ def hypothesmith_worker(args: tuple[int, int]) -> tuple[collections.Counter, lis
     failures: list = []
 
     @seed(1000 + worker)
-    @settings(max_examples=count, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(hypothesmith.from_grammar())
     def body(source):
         outcome, detail = run_one(source)
@@ -99,12 +104,17 @@ def main() -> int:
     totals = {"hypothesmith": collections.Counter(), "mutations": collections.Counter()}
     failures: list = []
     with mp.Pool(args.jobs) as pool:
-        shares = [(w, args.programs // args.jobs + (w < args.programs % args.jobs)) for w in range(args.jobs)]
+        shares = [
+            (w, args.programs // args.jobs + (w < args.programs % args.jobs))
+            for w in range(args.jobs)
+        ]
         for counts, fails in pool.imap_unordered(hypothesmith_worker, shares):
             totals["hypothesmith"].update(counts)
             failures += [("hypothesmith", *f) for f in fails]
         if FIXTURES:
-            for outcome, detail, source in pool.imap_unordered(mutation_worker, range(args.mutations), chunksize=4):
+            for outcome, detail, source in pool.imap_unordered(
+                mutation_worker, range(args.mutations), chunksize=4
+            ):
                 totals["mutations"][outcome] += 1
                 if outcome in ("crash", "property", "timeout"):
                     failures.append(("mutation", outcome, detail, source))
@@ -114,8 +124,19 @@ def main() -> int:
     if failures:
         fail_dir.mkdir(exist_ok=True)
         for i, (kind, outcome, detail, source) in enumerate(failures):
-            (fail_dir / f"{i:03d}_{kind}_{outcome}.py").write_text(f"# {outcome}: {detail.strip()}\n".replace("\n", "\n# ") + "\n" + source)
-    keys = ("programs", "converted", "unchanged", "refused", "invalid", "crashes", "property failures", "timeouts")
+            (fail_dir / f"{i:03d}_{kind}_{outcome}.py").write_text(
+                f"# {outcome}: {detail.strip()}\n".replace("\n", "\n# ") + "\n" + source
+            )
+    keys = (
+        "programs",
+        "converted",
+        "unchanged",
+        "refused",
+        "invalid",
+        "crashes",
+        "property failures",
+        "timeouts",
+    )
     lines = [
         "$ python bench/fuzz/run_fuzz.py " + " ".join(sys.argv[1:]),
         f"# {time.strftime('%Y-%m-%d %H:%M:%S')}, {elapsed:.0f} s, {args.jobs} processes, Python {sys.version.split()[0]}",
@@ -126,7 +147,16 @@ def main() -> int:
         f"{'':14}" + "".join(f"{k:>19}" for k in keys),
     ]
     for name, c in totals.items():
-        row = [sum(c.values()), c["converted"], c["unchanged"], c["refused"], c["invalid"], c["crash"], c["property"], c["timeout"]]
+        row = [
+            sum(c.values()),
+            c["converted"],
+            c["unchanged"],
+            c["refused"],
+            c["invalid"],
+            c["crash"],
+            c["property"],
+            c["timeout"],
+        ]
         lines.append(f"{name:14}" + "".join(f"{v:>19}" for v in row))
     if not FIXTURES:
         lines.append("# no fixtures/*/input.py: no mutations run")

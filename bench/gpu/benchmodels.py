@@ -42,7 +42,8 @@ class Bottleneck(nn.Module):
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_ch != out_ch:
             self.shortcut = nn.Sequential(
-                nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch)
+                nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(out_ch),
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,7 +69,9 @@ class ResNet50(nn.Module):
         for i, blocks in enumerate((3, 4, 6, 3)):
             width = base_width * 2**i
             for b in range(blocks):
-                layers.append(Bottleneck(in_ch, width, stride=2 if (b == 0 and i > 0) else 1))
+                layers.append(
+                    Bottleneck(in_ch, width, stride=2 if (b == 0 and i > 0) else 1)
+                )
                 in_ch = width * Bottleneck.expansion
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(in_ch, num_classes)
@@ -92,10 +95,18 @@ class SyntheticImageNet(Dataset):
     MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
     STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
 
-    def __init__(self, length: int, crop_size: int = 224, pool: int = 256, num_classes: int = 1000) -> None:
+    def __init__(
+        self,
+        length: int,
+        crop_size: int = 224,
+        pool: int = 256,
+        num_classes: int = 1000,
+    ) -> None:
         g = torch.Generator().manual_seed(0)
         stored = crop_size + crop_size // 7  # 224 -> 256, as after Resize(256)
-        self.images = torch.randint(0, 256, (pool, 3, stored, stored), dtype=torch.uint8, generator=g)
+        self.images = torch.randint(
+            0, 256, (pool, 3, stored, stored), dtype=torch.uint8, generator=g
+        )
         self.labels = torch.randint(0, num_classes, (pool,), generator=g)
         self.length = length
         self.crop = crop_size
@@ -126,7 +137,9 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (
+            z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v)
+        )
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
@@ -137,7 +150,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(width)
         self.attn = CausalSelfAttention(width, heads)
         self.ln2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -147,7 +162,14 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Pre-LayerNorm decoder-only transformer with tied input/output embeddings."""
 
-    def __init__(self, vocab: int = 32000, seq_len: int = 1024, layers: int = 12, width: int = 1024, heads: int = 16) -> None:
+    def __init__(
+        self,
+        vocab: int = 32000,
+        seq_len: int = 1024,
+        layers: int = 12,
+        width: int = 1024,
+        heads: int = 16,
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(seq_len, width)
@@ -158,7 +180,11 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 # GPT-2 style init; residual projections scaled by depth.
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "mlp.2.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * layers)
+                    if name.endswith(("proj.weight", "mlp.2.weight"))
+                    else 0.02
+                )
                 nn.init.normal_(p, mean=0.0, std=std)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -174,7 +200,13 @@ class GPT(nn.Module):
 class SyntheticTokens(Dataset):
     """A random token stream held in memory; item i is a (input, next-token target) window."""
 
-    def __init__(self, length: int, seq_len: int = 1024, vocab: int = 32000, tokens: int = 1 << 22) -> None:
+    def __init__(
+        self,
+        length: int,
+        seq_len: int = 1024,
+        vocab: int = 32000,
+        tokens: int = 1 << 22,
+    ) -> None:
         g = torch.Generator().manual_seed(0)
         self.data = torch.randint(0, vocab, (tokens,), dtype=torch.int32, generator=g)
         self.length = length
@@ -196,11 +228,27 @@ class SyntheticTokens(Dataset):
 class TextClassifier(nn.Module):
     """Transformer encoder over padded token sequences, masked mean pooling, a linear head."""
 
-    def __init__(self, vocab: int = 32000, max_len: int = 512, layers: int = 6, width: int = 512, heads: int = 8, classes: int = 4) -> None:
+    def __init__(
+        self,
+        vocab: int = 32000,
+        max_len: int = 512,
+        layers: int = 6,
+        width: int = 512,
+        heads: int = 8,
+        classes: int = 4,
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, width, padding_idx=0)
         self.pos = nn.Embedding(max_len, width)
-        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.1, activation="gelu", batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            width,
+            heads,
+            4 * width,
+            dropout=0.1,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )
         # Pre-norm layers take no nested-tensor fast path; saying so keeps the warning away.
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
@@ -223,13 +271,24 @@ class SyntheticReviews(Dataset):
     its longest sequence gives a different shape nearly every step. Item i is always the same.
     """
 
-    def __init__(self, length: int, max_len: int = 512, vocab: int = 32000, classes: int = 4, median_len: int = 96) -> None:
+    def __init__(
+        self,
+        length: int,
+        max_len: int = 512,
+        vocab: int = 32000,
+        classes: int = 4,
+        median_len: int = 96,
+    ) -> None:
         g = torch.Generator().manual_seed(0)
         lens = torch.exp(torch.randn(length, generator=g) * 0.6 + math.log(median_len))
         self.lengths = lens.round().clamp(8, max_len).long()
-        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), self.lengths.cumsum(0)])
+        self.offsets = torch.cat(
+            [torch.zeros(1, dtype=torch.long), self.lengths.cumsum(0)]
+        )
         # Token 0 is padding: real tokens are 1..vocab-1.
-        self.tokens = torch.randint(1, vocab, (int(self.offsets[-1]),), dtype=torch.int32, generator=g)
+        self.tokens = torch.randint(
+            1, vocab, (int(self.offsets[-1]),), dtype=torch.int32, generator=g
+        )
         self.labels = torch.randint(0, classes, (length,), generator=g)
 
     def __len__(self) -> int:
@@ -309,7 +368,9 @@ class StepTimer:
     def _start_profile(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        acts = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+        )
         self.prof = profile(activities=acts)
         self.prof.__enter__()
 
@@ -321,7 +382,9 @@ class StepTimer:
         table = self.prof.key_averages().table(sort_by=sort, row_limit=40)
         path = os.path.join(self.profile_dir, f"{self.tag}.rank{self.rank}.txt")
         with open(path, "w") as f:
-            f.write(f"# {self.tag} rank {self.rank}/{self.world}, {self.profile_steps} steps\n{table}\n")
+            f.write(
+                f"# {self.tag} rank {self.rank}/{self.world}, {self.profile_steps} steps\n{table}\n"
+            )
         self.prof = None
 
     def report(self) -> str:
@@ -336,7 +399,11 @@ class StepTimer:
             n = min(self.chunk, timed - done)
             done += n
             chunks.append(f"{n * self.samples_per_step * self.world / (b - a):.1f}")
-        mem = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+        mem = (
+            torch.cuda.max_memory_allocated() / 2**30
+            if torch.cuda.is_available()
+            else 0.0
+        )
         # A multi-process figure means something only if gradients were synchronised.
         ddp = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
         return (

@@ -27,7 +27,9 @@ def parse_args():
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=25)
     parser.add_argument("--precision", choices=["default", "fp32"], default="default")
-    parser.add_argument("--smoke", action="store_true", help="tiny model and images, for a CPU check")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model and images, for a CPU check"
+    )
     return parser.parse_args()
 
 
@@ -45,12 +47,20 @@ def main():
 
     # --smoke: the same network at 1/16 width on 32x32 images.
     crop, width, classes = (32, 4, 10) if args.smoke else (224, 64, 1000)
-    train_set = SyntheticImageNet(args.dataset_size, crop_size=crop, num_classes=classes)
+    train_set = SyntheticImageNet(
+        args.dataset_size, crop_size=crop, num_classes=classes
+    )
     model = ResNet50(num_classes=classes, base_width=width)
     train_loader = DataLoader(
-        train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        drop_last=True,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, weight_decay=args.weight_decay
+    )
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
 
     timer = StepTimer(args.batch_size, tag=f"cnn_accelerate_{args.precision}")

@@ -33,7 +33,9 @@ def parse_args():
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=25)
     parser.add_argument("--precision", choices=["default", "fp32"], default="default")
-    parser.add_argument("--smoke", action="store_true", help="tiny model and images, for a CPU check")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model and images, for a CPU check"
+    )
     return parser.parse_args()
 
 
@@ -41,7 +43,9 @@ def ddp_setup():
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))
+        dist.init_process_group(
+            backend="nccl", device_id=torch.device("cuda", local_rank)
+        )
         return torch.device("cuda", local_rank)
     dist.init_process_group(backend="gloo")
     return torch.device("cpu")
@@ -62,7 +66,9 @@ def main():
 
     # --smoke: the same network at 1/16 width on 32x32 images.
     crop, width, classes = (32, 4, 10) if args.smoke else (224, 64, 1000)
-    train_set = SyntheticImageNet(args.dataset_size, crop_size=crop, num_classes=classes)
+    train_set = SyntheticImageNet(
+        args.dataset_size, crop_size=crop, num_classes=classes
+    )
     model = ResNet50(num_classes=classes, base_width=width)
     train_loader = DataLoader(
         train_set,
@@ -75,7 +81,9 @@ def main():
     )
     model = model.to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, weight_decay=args.weight_decay
+    )
     dtype = amp_dtype(args.precision, device)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
 

@@ -32,7 +32,9 @@ def parse_args():
     parser.add_argument("--dataset-size", type=int, default=50_000)
     parser.add_argument("--log-interval", type=int, default=25)
     parser.add_argument("--precision", choices=["default", "fp32"], default="default")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, for a CPU check")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, for a CPU check"
+    )
     return parser.parse_args()
 
 
@@ -56,22 +58,31 @@ def main():
     torch.set_float32_matmul_precision("high")
 
     # --smoke: a 2-layer, width-64 model on short sequences.
-    vocab, seq_len, layers, width, heads = (256, 32, 2, 64, 4) if args.smoke else (32000, args.seq_len, 12, 1024, 16)
+    vocab, seq_len, layers, width, heads = (
+        (256, 32, 2, 64, 4) if args.smoke else (32000, args.seq_len, 12, 1024, 16)
+    )
     model = GPT(vocab=vocab, seq_len=seq_len, layers=layers, width=width, heads=heads)
     train_set = SyntheticTokens(args.dataset_size, seq_len=seq_len, vocab=vocab)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers
+    )
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": 0.1},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
         lr=args.lr,
         betas=(0.9, 0.95),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda it: lr_lambda(it, args.warmup_iters, args.max_iters)
     )
-    model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
+    model, optimizer, train_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, scheduler
+    )
 
     timer = StepTimer(args.batch_size, tag=f"gpt_accelerate_{args.precision}")
     it = 0
@@ -87,7 +98,9 @@ def main():
             scheduler.step()
             it += 1
             if it % args.log_interval == 0:
-                accelerator.print(f"epoch {epoch} iter {it} loss {loss.item():.4f} lr {scheduler.get_last_lr()[0]:.2e}")
+                accelerator.print(
+                    f"epoch {epoch} iter {it} loss {loss.item():.4f} lr {scheduler.get_last_lr()[0]:.2e}"
+                )
             timer.step()
             if timer.done:
                 break

@@ -29,7 +29,9 @@ def parse_args():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--dataset-size", type=int, default=50_000)
     parser.add_argument("--log-interval", type=int, default=25)
-    parser.add_argument("--smoke", action="store_true", help="tiny model, for a CPU check")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, for a CPU check"
+    )
     return parser.parse_args()
 
 
@@ -47,16 +49,23 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     # --smoke: a 2-layer, width-64 model on short sequences.
-    vocab, seq_len, layers, width, heads = (256, 32, 2, 64, 4) if args.smoke else (32000, args.seq_len, 12, 1024, 16)
+    vocab, seq_len, layers, width, heads = (
+        (256, 32, 2, 64, 4) if args.smoke else (32000, args.seq_len, 12, 1024, 16)
+    )
     model = GPT(vocab=vocab, seq_len=seq_len, layers=layers, width=width, heads=heads)
     train_set = SyntheticTokens(args.dataset_size, seq_len=seq_len, vocab=vocab)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers
+    )
     model.to(device)
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": 0.1},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
         lr=args.lr,
         betas=(0.9, 0.95),
     )
@@ -79,7 +88,9 @@ def main():
             scheduler.step()
             it += 1
             if it % args.log_interval == 0:
-                print(f"epoch {epoch} iter {it} loss {loss.item():.4f} lr {scheduler.get_last_lr()[0]:.2e}")
+                print(
+                    f"epoch {epoch} iter {it} loss {loss.item():.4f} lr {scheduler.get_last_lr()[0]:.2e}"
+                )
             timer.step()
             if timer.done:
                 break

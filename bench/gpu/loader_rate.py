@@ -4,6 +4,7 @@ on the host, as P ranks of a P-GPU run would have. Tells whether the host can fe
 
     python bench/gpu/loader_rate.py --procs 1 4 --workers 8 --batches 60
 """
+
 import argparse
 import multiprocessing as mp
 import sys
@@ -19,8 +20,14 @@ def one(rank: int, workers: int, batches: int, q) -> None:
     from benchmodels import SyntheticImageNet
 
     torch.manual_seed(rank)
-    loader = DataLoader(SyntheticImageNet(100_000), batch_size=256, shuffle=True, num_workers=workers,
-                        drop_last=True, pin_memory=torch.cuda.is_available())
+    loader = DataLoader(
+        SyntheticImageNet(100_000),
+        batch_size=256,
+        shuffle=True,
+        num_workers=workers,
+        drop_last=True,
+        pin_memory=torch.cuda.is_available(),
+    )
     it = iter(loader)
     for _ in range(10):  # workers started, queues filled once
         next(it)
@@ -40,14 +47,19 @@ def main() -> None:
     for w in args.workers:
         for p in args.procs:
             q = ctx.Queue()
-            ps = [ctx.Process(target=one, args=(r, w, args.batches, q)) for r in range(p)]
+            ps = [
+                ctx.Process(target=one, args=(r, w, args.batches, q)) for r in range(p)
+            ]
             for x in ps:
                 x.start()
             rates = [q.get() for _ in ps]
             for x in ps:
                 x.join()
-            print(f"procs {p} workers {w}: batches/s per process {min(rates):.1f}-{max(rates):.1f} "
-                  f"(images/s per process {256 * min(rates):.0f}-{256 * max(rates):.0f})", flush=True)
+            print(
+                f"procs {p} workers {w}: batches/s per process {min(rates):.1f}-{max(rates):.1f} "
+                f"(images/s per process {256 * min(rates):.0f}-{256 * max(rates):.0f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,11 @@ def parse_args():
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=50)
     parser.add_argument("--precision", choices=["default", "fp32"], default="default")
-    parser.add_argument("--smoke", action="store_true", help="tiny model on short sequences, for a CPU check")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny model on short sequences, for a CPU check",
+    )
     return parser.parse_args()
 
 
@@ -64,15 +68,30 @@ def main():
     torch.set_float32_matmul_precision("high")
 
     # --smoke: 2 layers of width 64 on sequences of at most 64 tokens.
-    vocab, max_len, layers, width, heads = (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
-    train_set = SyntheticReviews(args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16)
-    train_loader = DataLoader(
-        train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, collate_fn=pad_batch, drop_last=True
+    vocab, max_len, layers, width, heads = (
+        (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
     )
-    model = TextClassifier(vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads)
+    train_set = SyntheticReviews(
+        args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16
+    )
+    train_loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        collate_fn=pad_batch,
+        drop_last=True,
+    )
+    model = TextClassifier(
+        vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters))
-    model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters)
+    )
+    model, optimizer, train_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, scheduler
+    )
 
     timer = StepTimer(args.batch_size, tag=f"text_accelerate_{args.precision}")
     step = 0

@@ -43,7 +43,11 @@ def parse_args():
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=50)
     parser.add_argument("--precision", choices=["default", "fp32"], default="default")
-    parser.add_argument("--smoke", action="store_true", help="tiny model on short sequences, for a CPU check")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny model on short sequences, for a CPU check",
+    )
     return parser.parse_args()
 
 
@@ -61,7 +65,9 @@ def ddp_setup():
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))
+        dist.init_process_group(
+            backend="nccl", device_id=torch.device("cuda", local_rank)
+        )
         return torch.device("cuda", local_rank)
     dist.init_process_group(backend="gloo")
     return torch.device("cpu")
@@ -81,8 +87,12 @@ def main():
     torch.set_float32_matmul_precision("high")
 
     # --smoke: 2 layers of width 64 on sequences of at most 64 tokens.
-    vocab, max_len, layers, width, heads = (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
-    train_set = SyntheticReviews(args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16)
+    vocab, max_len, layers, width, heads = (
+        (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
+    )
+    train_set = SyntheticReviews(
+        args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16
+    )
     train_loader = DataLoader(
         train_set,
         batch_size=args.batch_size,
@@ -93,10 +103,14 @@ def main():
         pin_memory=True,
         drop_last=True,
     )
-    model = TextClassifier(vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads).to(device)
+    model = TextClassifier(
+        vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads
+    ).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters)
+    )
 
     dtype = amp_dtype(args.precision, device)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)

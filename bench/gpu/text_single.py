@@ -28,7 +28,11 @@ def parse_args():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--dataset-size", type=int, default=100_000)
     parser.add_argument("--log-interval", type=int, default=50)
-    parser.add_argument("--smoke", action="store_true", help="tiny model on short sequences, for a CPU check")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny model on short sequences, for a CPU check",
+    )
     return parser.parse_args()
 
 
@@ -49,21 +53,38 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     # --smoke: 2 layers of width 64 on sequences of at most 64 tokens.
-    vocab, max_len, layers, width, heads = (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
-    train_set = SyntheticReviews(args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16)
-    train_loader = DataLoader(
-        train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, collate_fn=pad_batch, drop_last=True
+    vocab, max_len, layers, width, heads = (
+        (1000, 64, 2, 64, 4) if args.smoke else (32000, args.max_len, 6, 512, 8)
     )
-    model = TextClassifier(vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads).to(device)
+    train_set = SyntheticReviews(
+        args.dataset_size, max_len=max_len, vocab=vocab, median_len=max_len * 3 // 16
+    )
+    train_loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        collate_fn=pad_batch,
+        drop_last=True,
+    )
+    model = TextClassifier(
+        vocab=vocab, max_len=max_len, layers=layers, width=width, heads=heads
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda it: min(1.0, (it + 1) / args.warmup_iters)
+    )
 
     timer = StepTimer(args.batch_size, tag="text")
     step = 0
     for epoch in range(args.epochs):
         model.train()
         for tokens, pad_mask, labels in train_loader:
-            tokens, pad_mask, labels = tokens.to(device), pad_mask.to(device), labels.to(device)
+            tokens, pad_mask, labels = (
+                tokens.to(device),
+                pad_mask.to(device),
+                labels.to(device),
+            )
             logits = model(tokens, pad_mask)
             loss = F.cross_entropy(logits, labels)
             optimizer.zero_grad(set_to_none=True)

@@ -41,7 +41,9 @@ def realworld_files(mirrors: Path, dest: Path) -> list[Path]:
     sys.path.insert(0, str(HERE))
     from corpus_lint import extract, git_dir
 
-    entries = tomllib.loads((ROOT / "bench" / "realworld" / "manifest.toml").read_text())["entry"]
+    entries = tomllib.loads(
+        (ROOT / "bench" / "realworld" / "manifest.toml").read_text()
+    )["entry"]
     out: list[Path] = []
     for e in entries:
         gd = git_dir(mirrors, e["repo"])
@@ -67,7 +69,9 @@ def timed(fn, files: list[tuple[Path, str]]) -> tuple[list[float], list[float]]:
     return cpu, wall
 
 
-def measure(name: str, paths: list[Path], repeats: int, out: list[str]) -> tuple[float, int]:
+def measure(
+    name: str, paths: list[Path], repeats: int, out: list[str]
+) -> tuple[float, int]:
     import libcst
 
     from ddpify.lint import lint_source
@@ -93,63 +97,97 @@ def measure(name: str, paths: list[Path], repeats: int, out: list[str]) -> tuple
     for _ in range(repeats):
         runs["floor"].append(timed(libcst.parse_module, files))
         runs["lint"].append(timed(lint, files))
-    per_file = {k: [statistics.median(r[0][i] for r in v) for i in range(len(files))] for k, v in runs.items()}
-    per_wall = {k: [statistics.median(r[1][i] for r in v) for i in range(len(files))] for k, v in runs.items()}
+    per_file = {
+        k: [statistics.median(r[0][i] for r in v) for i in range(len(files))]
+        for k, v in runs.items()
+    }
+    per_wall = {
+        k: [statistics.median(r[1][i] for r in v) for i in range(len(files))]
+        for k, v in runs.items()
+    }
     n = len(files)
     lint_ms = 1000 * sum(per_file["lint"]) / n
     floor_ms = 1000 * sum(per_file["floor"]) / n
     wall_ms = 1000 * sum(per_wall["lint"]) / n
     lines = sum(t.count("\n") for _, t in files)
-    out.append(f"| {name} | {n} | {lines // n} | {lint_ms:.1f} | {wall_ms:.1f} | {floor_ms:.1f} | {lint_ms / floor_ms:.2f}x | "
-               f"{'yes' if lint_ms <= TARGET_MS else 'NO'} |")
+    out.append(
+        f"| {name} | {n} | {lines // n} | {lint_ms:.1f} | {wall_ms:.1f} | {floor_ms:.1f} | {lint_ms / floor_ms:.2f}x | "
+        f"{'yes' if lint_ms <= TARGET_MS else 'NO'} |"
+    )
     slow = sorted(zip(per_file["lint"], (p for p, _ in files)), reverse=True)[:3]
-    out.append("|  | slowest: " + ", ".join(f"{p.name} {1000 * s:.0f} ms" for s, p in slow) + " | | | | | | |")
+    out.append(
+        "|  | slowest: "
+        + ", ".join(f"{p.name} {1000 * s:.0f} ms" for s, p in slow)
+        + " | | | | | | |"
+    )
     return sum(per_file["lint"]), n
 
 
 def cli_run(paths: list[str]) -> tuple[float, float]:
     t = time.perf_counter()
     before = os.times()
-    subprocess.run([sys.executable, "-m", "ddpify", "lint", "-q", *paths], cwd=ROOT, capture_output=True,
-                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    subprocess.run(
+        [sys.executable, "-m", "ddpify", "lint", "-q", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     after = os.times()
-    return time.perf_counter() - t, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return time.perf_counter() - t, (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--mirrors", default=os.environ.get("RW_MIRRORS", "/work/.mirror"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--results", default=str(HERE / "results.txt"))
     args = ap.parse_args()
     import libcst
 
-    out = [f"# ddpify lint speed benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %z')}", "",
-           f"command: python bench/lint/run_lint_bench.py {' '.join(sys.argv[1:])}".rstrip(),
-           f"cpus: {os.cpu_count()} (affinity {sorted(os.sched_getaffinity(0))}), {platform.processor() or platform.machine()}",
-           f"python: {platform.python_version()}, libcst {getattr(libcst, '__version__', '?')}",
-           f"git: {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True).stdout.strip()}",
-           f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", "",
-           "| corpus | files | lines/file | lint ms/file (CPU) | lint ms/file (wall) | LibCST parse ms/file (CPU) | lint / parse | <= 100 ms |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"# ddpify lint speed benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
+        "",
+        f"command: python bench/lint/run_lint_bench.py {' '.join(sys.argv[1:])}".rstrip(),
+        f"cpus: {os.cpu_count()} (affinity {sorted(os.sched_getaffinity(0))}), {platform.processor() or platform.machine()}",
+        f"python: {platform.python_version()}, libcst {getattr(libcst, '__version__', '?')}",
+        f"git: {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True).stdout.strip()}",
+        f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        "",
+        "| corpus | files | lines/file | lint ms/file (CPU) | lint ms/file (wall) | LibCST parse ms/file (CPU) | lint / parse | <= 100 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory(prefix="lint-bench-") as tmp:
         rw = realworld_files(Path(args.mirrors), Path(tmp))
-        corpora = [("realworld", rw), ("outputs", sorted(ROOT.glob("fixtures/*/expected.py"))),
-                   ("lint", sorted((ROOT / "fixtures" / "lint").rglob("*.py")))]
+        corpora = [
+            ("realworld", rw),
+            ("outputs", sorted(ROOT.glob("fixtures/*/expected.py"))),
+            ("lint", sorted((ROOT / "fixtures" / "lint").rglob("*.py"))),
+        ]
         total_s, total_n = 0.0, 0
         for name, paths in corpora:
             if paths:
                 s, n = measure(name, paths, args.repeats, out)
                 total_s, total_n = total_s + s, total_n + n
-        out.append(f"| all | {total_n} | | {1000 * total_s / total_n:.1f} | | | | {'yes' if 1000 * total_s / total_n <= TARGET_MS else 'NO'} |")
+        out.append(
+            f"| all | {total_n} | | {1000 * total_s / total_n:.1f} | | | | {'yes' if 1000 * total_s / total_n <= TARGET_MS else 'NO'} |"
+        )
         everything = [str(p) for _, ps in corpora for p in ps]
         wall, cpu = cli_run(everything)
-        out += ["", f"`ddpify lint -q` on all {len(everything)} files, one process: {wall:.1f} s wall, {cpu:.1f} s CPU "
-                f"({1000 * cpu / len(everything):.0f} ms CPU a file, start-up included)"]
+        out += [
+            "",
+            f"`ddpify lint -q` on all {len(everything)} files, one process: {wall:.1f} s wall, {cpu:.1f} s CPU "
+            f"({1000 * cpu / len(everything):.0f} ms CPU a file, start-up included)",
+        ]
         one = str(ROOT / "fixtures" / "lint" / "clean" / "c03_trainer_snapshots.py")
         singles = [cli_run([one]) for _ in range(5)]
-        out.append(f"`ddpify lint` on one file (a pre-commit run), median of 5: {statistics.median(w for w, _ in singles):.2f} s wall, "
-                   f"{statistics.median(c for _, c in singles):.2f} s CPU")
+        out.append(
+            f"`ddpify lint` on one file (a pre-commit run), median of 5: {statistics.median(w for w, _ in singles):.2f} s wall, "
+            f"{statistics.median(c for _, c in singles):.2f} s CPU"
+        )
     out += ["", f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
     text = "\n".join(out) + "\n"
     print(text, end="")

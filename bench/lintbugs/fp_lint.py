@@ -29,15 +29,24 @@ def extract(repo: str, commit: str, into: Path) -> Path:
     """The repository's Python files at the commit (the snapshot may lack its large data files)."""
     git = MIRRORS / repo.replace("/", "+") / "repo"
     root = into / repo.replace("/", "+")
-    listing = subprocess.run(["git", "-C", str(git), "ls-tree", "-r", commit], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        ["git", "-C", str(git), "ls-tree", "-r", commit],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     wanted = []
     for line in listing.splitlines():
         meta, path = line.split("\t", 1)
         mode, kind, sha = meta.split()
         if kind == "blob" and path.endswith(".py") and mode != "120000":
             wanted.append((sha, path))
-    batch = subprocess.run(["git", "-C", str(git), "cat-file", "--batch"], input="".join(f"{sha}\n" for sha, _ in wanted).encode(),
-                           capture_output=True, check=True).stdout
+    batch = subprocess.run(
+        ["git", "-C", str(git), "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha, _ in wanted).encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
     pos = 0
     for sha, path in wanted:
         header_end = batch.index(b"\n", pos)
@@ -48,7 +57,7 @@ def extract(repo: str, commit: str, into: Path) -> Path:
         size = int(header[2])
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(batch[pos:pos + size])
+        target.write_bytes(batch[pos : pos + size])
         pos += size + 1
     return root
 
@@ -68,16 +77,30 @@ def main() -> int:
             entry = roots[key] / s["path"]
             t0 = time.time()
             results = lint_project(str(entry))
-            print(f"{s['repo']}:{s['path']}: {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"{s['repo']}:{s['path']}: {time.time() - t0:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             status = results[0].status if results else "?"
             found = [(r, f) for r in results for f in r.findings]
-            lines.append(f"{s['repo']}:{s['path']} ({status}): {sum(severity(f) == 'error' for _, f in found)} errors, {sum(severity(f) == 'note' for _, f in found)} notes")
+            lines.append(
+                f"{s['repo']}:{s['path']} ({status}): {sum(severity(f) == 'error' for _, f in found)} errors, {sum(severity(f) == 'note' for _, f in found)} notes"
+            )
             for r, f in found:
-                rel = Path(r.path).resolve().relative_to(roots[key].resolve()) if Path(r.path).resolve().is_relative_to(roots[key].resolve()) else r.path
-                lines.append(f"  {rel}:{f.line}:{f.col}: {f.code} [{severity(f)}] {f.message}")
+                rel = (
+                    Path(r.path).resolve().relative_to(roots[key].resolve())
+                    if Path(r.path).resolve().is_relative_to(roots[key].resolve())
+                    else r.path
+                )
+                lines.append(
+                    f"  {rel}:{f.line}:{f.col}: {f.code} [{severity(f)}] {f.message}"
+                )
                 errors += severity(f) == "error"
                 notes += severity(f) == "note"
-    lines.append(f"{len(scripts)} scripts: {errors} error-level findings, {notes} notes")
+    lines.append(
+        f"{len(scripts)} scripts: {errors} error-level findings, {notes} notes"
+    )
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if errors else 0

@@ -27,7 +27,11 @@ from fp_lint import extract  # noqa: E402
 
 
 def corpus(tmp: Path) -> list[tuple[str, str]]:
-    files = [(p.name, p.read_text()) for p in sorted((HERE / "bugs").glob("*.py")) + sorted((HERE / "clean").glob("*.py"))]
+    files = [
+        (p.name, p.read_text())
+        for p in sorted((HERE / "bugs").glob("*.py"))
+        + sorted((HERE / "clean").glob("*.py"))
+    ]
     roots: dict[tuple[str, str], Path] = {}
     for s in tomllib.loads((HERE / "fp_corpus.toml").read_text())["script"]:
         key = (s["repo"], s["commit"])
@@ -58,7 +62,9 @@ def main() -> None:
     lint, parse = statistics.median(lint_ms), statistics.median(parse_ms)
     lines = sum(t.count("\n") for _, t in files)
     print(f"{len(files)} files, {lines} lines; median of {args.rounds} rounds")
-    print(f"lint: {lint:.1f} ms/file; LibCST parse alone: {parse:.1f} ms/file; ratio {lint / parse:.1f}x")
+    print(
+        f"lint: {lint:.1f} ms/file; LibCST parse alone: {parse:.1f} ms/file; ratio {lint / parse:.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -46,24 +46,55 @@ FAMILY_CODES = {
 }
 # verify: (checks that may name the family, a pattern the failing check's cause must match)
 FAMILY_CHECKS = {
-    "rank-collective": ({"no-hang", "ranks"}, r"rank \d+ (waits|ran ahead|is the only)|only where|inside `if|never join"),
-    "rank-exit": ({"no-hang", "ranks"}, r"left the loop|ran ahead|raised|failed first.*(Error|exit)|returned"),
-    "uneven-batches": ({"no-hang", "ranks", "even-batches"}, r"batches|ran out|more steps|different numbers"),
-    "unused-params": ({"ranks"}, r"no gradient|not used in producing loss|find_unused_parameters"),
-    "checkpoint-keys": ({"ranks", "loads"}, r"module\.|[Mm]issing key|[Uu]nexpected key|matched no|loaded none|no key"),
+    "rank-collective": (
+        {"no-hang", "ranks"},
+        r"rank \d+ (waits|ran ahead|is the only)|only where|inside `if|never join",
+    ),
+    "rank-exit": (
+        {"no-hang", "ranks"},
+        r"left the loop|ran ahead|raised|failed first.*(Error|exit)|returned",
+    ),
+    "uneven-batches": (
+        {"no-hang", "ranks", "even-batches"},
+        r"batches|ran out|more steps|different numbers",
+    ),
+    "unused-params": (
+        {"ranks"},
+        r"no gradient|not used in producing loss|find_unused_parameters",
+    ),
+    "checkpoint-keys": (
+        {"ranks", "loads"},
+        r"module\.|[Mm]issing key|[Uu]nexpected key|matched no|loaded none|no key",
+    ),
     "checkpoint-device": ({"devices"}, r"cuda:0|GPU 0|map_location"),
-    "file-race": ({"rank0-writes", "ranks"}, r"written by|wrote|both|same path|not found|corrupt"),
+    "file-race": (
+        {"rank0-writes", "ranks"},
+        r"written by|wrote|both|same path|not found|corrupt",
+    ),
     "writer-local-rank": ({"rank0-writes"}, r"written by|wrote|both|same path"),
     "rank-device": ({"devices", "ranks"}, r"cuda|GPU|process group|initialis"),
-    "replica-drift": ({"params-in-sync", "ranks"}, r"differ|diverge|not in sync|all-reduce|drift"),
-    "data-sharding": ({"data-sharding", "epoch-shuffle", "ranks", "even-batches"}, r"overlap|same order|set_epoch|whole data|sample|shard|batches"),
-    "metric-one-shard": ({"metrics", "rank0-output"}, r"one shard|shard|rank 0's own|not reduced|duplicat|count"),
+    "replica-drift": (
+        {"params-in-sync", "ranks"},
+        r"differ|diverge|not in sync|all-reduce|drift",
+    ),
+    "data-sharding": (
+        {"data-sharding", "epoch-shuffle", "ranks", "even-batches"},
+        r"overlap|same order|set_epoch|whole data|sample|shard|batches",
+    ),
+    "metric-one-shard": (
+        {"metrics", "rank0-output"},
+        r"one shard|shard|rank 0's own|not reduced|duplicat|count",
+    ),
 }
 
 
 def load(split: str) -> tuple[list[dict], list[Path]]:
     bugs = tomllib.loads((HERE / "bugs.toml").read_text())["bug"]
-    held = {ln.strip() for ln in (HERE / "heldback.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    held = {
+        ln.strip()
+        for ln in (HERE / "heldback.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
     if split == "dev":
         bugs = [b for b in bugs if b["id"] not in held]
     elif split == "heldback":
@@ -79,14 +110,32 @@ def run_verify(path: Path, family: str | None, timeout: float) -> dict:
     """`ddpify verify --no-convert` on 2 gloo ranks, to the script's end; the JSON report."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        args = [sys.executable, "-m", "ddpify", "verify", str(path), "--no-convert", "--no-baseline", "--nproc", "2",
-                "--backend", "gloo", "--to-end", "--timeout", str(timeout), "--json", str(report)]
+        args = [
+            sys.executable,
+            "-m",
+            "ddpify",
+            "verify",
+            str(path),
+            "--no-convert",
+            "--no-baseline",
+            "--nproc",
+            "2",
+            "--backend",
+            "gloo",
+            "--to-end",
+            "--timeout",
+            str(timeout),
+            "--json",
+            str(report),
+        ]
         if family == "writer-local-rank":
             args += ["--nnodes", "2"]  # the bug needs more than one node
         args += ["--", "--out", tmp]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         t0 = time.time()
-        proc = subprocess.run(args, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            args, cwd=tmp, env=env, capture_output=True, text=True, timeout=600
+        )
         try:
             doc = json.loads(report.read_text())
         except (OSError, ValueError):
@@ -101,18 +150,31 @@ def verify_names(doc: dict, family: str) -> tuple[bool, str]:
     for c in fails:
         text = f"{c.get('figure') or ''} {c.get('cause') or ''}"
         if c["name"] in checks and re.search(pattern, text):
-            return True, f"{c['name']}: {(c.get('cause') or c.get('figure') or '')[:160]}"
+            return (
+                True,
+                f"{c['name']}: {(c.get('cause') or c.get('figure') or '')[:160]}",
+            )
     if fails:
         c = fails[0]
-        return False, f"(other) {c['name']}: {(c.get('cause') or c.get('figure') or '')[:160]}"
-    return False, "no check failed" if doc.get("checks") else f"no report: {doc.get('error', '')[:160]}"
+        return (
+            False,
+            f"(other) {c['name']}: {(c.get('cause') or c.get('figure') or '')[:160]}",
+        )
+    return False, "no check failed" if doc.get(
+        "checks"
+    ) else f"no report: {doc.get('error', '')[:160]}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", choices=("dev", "heldback", "all"), default="dev")
     ap.add_argument("--verify", action="store_true")
-    ap.add_argument("--timeout", type=float, default=20.0, help="verify: seconds without progress before a hang")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="verify: seconds without progress before a hang",
+    )
     ap.add_argument("--out", default=str(HERE / "results.md"))
     args = ap.parse_args()
     bugs, controls = load(args.split)
@@ -127,50 +189,101 @@ def main() -> None:
         lint_hits += hit
         lint_line += at_line
         shown = ", ".join(sorted({f"{f.code}:{f.line}" for f in got})) or "nothing"
-        row = {"id": b["id"], "family": b["family"], "kind": b["kind"], "lint": hit, "at_line": at_line, "lint_found": shown}
+        row = {
+            "id": b["id"],
+            "family": b["family"],
+            "kind": b["kind"],
+            "lint": hit,
+            "at_line": at_line,
+            "lint_found": shown,
+        }
         if args.verify:
             doc = run_verify(path, b["family"], args.timeout)
             ok, why = verify_names(doc, b["family"])
             verify_hits += ok
             row.update(verify=ok, verify_why=why, seconds=doc.get("seconds"))
         rows.append(row)
-        print(f"{b['id']} {b['family']:18} lint {'yes' if hit else 'NO '} {shown[:70]}" + (f" | verify {'yes' if row['verify'] else 'NO '} {row['verify_why'][:90]}" if args.verify else ""), flush=True)
+        print(
+            f"{b['id']} {b['family']:18} lint {'yes' if hit else 'NO '} {shown[:70]}"
+            + (
+                f" | verify {'yes' if row['verify'] else 'NO '} {row['verify_why'][:90]}"
+                if args.verify
+                else ""
+            ),
+            flush=True,
+        )
     crows = []
     for c in controls:
         errors = [f for f in lint(c) if f.blocking]
-        crow = {"file": c.name, "lint_errors": ", ".join(f"{f.code}:{f.line}" for f in errors) or "none"}
+        crow = {
+            "file": c.name,
+            "lint_errors": ", ".join(f"{f.code}:{f.line}" for f in errors) or "none",
+        }
         if args.verify:
             doc = run_verify(c, None, args.timeout)
             fails = [x["name"] for x in doc.get("checks", []) if x["status"] == "FAIL"]
-            crow["verify"] = "pass" if doc.get("checks") and not fails else ("FAIL " + ", ".join(fails) if fails else "no report")
+            crow["verify"] = (
+                "pass"
+                if doc.get("checks") and not fails
+                else ("FAIL " + ", ".join(fails) if fails else "no report")
+            )
         crows.append(crow)
-        print(f"control {c.name}: lint errors {crow['lint_errors']}" + (f" | verify {crow['verify']}" if args.verify else ""), flush=True)
+        print(
+            f"control {c.name}: lint errors {crow['lint_errors']}"
+            + (f" | verify {crow['verify']}" if args.verify else ""),
+            flush=True,
+        )
     write(args, rows, crows, lint_hits, lint_line, verify_hits)
 
 
 def write(args, rows, crows, lint_hits, lint_line, verify_hits) -> None:
     n = len(rows)
     pct = lambda k: f"{k}/{n} = {100 * k / n:.0f}%" if n else "0/0"  # noqa: E731
-    out = [f"# Reported DDP bugs: lint{' and verify' if args.verify else ''} ({args.split} split)", "",
-           f"`python bench/lintbugs/run.py --split {args.split}{' --verify' if args.verify else ''}`", "",
-           f"- lint names the family: {pct(lint_hits)} (a finding on the marked line: {pct(lint_line)})"]
+    out = [
+        f"# Reported DDP bugs: lint{' and verify' if args.verify else ''} ({args.split} split)",
+        "",
+        f"`python bench/lintbugs/run.py --split {args.split}{' --verify' if args.verify else ''}`",
+        "",
+        f"- lint names the family: {pct(lint_hits)} (a finding on the marked line: {pct(lint_line)})",
+    ]
     if args.verify:
         out.append(f"- verify names the cause: {pct(verify_hits)}")
     clean_lint = sum(c["lint_errors"] == "none" for c in crows)
-    out.append(f"- clean controls without a lint error: {clean_lint}/{len(crows)}" +
-               (f"; passing verify: {sum(c.get('verify') == 'pass' for c in crows)}/{len(crows)}" if args.verify else ""))
-    out += ["", "| bug | family | kind | lint | findings | " + ("verify | verify's cause |" if args.verify else ""),
-            "|---|---|---|---|---|" + ("---|---|" if args.verify else "")]
+    out.append(
+        f"- clean controls without a lint error: {clean_lint}/{len(crows)}"
+        + (
+            f"; passing verify: {sum(c.get('verify') == 'pass' for c in crows)}/{len(crows)}"
+            if args.verify
+            else ""
+        )
+    )
+    out += [
+        "",
+        "| bug | family | kind | lint | findings | "
+        + ("verify | verify's cause |" if args.verify else ""),
+        "|---|---|---|---|---|" + ("---|---|" if args.verify else ""),
+    ]
     for r in rows:
         line = f"| {r['id']} | {r['family']} | {r['kind']} | {'yes' if r['lint'] else 'no'}{'' if r['at_line'] or not r['lint'] else ' (elsewhere)'} | {r['lint_found']} |"
         if args.verify:
             line += f" {'yes' if r['verify'] else 'no'} | {r['verify_why'].replace('|', '/')} |"
         out.append(line)
-    out += ["", "| control | lint errors |" + (" verify |" if args.verify else ""), "|---|---|" + ("---|" if args.verify else "")]
+    out += [
+        "",
+        "| control | lint errors |" + (" verify |" if args.verify else ""),
+        "|---|---|" + ("---|" if args.verify else ""),
+    ]
     for c in crows:
-        out.append(f"| {c['file']} | {c['lint_errors']} |" + (f" {c['verify']} |" if args.verify else ""))
+        out.append(
+            f"| {c['file']} | {c['lint_errors']} |"
+            + (f" {c['verify']} |" if args.verify else "")
+        )
     Path(args.out).write_text("\n".join(out) + "\n")
-    print(f"lint {lint_hits}/{n}" + (f", verify {verify_hits}/{n}" if args.verify else "") + f" -> {args.out}")
+    print(
+        f"lint {lint_hits}/{n}"
+        + (f", verify {verify_hits}/{n}" if args.verify else "")
+        + f" -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -23,12 +23,12 @@ HIDDEN = 12
 class Program:
     dims: dict[str, str]
     name_seed: str
-    files: dict[str, str]          # relative path -> text
-    argv: list[str]                # after `python`: ["train.py", ...] or ["-m", "pkg.train", ...]
-    entry_file: str                # the file ddpify converts (and verify runs)
-    loop: str                      # epochs | iterations
-    steps: str                     # halved | equal | any
-    seeded_data: bool              # every process builds the same data
+    files: dict[str, str]  # relative path -> text
+    argv: list[str]  # after `python`: ["train.py", ...] or ["-m", "pkg.train", ...]
+    entry_file: str  # the file ddpify converts (and verify runs)
+    loop: str  # epochs | iterations
+    steps: str  # halved | equal | any
+    seeded_data: bool  # every process builds the same data
 
     def write(self, root) -> None:
         from pathlib import Path
@@ -76,9 +76,22 @@ class _Indent:
 
 
 _COMMENTS = [
-    "# set up", "# TODO: tune this", "# keep it simple", "# training", "# the data",
-    "# NOTE: small on purpose", "# build everything", "# see the paper", "# hack", "# done",
-    "# bookkeeping", "# main loop", "# this matters", "# quick sanity run", "# XXX", "# as before",
+    "# set up",
+    "# TODO: tune this",
+    "# keep it simple",
+    "# training",
+    "# the data",
+    "# NOTE: small on purpose",
+    "# build everything",
+    "# see the paper",
+    "# hack",
+    "# done",
+    "# bookkeeping",
+    "# main loop",
+    "# this matters",
+    "# quick sanity run",
+    "# XXX",
+    "# as before",
 ]
 
 _KEYS = {
@@ -141,25 +154,157 @@ class Gen:
     def names(self) -> None:
         n = self.n
         d = self.d
-        self.N = {k: n.var() for k in [
-            "model", "opt", "sched", "crit", "cfg", "loss", "x", "y", "out", "ep", "it", "bi", "history", "epoch_loss",
-            "running", "nb", "train_loader", "val_loader", "loaders", "train_it", "val_it", "dev", "scaler", "use_amp",
-            "teacher", "ema", "enc", "head_model", "trainer", "steps", "best_val", "best_state", "es_best", "es_bad",
-            "outdir", "logger", "fh", "csv_f", "writer", "val", "built", "opt2", "box", "fwd", "X", "Y", "Xv", "Yv",
-            "train_ds", "val_ds", "full", "ck", "gen", "tout", "idx", "parser",
-        ]}
+        self.N = {
+            k: n.var()
+            for k in [
+                "model",
+                "opt",
+                "sched",
+                "crit",
+                "cfg",
+                "loss",
+                "x",
+                "y",
+                "out",
+                "ep",
+                "it",
+                "bi",
+                "history",
+                "epoch_loss",
+                "running",
+                "nb",
+                "train_loader",
+                "val_loader",
+                "loaders",
+                "train_it",
+                "val_it",
+                "dev",
+                "scaler",
+                "use_amp",
+                "teacher",
+                "ema",
+                "enc",
+                "head_model",
+                "trainer",
+                "steps",
+                "best_val",
+                "best_state",
+                "es_best",
+                "es_bad",
+                "outdir",
+                "logger",
+                "fh",
+                "csv_f",
+                "writer",
+                "val",
+                "built",
+                "opt2",
+                "box",
+                "fwd",
+                "X",
+                "Y",
+                "Xv",
+                "Yv",
+                "train_ds",
+                "val_ds",
+                "full",
+                "ck",
+                "gen",
+                "tout",
+                "idx",
+                "parser",
+            ]
+        }
         self.N["X"], self.N["Y"] = self.N["X"].upper(), self.N["Y"].upper()
-        self.F = {k: n.var() for k in [
-            "main", "make_xy", "make_loaders", "cycle", "build", "step_fn", "evaluate", "make_opt", "train_epoch",
-            "fit", "compute_loss", "run", "writer_fn", "plot_fn", "cli_cmd", "cli_launch", "ema_update",
-        ]}
-        self.C = {k: n.cls() for k in ["Net", "Net2", "Data", "Stream", "BatchIter", "Trainer", "Box", "Block", "Enc", "Head", "Cfg"]}
-        self.A = {k: n.var(1) for k in ["body", "head", "net", "opt", "sched", "buf", "steps", "best_val", "best_state",
-                                        "es_best", "es_bad", "inner"]}
-        self.M = {k: n.module() for k in ["entry", "helpers", "models", "pkg", "body_mod", "settings", "nsdir", "nsmod",
-                                          "fakelib", "fakecore", "clilib", "thin"]}
-        self.files_out = {k: n.var(1) for k in ["model", "ckpt", "best", "ema", "init", "log", "hist", "metrics",
-                                                 "csvlog", "curve", "dump", "cfgjson"]}
+        self.F = {
+            k: n.var()
+            for k in [
+                "main",
+                "make_xy",
+                "make_loaders",
+                "cycle",
+                "build",
+                "step_fn",
+                "evaluate",
+                "make_opt",
+                "train_epoch",
+                "fit",
+                "compute_loss",
+                "run",
+                "writer_fn",
+                "plot_fn",
+                "cli_cmd",
+                "cli_launch",
+                "ema_update",
+            ]
+        }
+        self.C = {
+            k: n.cls()
+            for k in [
+                "Net",
+                "Net2",
+                "Data",
+                "Stream",
+                "BatchIter",
+                "Trainer",
+                "Box",
+                "Block",
+                "Enc",
+                "Head",
+                "Cfg",
+            ]
+        }
+        self.A = {
+            k: n.var(1)
+            for k in [
+                "body",
+                "head",
+                "net",
+                "opt",
+                "sched",
+                "buf",
+                "steps",
+                "best_val",
+                "best_state",
+                "es_best",
+                "es_bad",
+                "inner",
+            ]
+        }
+        self.M = {
+            k: n.module()
+            for k in [
+                "entry",
+                "helpers",
+                "models",
+                "pkg",
+                "body_mod",
+                "settings",
+                "nsdir",
+                "nsmod",
+                "fakelib",
+                "fakecore",
+                "clilib",
+                "thin",
+            ]
+        }
+        self.files_out = {
+            k: n.var(1)
+            for k in [
+                "model",
+                "ckpt",
+                "best",
+                "ema",
+                "init",
+                "log",
+                "hist",
+                "metrics",
+                "csvlog",
+                "curve",
+                "dump",
+                "cfgjson",
+            ]
+        }
         self.outdir_name = n.var(1)
         self.table_keys = [n.var(1), n.var(1)]
         self.opt_keys = [n.var(1), n.var(1)]
@@ -194,7 +339,10 @@ class Gen:
     def config_module_level(self) -> list[str]:
         c = self.d["config"]
         if c == "constants":
-            return [f"{self.key[k].upper()} = {self.lit(v)}" for k, v in self.cfg_used.items()]
+            return [
+                f"{self.key[k].upper()} = {self.lit(v)}"
+                for k, v in self.cfg_used.items()
+            ]
         if c == "dataclass":
             lines = ["@dataclass", f"class {self.C['Cfg']}:"]
             for k, v in self.cfg_used.items():
@@ -213,7 +361,9 @@ class Gen:
             lines = [f"{p} = argparse.ArgumentParser()"]
             for k, v in self.cfg_used.items():
                 t = type(v).__name__
-                lines.append(f"{p}.add_argument({self.q('--' + self.key[k].replace('_', '-'))}, type={t}, default={self.lit(v)})")
+                lines.append(
+                    f"{p}.add_argument({self.q('--' + self.key[k].replace('_', '-'))}, type={t}, default={self.lit(v)})"
+                )
             lines.append(f"{cfg} = {p}.parse_args()")
             self.body_vars.add(cfg)
             return lines
@@ -223,7 +373,10 @@ class Gen:
         if c == "json_file":
             self.body_vars.add(cfg)
             fh = self.N["fh"]
-            return [f"with open({self.q(self.files_out['cfgjson'] + '.json')}) as {fh}:", f"    {cfg} = json.load({fh})"]
+            return [
+                f"with open({self.q(self.files_out['cfgjson'] + '.json')}) as {fh}:",
+                f"    {cfg} = json.load({fh})",
+            ]
         return []
 
     def argv_extra(self) -> list[str]:
@@ -263,13 +416,22 @@ class Gen:
         a = self.d["arch"]
         H = HIDDEN
         if a == "mlp":
-            return [f"nn.Linear({FEATURES}, {H})", "nn.ReLU()", f"nn.Linear({H}, {H})", "nn.Tanh()"]
+            return [
+                f"nn.Linear({FEATURES}, {H})",
+                "nn.ReLU()",
+                f"nn.Linear({H}, {H})",
+                "nn.Tanh()",
+            ]
         if a == "batchnorm":
             return [f"nn.Linear({FEATURES}, {H})", f"nn.BatchNorm1d({H})", "nn.ReLU()"]
         if a == "dropout":
             return [f"nn.Linear({FEATURES}, {H})", "nn.ReLU()", "nn.Dropout(0.1)"]
         if a == "residual":
-            return [f"nn.Linear({FEATURES}, {H})", "nn.ReLU()", f"{self.C['Block']}({H})"]
+            return [
+                f"nn.Linear({FEATURES}, {H})",
+                "nn.ReLU()",
+                f"{self.C['Block']}({H})",
+            ]
         return [f"nn.Linear({FEATURES}, {H})", "nn.ReLU()"]
 
     def model_classes(self) -> list[str]:
@@ -277,9 +439,17 @@ class Gen:
         x, y = "inp", "target"
         L: list[str] = []
         if self.d["arch"] == "residual":
-            L += [f"class {C['Block']}(nn.Module):", "    def __init__(self, width):", "        super().__init__()",
-                  "        self.lin = nn.Linear(width, width)", "", "    def forward(self, h):",
-                  "        return h + torch.relu(self.lin(h))", "", ""]
+            L += [
+                f"class {C['Block']}(nn.Module):",
+                "    def __init__(self, width):",
+                "        super().__init__()",
+                "        self.lin = nn.Linear(width, width)",
+                "",
+                "    def forward(self, h):",
+                "        return h + torch.relu(self.lin(h))",
+                "",
+                "",
+            ]
         buf = self.d["arch"] == "buffer"
         seq = ", ".join(self.body_seq())
         out = self.out_dim()
@@ -287,39 +457,83 @@ class Gen:
         def forward_tail(head_expr: str) -> list[str]:
             lines = [f"        out = {head_expr}"]
             if self.d["forward"] == "loss_in_forward":
-                lines += [f"        if {y} is None:", "            return out", f"        return {self.loss_fn_expr('out', y)}"]
+                lines += [
+                    f"        if {y} is None:",
+                    "            return out",
+                    f"        return {self.loss_fn_expr('out', y)}",
+                ]
             else:
                 lines += ["        return out"]
             return lines
 
-        sig = f"self, {x}, {y}=None" if self.d["forward"] == "loss_in_forward" else f"self, {x}"
-        method = [] if self.d["forward"] != "method" else [
-            "", f"    def {self.F['compute_loss']}(self, {x}, {y}):", f"        return {self.loss_fn_expr(f'self({x})', y)}"]
+        sig = (
+            f"self, {x}, {y}=None"
+            if self.d["forward"] == "loss_in_forward"
+            else f"self, {x}"
+        )
+        method = (
+            []
+            if self.d["forward"] != "method"
+            else [
+                "",
+                f"    def {self.F['compute_loss']}(self, {x}, {y}):",
+                f"        return {self.loss_fn_expr(f'self({x})', y)}",
+            ]
+        )
 
         if self.d["model_site"] == "two_models":
-            L += [f"class {C['Enc']}(nn.Module):", "    def __init__(self):", "        super().__init__()",
-                  f"        self.{A['body']} = nn.Sequential({seq})"]
+            L += [
+                f"class {C['Enc']}(nn.Module):",
+                "    def __init__(self):",
+                "        super().__init__()",
+                f"        self.{A['body']} = nn.Sequential({seq})",
+            ]
             if buf:
-                L += [f"        self.register_buffer({self.q(A['buf'])}, torch.zeros({HIDDEN}))"]
-            L += ["", f"    def forward(self, {x}):", f"        h = self.{A['body']}({x})"]
+                L += [
+                    f"        self.register_buffer({self.q(A['buf'])}, torch.zeros({HIDDEN}))"
+                ]
+            L += [
+                "",
+                f"    def forward(self, {x}):",
+                f"        h = self.{A['body']}({x})",
+            ]
             if buf:
-                L += ["        if self.training:", f"            self.{A['buf']}.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)"]
+                L += [
+                    "        if self.training:",
+                    f"            self.{A['buf']}.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)",
+                ]
             L += ["        return h", "", ""]
-            L += [f"class {C['Head']}(nn.Module):", "    def __init__(self):", "        super().__init__()",
-                  f"        self.{A['head']} = nn.Linear({HIDDEN}, {out})", "", f"    def forward({sig}):"]
+            L += [
+                f"class {C['Head']}(nn.Module):",
+                "    def __init__(self):",
+                "        super().__init__()",
+                f"        self.{A['head']} = nn.Linear({HIDDEN}, {out})",
+                "",
+                f"    def forward({sig}):",
+            ]
             L += forward_tail(f"self.{A['head']}({x})") + method
             return L
         names = [C["Net"]] + ([C["Net2"]] if self.d["model_site"] == "table" else [])
         for i, cname in enumerate(names):
             hid = HIDDEN if i == 0 else HIDDEN + 4
             s = seq.replace(str(HIDDEN), str(hid))
-            L += [f"class {cname}(nn.Module):", "    def __init__(self):", "        super().__init__()",
-                  f"        self.{A['body']} = nn.Sequential({s})", f"        self.{A['head']} = nn.Linear({hid}, {out})"]
+            L += [
+                f"class {cname}(nn.Module):",
+                "    def __init__(self):",
+                "        super().__init__()",
+                f"        self.{A['body']} = nn.Sequential({s})",
+                f"        self.{A['head']} = nn.Linear({hid}, {out})",
+            ]
             if buf:
-                L += [f"        self.register_buffer({self.q(A['buf'])}, torch.zeros({hid}))"]
+                L += [
+                    f"        self.register_buffer({self.q(A['buf'])}, torch.zeros({hid}))"
+                ]
             L += ["", f"    def forward({sig}):", f"        h = self.{A['body']}({x})"]
             if buf:
-                L += ["        if self.training:", f"            self.{A['buf']}.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)"]
+                L += [
+                    "        if self.training:",
+                    f"            self.{A['buf']}.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)",
+                ]
             L += forward_tail(f"self.{A['head']}(h)") + method + ["", ""]
         return L[:-2]
 
@@ -332,8 +546,11 @@ class Gen:
         if dv == "cpu_only":
             return []
         if dv == "cuda_guarded":
-            return ["if torch.cuda.is_available():", f"    {var} = {var}.cuda()"] if "." not in var else [
-                "if torch.cuda.is_available():", f"    {var}.cuda()"]
+            return (
+                ["if torch.cuda.is_available():", f"    {var} = {var}.cuda()"]
+                if "." not in var
+                else ["if torch.cuda.is_available():", f"    {var}.cuda()"]
+            )
         return [f"{var} = {var}.to({dev})"] if "." not in var else [f"{var}.to({dev})"]
 
     def move(self, x: str, y: str, dev: str) -> list[str]:
@@ -341,31 +558,51 @@ class Gen:
         if dv == "cpu_only":
             return []
         if dv == "cuda_guarded":
-            return ["if torch.cuda.is_available():", f"    {x}, {y} = {x}.cuda(), {y}.cuda()"]
+            return [
+                "if torch.cuda.is_available():",
+                f"    {x}, {y} = {x}.cuda(), {y}.cuda()",
+            ]
         return [f"{x}, {y} = {x}.to({dev}), {y}.to({dev})"]
 
     def dev_def(self, at_module: bool) -> list[str]:
         dv, dev = self.d["device"], self.N["dev"]
         if dv == "to_device":
             if at_module:
-                return [f"{dev} = torch.device({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')})"]
-            return [f"{dev} = torch.device({self.cfgv('device', 'cuda')} if torch.cuda.is_available() else {self.q('cpu')})"]
+                return [
+                    f"{dev} = torch.device({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')})"
+                ]
+            return [
+                f"{dev} = torch.device({self.cfgv('device', 'cuda')} if torch.cuda.is_available() else {self.q('cpu')})"
+            ]
         if dv == "dataparallel":
-            return [f"{dev} = torch.device({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')})"]
+            return [
+                f"{dev} = torch.device({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')})"
+            ]
         if dv == "set_device":
             gpu = "0" if at_module else self.cfgv("gpu", 0)
-            return ["if torch.cuda.is_available():", f"    torch.cuda.set_device({gpu})",
-                    f"{dev} = torch.device({self.q('cuda')}, {gpu}) if torch.cuda.is_available() else torch.device({self.q('cpu')})"]
+            return [
+                "if torch.cuda.is_available():",
+                f"    torch.cuda.set_device({gpu})",
+                f"{dev} = torch.device({self.q('cuda')}, {gpu}) if torch.cuda.is_available() else torch.device({self.q('cpu')})",
+            ]
         return []
 
     # -- optimizer ---------------------------------------------------------------------------
-    def opt_expr(self, m: str, lr: str, m2: str | None = None, kind: str | None = None) -> str:
+    def opt_expr(
+        self, m: str, lr: str, m2: str | None = None, kind: str | None = None
+    ) -> str:
         o, A = self.d["optimizer"], self.A
         cls = f"torch.optim.{self.opt_kind}"
-        extra = ", momentum=0.9" if self.opt_kind == "SGD" and self.rng.random() < 0.5 else ""
+        extra = (
+            ", momentum=0.9"
+            if self.opt_kind == "SGD" and self.rng.random() < 0.5
+            else ""
+        )
         if o == "groups":
-            return (f"{cls}([{{{self.q('params')}: {m}.{A['body']}.parameters(), {self.q('lr')}: {lr} * 0.5}}, "
-                    f"{{{self.q('params')}: {m}.{A['head']}.parameters()}}], lr={lr}{extra})")
+            return (
+                f"{cls}([{{{self.q('params')}: {m}.{A['body']}.parameters(), {self.q('lr')}: {lr} * 0.5}}, "
+                f"{{{self.q('params')}: {m}.{A['head']}.parameters()}}], lr={lr}{extra})"
+            )
         if o == "frozen_filter":
             return f"{cls}(filter(lambda p: p.requires_grad, {m}.parameters()), lr={lr}{extra})"
         if o == "chained":
@@ -381,69 +618,143 @@ class Gen:
     def freeze_lines(self, m: str) -> list[str]:
         if self.d["optimizer"] != "frozen_filter":
             return []
-        return [f"for p in {m}.{self.A['body']}[0].parameters():", "    p.requires_grad = False"]
+        return [
+            f"for p in {m}.{self.A['body']}[0].parameters():",
+            "    p.requires_grad = False",
+        ]
 
     def opt_lib_defs(self) -> list[str]:
         o = self.d["optimizer"]
         if o == "helper":
-            return [f"def {self.F['make_opt']}(net, lr, kind):", f"    if kind == {self.q('sgd')}:",
-                    "        return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)",
-                    f"    if kind == {self.q('adamw')}:", "        return torch.optim.AdamW(net.parameters(), lr=lr)",
-                    "    return torch.optim.Adam(net.parameters(), lr=lr)"]
+            return [
+                f"def {self.F['make_opt']}(net, lr, kind):",
+                f"    if kind == {self.q('sgd')}:",
+                "        return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)",
+                f"    if kind == {self.q('adamw')}:",
+                "        return torch.optim.AdamW(net.parameters(), lr=lr)",
+                "    return torch.optim.Adam(net.parameters(), lr=lr)",
+            ]
         if o == "holder_class":
             inner = self.A["inner"]
-            return [f"class {self.C['Box']}:", "    def __init__(self, params, lr):",
-                    f"        self.{inner} = torch.optim.{self.opt_kind}(params, lr=lr)", "",
-                    "    def step(self):", f"        self.{inner}.step()", f"        self.{inner}.zero_grad()"]
+            return [
+                f"class {self.C['Box']}:",
+                "    def __init__(self, params, lr):",
+                f"        self.{inner} = torch.optim.{self.opt_kind}(params, lr=lr)",
+                "",
+                "    def step(self):",
+                f"        self.{inner}.step()",
+                f"        self.{inner}.zero_grad()",
+            ]
         return []
 
     def opt_table_def(self) -> list[str]:
         if self.d["optimizer"] != "table":
             return []
         a, b = self.opt_keys
-        return [f"{self.N['opt'].upper()}S = {{{self.q(a)}: torch.optim.SGD, {self.q(b)}: torch.optim.Adam}}"]
+        return [
+            f"{self.N['opt'].upper()}S = {{{self.q(a)}: torch.optim.SGD, {self.q(b)}: torch.optim.Adam}}"
+        ]
 
     # -- data ------------------------------------------------------------------------------
     def data_lib_defs(self) -> list[str]:
         d, C, F_ = self.d, self.C, self.F
         L = [f"def {F_['make_xy']}(n, g=None):"]
         if d["randomness"] == "all_libs":
-            L += [f"    x = torch.from_numpy(np.random.randn(n, {FEATURES}).astype({self.q('float32')}))"]
+            L += [
+                f"    x = torch.from_numpy(np.random.randn(n, {FEATURES}).astype({self.q('float32')}))"
+            ]
         else:
             L += [f"    x = torch.randn(n, {FEATURES}, generator=g)"]
         lo = d["loss"]
         if lo in ("mse", "smooth_l1"):
-            L += [f"    y = (x * torch.linspace(-1, 1, {FEATURES})).sum(1, keepdim=True)"]
+            L += [
+                f"    y = (x * torch.linspace(-1, 1, {FEATURES})).sum(1, keepdim=True)"
+            ]
         elif lo == "cross_entropy":
             L += ["    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()"]
         else:
             L += ["    y = (x.sum(1, keepdim=True) > 0).float()"]
         L += ["    return x, y", "", ""]
         data = d["data"]
-        if data in ("loader", "helper_tuple", "helper_dict", "cycle_shared", "iter_count", "random_split", "subset", "iterable") and not self.use_tensordataset:
-            L += [f"class {C['Data']}(Dataset):", "    def __init__(self, n, g=None):", f"        self.x, self.y = {F_['make_xy']}(n, g)",
-                  "", "    def __len__(self):", "        return len(self.x)", "", "    def __getitem__(self, i):",
-                  "        return self.x[i], self.y[i]", "", ""]
+        if (
+            data
+            in (
+                "loader",
+                "helper_tuple",
+                "helper_dict",
+                "cycle_shared",
+                "iter_count",
+                "random_split",
+                "subset",
+                "iterable",
+            )
+            and not self.use_tensordataset
+        ):
+            L += [
+                f"class {C['Data']}(Dataset):",
+                "    def __init__(self, n, g=None):",
+                f"        self.x, self.y = {F_['make_xy']}(n, g)",
+                "",
+                "    def __len__(self):",
+                "        return len(self.x)",
+                "",
+                "    def __getitem__(self, i):",
+                "        return self.x[i], self.y[i]",
+                "",
+                "",
+            ]
         if data == "iterable":
-            L += [f"class {C['Stream']}(IterableDataset):", "    def __init__(self, n, g=None):",
-                  f"        self.x, self.y = {F_['make_xy']}(n, g)", "", "    def __iter__(self):",
-                  "        for i in range(len(self.x)):", "            yield self.x[i], self.y[i]", "", ""]
+            L += [
+                f"class {C['Stream']}(IterableDataset):",
+                "    def __init__(self, n, g=None):",
+                f"        self.x, self.y = {F_['make_xy']}(n, g)",
+                "",
+                "    def __iter__(self):",
+                "        for i in range(len(self.x)):",
+                "            yield self.x[i], self.y[i]",
+                "",
+                "",
+            ]
         if data == "own_iter":
-            L += [f"class {C['BatchIter']}:", "    def __init__(self, x, y, size, shuffle):",
-                  "        self.x, self.y, self.size, self.shuffle = x, y, size, shuffle", "",
-                  "    def __len__(self):", "        return (len(self.x) + self.size - 1) // self.size", "",
-                  "    def __iter__(self):", "        order = torch.randperm(len(self.x)) if self.shuffle else torch.arange(len(self.x))",
-                  "        for i in range(0, len(order), self.size):", "            j = order[i:i + self.size]",
-                  "            yield self.x[j], self.y[j]", "", ""]
+            L += [
+                f"class {C['BatchIter']}:",
+                "    def __init__(self, x, y, size, shuffle):",
+                "        self.x, self.y, self.size, self.shuffle = x, y, size, shuffle",
+                "",
+                "    def __len__(self):",
+                "        return (len(self.x) + self.size - 1) // self.size",
+                "",
+                "    def __iter__(self):",
+                "        order = torch.randperm(len(self.x)) if self.shuffle else torch.arange(len(self.x))",
+                "        for i in range(0, len(order), self.size):",
+                "            j = order[i:i + self.size]",
+                "            yield self.x[j], self.y[j]",
+                "",
+                "",
+            ]
         if data in ("helper_tuple", "helper_dict"):
-            L += [f"def {F_['make_loaders']}(size, g=None):", f"    tr = DataLoader({self.ds_expr(self.n_train, 'g')}, batch_size=size, shuffle=True)",
-                  f"    va = DataLoader({self.ds_expr(self.n_val, 'g')}, batch_size=size)"]
+            L += [
+                f"def {F_['make_loaders']}(size, g=None):",
+                f"    tr = DataLoader({self.ds_expr(self.n_train, 'g')}, batch_size=size, shuffle=True)",
+                f"    va = DataLoader({self.ds_expr(self.n_val, 'g')}, batch_size=size)",
+            ]
             if data == "helper_tuple":
                 L += ["    return tr, va", "", ""]
             else:
-                L += [f"    return {{{self.q(self.dict_keys[0])}: tr, {self.q(self.dict_keys[1])}: va}}", "", ""]
+                L += [
+                    f"    return {{{self.q(self.dict_keys[0])}: tr, {self.q(self.dict_keys[1])}: va}}",
+                    "",
+                    "",
+                ]
         if data == "cycle_shared":
-            L += [f"def {F_['cycle']}(loader):", "    while True:", "        for batch in loader:", "            yield batch", "", ""]
+            L += [
+                f"def {F_['cycle']}(loader):",
+                "    while True:",
+                "        for batch in loader:",
+                "            yield batch",
+                "",
+                "",
+            ]
         return L
 
     def ds_expr(self, n, g: str) -> str:
@@ -460,19 +771,27 @@ class Gen:
         bs = self.cfgv("bs", self.bs)
         g = self.gen_arg()
         if self.d["randomness"] == "data_generator":
-            b.add(f"{N['gen']} = torch.Generator().manual_seed({self.cfgv('seed', self.seed)})")
+            b.add(
+                f"{N['gen']} = torch.Generator().manual_seed({self.cfgv('seed', self.seed)})"
+            )
             self.body_vars.add(N["gen"])
         tl, vl = N["train_loader"], N["val_loader"]
         if d in ("loader", "cycle_shared", "iter_count"):
-            b.add(f"{N['train_ds']} = {self.ds_expr(self.n_train, g)}", f"{N['val_ds']} = {self.ds_expr(self.n_val, g)}",
-                  f"{tl} = DataLoader({N['train_ds']}, batch_size={bs}, shuffle=True)",
-                  f"{vl} = DataLoader({N['val_ds']}, batch_size={bs}, shuffle=False)")
+            b.add(
+                f"{N['train_ds']} = {self.ds_expr(self.n_train, g)}",
+                f"{N['val_ds']} = {self.ds_expr(self.n_val, g)}",
+                f"{tl} = DataLoader({N['train_ds']}, batch_size={bs}, shuffle=True)",
+                f"{vl} = DataLoader({N['val_ds']}, batch_size={bs}, shuffle=False)",
+            )
             self.body_vars |= {N["train_ds"], N["val_ds"], tl, vl}
             if d == "iter_count":
                 b.add(f"{N['train_it']} = iter({tl})")
                 self.body_vars.add(N["train_it"])
             if d == "cycle_shared":
-                b.add(f"{N['train_it']} = {self.F['cycle']}({tl})", f"{N['val_it']} = {self.F['cycle']}({vl})")
+                b.add(
+                    f"{N['train_it']} = {self.F['cycle']}({tl})",
+                    f"{N['val_it']} = {self.F['cycle']}({vl})",
+                )
                 self.body_vars |= {N["train_it"], N["val_it"]}
                 return N["train_it"], f"itertools.islice({N['val_it']}, 2)"
             return tl, vl
@@ -483,37 +802,59 @@ class Gen:
         if d == "helper_dict":
             b.add(f"{N['loaders']} = {self.F['make_loaders']}({bs}, {g})")
             self.body_vars.add(N["loaders"])
-            return f"{N['loaders']}[{self.q(self.dict_keys[0])}]", f"{N['loaders']}[{self.q(self.dict_keys[1])}]"
+            return (
+                f"{N['loaders']}[{self.q(self.dict_keys[0])}]",
+                f"{N['loaders']}[{self.q(self.dict_keys[1])}]",
+            )
         if d in ("random_split", "subset"):
             total = self.n_train + self.n_val
             b.add(f"{N['full']} = {self.ds_expr(total, g)}")
             if d == "random_split":
-                split_g = f", generator={g}" if g != "None" else ""  # the split is the data's, seeded alike
-                b.add(f"{N['train_ds']}, {N['val_ds']} = random_split({N['full']}, [{self.n_train}, {self.n_val}]{split_g})")
+                split_g = (
+                    f", generator={g}" if g != "None" else ""
+                )  # the split is the data's, seeded alike
+                b.add(
+                    f"{N['train_ds']}, {N['val_ds']} = random_split({N['full']}, [{self.n_train}, {self.n_val}]{split_g})"
+                )
             else:
-                b.add(f"{N['idx']} = list(range({total}))", f"{N['train_ds']} = Subset({N['full']}, {N['idx']}[:{self.n_train}])",
-                      f"{N['val_ds']} = Subset({N['full']}, {N['idx']}[{self.n_train}:])")
-            b.add(f"{tl} = DataLoader({N['train_ds']}, batch_size={bs}, shuffle=True)",
-                  f"{vl} = DataLoader({N['val_ds']}, batch_size={bs})")
+                b.add(
+                    f"{N['idx']} = list(range({total}))",
+                    f"{N['train_ds']} = Subset({N['full']}, {N['idx']}[:{self.n_train}])",
+                    f"{N['val_ds']} = Subset({N['full']}, {N['idx']}[{self.n_train}:])",
+                )
+            b.add(
+                f"{tl} = DataLoader({N['train_ds']}, batch_size={bs}, shuffle=True)",
+                f"{vl} = DataLoader({N['val_ds']}, batch_size={bs})",
+            )
             self.body_vars |= {N["full"], N["train_ds"], N["val_ds"], tl, vl, N["idx"]}
             return tl, vl
         if d == "iterable":
-            b.add(f"{tl} = DataLoader({self.C['Stream']}({self.n_train}, {g}), batch_size={bs})",
-                  f"{vl} = DataLoader({self.ds_expr(self.n_val, g)}, batch_size={bs})")
+            b.add(
+                f"{tl} = DataLoader({self.C['Stream']}({self.n_train}, {g}), batch_size={bs})",
+                f"{vl} = DataLoader({self.ds_expr(self.n_val, g)}, batch_size={bs})",
+            )
             self.body_vars |= {tl, vl}
             return tl, vl
         # tensors in memory
         X, Y, Xv, Yv = N["X"], N["Y"], N["Xv"], N["Yv"]
-        b.add(f"{X}, {Y} = {self.F['make_xy']}({self.n_train}, {g})", f"{Xv}, {Yv} = {self.F['make_xy']}({self.n_val}, {g})")
+        b.add(
+            f"{X}, {Y} = {self.F['make_xy']}({self.n_train}, {g})",
+            f"{Xv}, {Yv} = {self.F['make_xy']}({self.n_val}, {g})",
+        )
         self.body_vars |= {X, Y, Xv, Yv}
         if d == "own_iter":
-            b.add(f"{tl} = {self.C['BatchIter']}({X}, {Y}, {bs}, True)", f"{vl} = {self.C['BatchIter']}({Xv}, {Yv}, {bs}, False)")
+            b.add(
+                f"{tl} = {self.C['BatchIter']}({X}, {Y}, {bs}, True)",
+                f"{vl} = {self.C['BatchIter']}({Xv}, {Yv}, {bs}, False)",
+            )
             self.body_vars |= {tl, vl}
             return tl, vl
         return "FULL", f"[({Xv}, {Yv})]"
 
     # -- the step --------------------------------------------------------------------------
-    def forward_lines(self, env: dict[str, str], x: str, y: str, loss: str) -> list[str]:
+    def forward_lines(
+        self, env: dict[str, str], x: str, y: str, loss: str
+    ) -> list[str]:
         f, site = self.d["forward"], self.d["model_site"]
         if site == "two_models":
             A_, B_ = env["enc"], env["head_model"]
@@ -524,10 +865,21 @@ class Gen:
             mods = [env["model"]]
         teach = site == "teacher"
         if f == "call":
-            lines = [f"{self.N['out']} = {call(x)}", f"{loss} = {env['crit']}({self.N['out']}, {y})"]
+            lines = [
+                f"{self.N['out']} = {call(x)}",
+                f"{loss} = {env['crit']}({self.N['out']}, {y})",
+            ]
             if teach:
-                lines = ["with torch.no_grad():", f"    {self.N['tout']} = {env['teacher']}({x})"] + lines + [
-                    f"{loss} = {loss} + 0.5 * F.mse_loss({self.N['out']}, {self.N['tout']})"]
+                lines = (
+                    [
+                        "with torch.no_grad():",
+                        f"    {self.N['tout']} = {env['teacher']}({x})",
+                    ]
+                    + lines
+                    + [
+                        f"{loss} = {loss} + 0.5 * F.mse_loss({self.N['out']}, {self.N['tout']})"
+                    ]
+                )
             return lines
         if f == "loss_in_forward":
             inner = f"{A_}({x})" if site == "two_models" else x
@@ -549,15 +901,26 @@ class Gen:
         mods = ["enc", "head"] if site == "two_models" else ["net"]
         args = mods + (["teacher"] if site == "teacher" else []) + ["crit", "a", "b"]
         call = "head(enc(a))" if site == "two_models" else "net(a)"
-        L = [f"def {self.F['step_fn']}({', '.join(args)}):", f"    out = {call}", "    loss = crit(out, b)"]
+        L = [
+            f"def {self.F['step_fn']}({', '.join(args)}):",
+            f"    out = {call}",
+            "    loss = crit(out, b)",
+        ]
         if site == "teacher":
-            L += ["    with torch.no_grad():", "        t = teacher(a)", "    loss = loss + 0.5 * F.mse_loss(out, t)"]
+            L += [
+                "    with torch.no_grad():",
+                "        t = teacher(a)",
+                "    loss = loss + 0.5 * F.mse_loss(out, t)",
+            ]
         return L + ["    return loss"]
 
     def crit_lib_def(self) -> list[str]:
         if self.d["loss"] != "bce_prob" or not self.uses_crit():
             return []
-        return [f"def {self.N['crit']}(o, t):", "    return F.binary_cross_entropy(torch.sigmoid(o), t)"]
+        return [
+            f"def {self.N['crit']}(o, t):",
+            "    return F.binary_cross_entropy(torch.sigmoid(o), t)",
+        ]
 
     def uses_crit(self) -> bool:
         return self.d["forward"] in ("call", "step_helper", "partial")
@@ -572,24 +935,40 @@ class Gen:
             L += fw
         else:
             if prec == "amp_scaler":
-                head = f"with torch.autocast({self.q('cuda')}, enabled={env['use_amp']}):"
+                head = (
+                    f"with torch.autocast({self.q('cuda')}, enabled={env['use_amp']}):"
+                )
             elif prec == "bf16_autocast":
-                head = (f"with torch.autocast({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')}, "
-                        f"dtype=torch.bfloat16, enabled={env['use_amp']}):")
+                head = (
+                    f"with torch.autocast({self.q('cuda')} if torch.cuda.is_available() else {self.q('cpu')}, "
+                    f"dtype=torch.bfloat16, enabled={env['use_amp']}):"
+                )
             else:
                 head = f"with torch.cuda.amp.autocast(enabled={env['use_amp']}):"
             L += [head] + ["    " + ln for ln in fw]
         accum = d["step"] == "accum"
         scaled = prec in ("amp_scaler", "legacy_cuda_amp")
         back_loss = f"{loss} / {env['k']}" if accum else loss
-        L += [f"{env['scaler']}.scale({back_loss}).backward()" if scaled else f"({back_loss}).backward()" if accum else f"{loss}.backward()"]
+        L += [
+            f"{env['scaler']}.scale({back_loss}).backward()"
+            if scaled
+            else f"({back_loss}).backward()"
+            if accum
+            else f"{loss}.backward()"
+        ]
         S: list[str] = []
         opts = [env["opt"]] + ([env["opt2"]] if d["step"] == "two_opts" else [])
-        inner_opt = f"{env['opt']}.{self.A['inner']}" if d["optimizer"] == "holder_class" else env["opt"]
+        inner_opt = (
+            f"{env['opt']}.{self.A['inner']}"
+            if d["optimizer"] == "holder_class"
+            else env["opt"]
+        )
         if d["step"] == "clip":
             if scaled:
                 S += [f"{env['scaler']}.unscale_({inner_opt})"]
-            S += [f"torch.nn.utils.clip_grad_norm_({self.params_expr(env)}, {env['clip']})"]
+            S += [
+                f"torch.nn.utils.clip_grad_norm_({self.params_expr(env)}, {env['clip']})"
+            ]
         if d["optimizer"] == "holder_class":
             S += [f"{env['opt']}.step()"]
         else:
@@ -618,16 +997,24 @@ class Gen:
     def ema_def(self) -> list[str]:
         if self.d["model_site"] != "ema":
             return []
-        return [f"def {self.F['ema_update']}(avg, cur, decay=0.9):", "    with torch.no_grad():",
-                "        for pa, pc in zip(avg.parameters(), cur.parameters()):",
-                "            pa.mul_(decay).add_(pc.detach(), alpha=1 - decay)"]
+        return [
+            f"def {self.F['ema_update']}(avg, cur, decay=0.9):",
+            "    with torch.no_grad():",
+            "        for pa, pc in zip(avg.parameters(), cur.parameters()):",
+            "            pa.mul_(decay).add_(pc.detach(), alpha=1 - decay)",
+        ]
 
     def eval_def(self) -> list[str]:
         if self.d["evaluation"] == "none" and self.d["step"] != "early_stop":
             return []
         site, f = self.d["model_site"], self.d["forward"]
         nets = ["enc", "head"] if site == "two_models" else ["net"]
-        args = nets + ["batches"] + (["crit"] if self.uses_crit() else []) + (["dev"] if self.needs_dev() else [])
+        args = (
+            nets
+            + ["batches"]
+            + (["crit"] if self.uses_crit() else [])
+            + (["dev"] if self.needs_dev() else [])
+        )
         call = "head(enc(a))" if site == "two_models" else "net(a)"
         m, inner = ("head", "enc(a)") if site == "two_models" else ("net", "a")
         if f == "loss_in_forward":
@@ -638,16 +1025,30 @@ class Gen:
             lossx = f"crit({call}, b)"
         L = [f"def {self.F['evaluate']}({', '.join(args)}):"]
         L += [f"    {n}.eval()" for n in nets]
-        L += ["    total, count = 0.0, 0", "    with torch.no_grad():", "        for a, b in batches:"]
+        L += [
+            "    total, count = 0.0, 0",
+            "    with torch.no_grad():",
+            "        for a, b in batches:",
+        ]
         L += ["            " + ln for ln in self.move("a", "b", "dev")]
-        L += [f"            total += float({lossx}) * len(a)", "            count += len(a)"]
+        L += [
+            f"            total += float({lossx}) * len(a)",
+            "            count += len(a)",
+        ]
         L += [f"    {n}.train()" for n in nets]
         return L + ["    return total / max(count, 1)"]
 
     def eval_call(self, env, val_src: str) -> str:
         site = self.d["model_site"]
-        nets = [env["enc"], env["head_model"]] if site == "two_models" else [env["model"]]
-        args = nets + [val_src] + ([env["crit"]] if self.uses_crit() else []) + ([env["dev"]] if self.needs_dev() else [])
+        nets = (
+            [env["enc"], env["head_model"]] if site == "two_models" else [env["model"]]
+        )
+        args = (
+            nets
+            + [val_src]
+            + ([env["crit"]] if self.uses_crit() else [])
+            + ([env["dev"]] if self.needs_dev() else [])
+        )
         return f"{self.F['evaluate']}({', '.join(args)})"
 
     # -- paths -------------------------------------------------------------------------------
@@ -671,7 +1072,10 @@ class Gen:
         if od == "makedirs":
             return [f"{o} = {base}", f"os.makedirs({o}, exist_ok=True)"]
         if od == "time_dir":
-            return [f"{o} = os.path.join({base}, time.strftime({self.q('%Y%m%d-%H%M%S')}))", f"os.makedirs({o}, exist_ok=True)"]
+            return [
+                f"{o} = os.path.join({base}, time.strftime({self.q('%Y%m%d-%H%M%S')}))",
+                f"os.makedirs({o}, exist_ok=True)",
+            ]
         return [f"{o} = Path({base})", f"{o}.mkdir(parents=True, exist_ok=True)"]
 
     def primary(self, env) -> str:
@@ -690,7 +1094,11 @@ class Gen:
         return f"{self.primary(env)}.state_dict()"
 
     def inner_opt(self, env) -> str:
-        return f"{env['opt']}.{self.A['inner']}" if self.d["optimizer"] == "holder_class" else env["opt"]
+        return (
+            f"{env['opt']}.{self.A['inner']}"
+            if self.d["optimizer"] == "holder_class"
+            else env["opt"]
+        )
 
     # -- the loops ---------------------------------------------------------------------------
     def epoch_end(self, env, b: Block, tag: str, loss_expr: str, val_src: str) -> None:
@@ -699,7 +1107,9 @@ class Gen:
         b.add(f"{env['history']}.append({loss_expr})")
         b.add(f"print({self.fq(f'{{{tag}}}: loss {{{loss_expr}:.4f}}')})")
         if d["artifacts"] == "logging_file":
-            b.add(f"{'logging' if self.log_basic else env['logger']}.info({self.q('%d %.4f')}, {tag}, {loss_expr})")
+            b.add(
+                f"{'logging' if self.log_basic else env['logger']}.info({self.q('%d %.4f')}, {tag}, {loss_expr})"
+            )
         if d["artifacts"] == "csv":
             b.add(f"{env['writer']}.writerow([{tag}, {loss_expr}])")
         if d["step"] == "sched_epoch":
@@ -709,16 +1119,27 @@ class Gen:
         has_val = ev in ("no_grad", "best_copy", "periodic")
         if ev == "periodic":
             with b.open(f"if {tag} % 2 == 0:"):
-                b.add(f"{val} = {self.eval_call(env, val_src)}", f"print({self.fq('val {' + val + ':.4f}')})")
+                b.add(
+                    f"{val} = {self.eval_call(env, val_src)}",
+                    f"print({self.fq('val {' + val + ':.4f}')})",
+                )
             b.add("else:", f"    {val} = {loss_expr}")
         elif ev in ("no_grad", "best_copy"):
-            b.add(f"{val} = {self.eval_call(env, val_src)}", f"print({self.fq('val {' + val + ':.4f}')})")
+            b.add(
+                f"{val} = {self.eval_call(env, val_src)}",
+                f"print({self.fq('val {' + val + ':.4f}')})",
+            )
         if ev == "best_copy":
             with b.open(f"if {val} < {env['best_val']}:"):
-                b.add(f"{env['best_val']} = {val}", f"{env['best_state']} = copy.deepcopy({self.state_of(env)})")
+                b.add(
+                    f"{env['best_val']} = {val}",
+                    f"{env['best_state']} = copy.deepcopy({self.state_of(env)})",
+                )
         if d["checkpoint"] == "per_epoch":
-            b.add(f"torch.save({{{self.q('epoch')}: {tag}, {self.q('model')}: {self.state_of(env)}, "
-                  f"{self.q('optimizer')}: {self.inner_opt(env)}.state_dict()}}, {self.path(self.files_out['ckpt'], 'pt', '_{' + tag + '}')})")
+            b.add(
+                f"torch.save({{{self.q('epoch')}: {tag}, {self.q('model')}: {self.state_of(env)}, "
+                f"{self.q('optimizer')}: {self.inner_opt(env)}.state_dict()}}, {self.path(self.files_out['ckpt'], 'pt', '_{' + tag + '}')})"
+            )
         if d["step"] == "early_stop":
             metric = val if has_val else loss_expr
             with b.open(f"if {metric} < {env['es_best']} - 1e-3:"):
@@ -770,13 +1191,20 @@ class Gen:
                     with b.open("try:"):
                         b.add(f"{N['x']}, {N['y']} = next({env['train_it']})")
                     with b.open("except StopIteration:"):
-                        b.add(f"{env['train_it']} = iter({train_src})", f"{N['x']}, {N['y']} = next({env['train_it']})")
+                        b.add(
+                            f"{env['train_it']} = iter({train_src})",
+                            f"{N['x']}, {N['y']} = next({env['train_it']})",
+                        )
                 b.add(*self.move(N["x"], N["y"], env["dev"]))
                 self.noise(b)
                 b.add(*self.step_lines(env, it))
                 if lf == "while_counter":
                     b.add(f"{it} += 1")
-                with b.open(f"if ({it} + 1) % {self.every} == 0:" if lf != "while_counter" else f"if {it} % {self.every} == 0:"):
+                with b.open(
+                    f"if ({it} + 1) % {self.every} == 0:"
+                    if lf != "while_counter"
+                    else f"if {it} % {self.every} == 0:"
+                ):
                     self.epoch_end(env, b, it, f"{N['loss']}.item()", val_src)
             return b
         ep = N["ep"]
@@ -788,7 +1216,9 @@ class Gen:
         with b.open(hdr):
             if lf == "epoch_fn":
                 args = self._epoch_fn_args
-                b.add(f"{N['epoch_loss']}, {env['steps']} = {self.F['train_epoch']}({', '.join(args)})")
+                b.add(
+                    f"{N['epoch_loss']}, {env['steps']} = {self.F['train_epoch']}({', '.join(args)})"
+                )
             else:
                 b.extend(self.inner_epoch(env, train_src))
             if lf == "while_counter":
@@ -812,17 +1242,28 @@ class Gen:
 
         # settings whose reads appear in the body
         env = {k: N[k] for k in N}
-        env.update(steps=N["steps"], best_val=N["best_val"], best_state=N["best_state"], es_best=N["es_best"], es_bad=N["es_bad"],
-                   head_model=N["head_model"], train_it=N["train_it"])
-        env["epochs"] = self.cfgv("epochs", self.epochs) if loop_kind(d) == "epochs" else ""
-        env["iters"] = self.cfgv("iters", self.iters) if loop_kind(d) == "iterations" else ""
+        env.update(
+            steps=N["steps"],
+            best_val=N["best_val"],
+            best_state=N["best_state"],
+            es_best=N["es_best"],
+            es_bad=N["es_bad"],
+            head_model=N["head_model"],
+            train_it=N["train_it"],
+        )
+        env["epochs"] = (
+            self.cfgv("epochs", self.epochs) if loop_kind(d) == "epochs" else ""
+        )
+        env["iters"] = (
+            self.cfgv("iters", self.iters) if loop_kind(d) == "iterations" else ""
+        )
         env["k"] = self.cfgv("k", self.k) if d["step"] == "accum" else ""
         env["clip"] = self.cfgv("clip", 1.0) if d["step"] == "clip" else ""
         env["patience"] = self.cfgv("patience", 1) if d["step"] == "early_stop" else ""
         lr = self.cfgv("lr", self.lr)
 
-        top = Block()       # module level of the body file, before the body
-        body = Block()      # the program's body (top level or inside the main function)
+        top = Block()  # module level of the body file, before the body
+        body = Block()  # the program's body (top level or inside the main function)
         pre_model = Block()  # model built at module level (site toplevel)
 
         # seed
@@ -831,7 +1272,11 @@ class Gen:
             seed_lines = [f"torch.manual_seed({self.cfgv('seed', self.seed)})"]
         elif d["randomness"] == "all_libs":
             s = self.cfgv("seed", self.seed)
-            seed_lines = [f"random.seed({s})", f"np.random.seed({s})", f"torch.manual_seed({s})"]
+            seed_lines = [
+                f"random.seed({s})",
+                f"np.random.seed({s})",
+                f"torch.manual_seed({s})",
+            ]
 
         body.add(*seed_lines)
         self.noise(body)
@@ -842,12 +1287,18 @@ class Gen:
             if self.log_basic:
                 body.add(f"logging.basicConfig(filename={logp}, level=logging.INFO)")
             else:
-                body.add(f"{N['logger']} = logging.getLogger({self.q(self.n.var(1))})", f"{N['logger']}.setLevel(logging.INFO)",
-                         f"{N['logger']}.addHandler(logging.FileHandler({logp}))")
+                body.add(
+                    f"{N['logger']} = logging.getLogger({self.q(self.n.var(1))})",
+                    f"{N['logger']}.setLevel(logging.INFO)",
+                    f"{N['logger']}.addHandler(logging.FileHandler({logp}))",
+                )
                 self.body_vars.add(N["logger"])
         if d["artifacts"] == "csv":
-            body.add(f"{N['csv_f']} = open({self.path(self.files_out['csvlog'], 'csv')}, {self.q('w')}, newline={self.q('')})",
-                     f"{N['writer']} = csv.writer({N['csv_f']})", f"{N['writer']}.writerow([{self.q('step')}, {self.q('loss')}])")
+            body.add(
+                f"{N['csv_f']} = open({self.path(self.files_out['csvlog'], 'csv')}, {self.q('w')}, newline={self.q('')})",
+                f"{N['writer']} = csv.writer({N['csv_f']})",
+                f"{N['writer']}.writerow([{self.q('step')}, {self.q('loss')}])",
+            )
             self.body_vars |= {N["csv_f"], N["writer"]}
         body.add(f"{N['history']} = []")
         self.body_vars.add(N["history"])
@@ -868,68 +1319,125 @@ class Gen:
         if self.uses_crit() and d["loss"] != "bce_prob":
             body.add(f"{N['crit']} = {self.crit_def()}")
             self.body_vars.add(N["crit"])
-        sched_needed = d["step"] in ("sched_iter", "sched_epoch") or site == "factory_tuple"
-        sched_expr = lambda o: f"torch.optim.lr_scheduler.StepLR({o}, step_size=2, gamma=0.9)"  # noqa: E731
-        lib: list[list[str]] = []   # definitions for the helpers module
+        sched_needed = (
+            d["step"] in ("sched_iter", "sched_epoch") or site == "factory_tuple"
+        )
+        sched_expr = lambda o: (
+            f"torch.optim.lr_scheduler.StepLR({o}, step_size=2, gamma=0.9)"
+        )  # noqa: E731
+        lib: list[list[str]] = []  # definitions for the helpers module
         lib.append(self.model_classes())
         new_model = f"{C['Net']}()"
         if site == "table":
-            top.add(f"{N['model'].upper()}_ZOO = {{{self.q(self.table_keys[0])}: {C['Net']}, {self.q(self.table_keys[1])}: {C['Net2']}}}")
-            new_model = f"{N['model'].upper()}_ZOO[{self.cfgv('arch', self.trained_arch)}]()"
+            top.add(
+                f"{N['model'].upper()}_ZOO = {{{self.q(self.table_keys[0])}: {C['Net']}, {self.q(self.table_keys[1])}: {C['Net2']}}}"
+            )
+            new_model = (
+                f"{N['model'].upper()}_ZOO[{self.cfgv('arch', self.trained_arch)}]()"
+            )
         mk_opt_target = model
         if site in ("in_main", "toplevel", "table", "teacher", "ema"):
             tgt = pre_model if at_module else body
-            tgt.add(f"{model} = {new_model}", *self.freeze_lines(model), *self.place(model, N["dev"]))
+            tgt.add(
+                f"{model} = {new_model}",
+                *self.freeze_lines(model),
+                *self.place(model, N["dev"]),
+            )
             self.body_vars.add(model)
             if site == "teacher":
                 t = N["teacher"]
-                body.add(f"{t} = {C['Net']}()", f"{t}.eval()", f"{t}.requires_grad_(False)", *self.place(t, N["dev"]))
+                body.add(
+                    f"{t} = {C['Net']}()",
+                    f"{t}.eval()",
+                    f"{t}.requires_grad_(False)",
+                    *self.place(t, N["dev"]),
+                )
                 self.body_vars.add(t)
             if site == "ema":
-                body.add(f"{N['ema']} = copy.deepcopy({model})", f"{N['ema']}.requires_grad_(False)")
+                body.add(
+                    f"{N['ema']} = copy.deepcopy({model})",
+                    f"{N['ema']}.requires_grad_(False)",
+                )
                 self.body_vars.add(N["ema"])
         elif site == "factory":
             args = ["dev"] if self.needs_dev() else []
-            lib.append([f"def {F_['build']}({', '.join(args)}):", f"    net = {new_model}", *["    " + ln for ln in self.freeze_lines("net")],
-                        *["    " + ln for ln in self.place("net", "dev")], "    return net"])
-            body.add(f"{model} = {F_['build']}({', '.join([N['dev']] if args else [])})")
+            lib.append(
+                [
+                    f"def {F_['build']}({', '.join(args)}):",
+                    f"    net = {new_model}",
+                    *["    " + ln for ln in self.freeze_lines("net")],
+                    *["    " + ln for ln in self.place("net", "dev")],
+                    "    return net",
+                ]
+            )
+            body.add(
+                f"{model} = {F_['build']}({', '.join([N['dev']] if args else [])})"
+            )
             self.body_vars.add(model)
         elif site in ("factory_tuple", "factory_dict"):
             table = d["optimizer"] == "table"
-            args = (["dev"] if self.needs_dev() else []) + ["lr"] + (["kind"] if table else [])
-            call_args = ([N["dev"]] if self.needs_dev() else []) + [lr] + ([self.cfgv("opt", self.trained_opt)] if table else [])
-            L = [f"def {F_['build']}({', '.join(args)}):", f"    net = {new_model}", *["    " + ln for ln in self.freeze_lines("net")],
-                 *["    " + ln for ln in self.place("net", "dev")], f"    opt = {self.opt_expr('net', 'lr', kind='kind')}"]
+            args = (
+                (["dev"] if self.needs_dev() else [])
+                + ["lr"]
+                + (["kind"] if table else [])
+            )
+            call_args = (
+                ([N["dev"]] if self.needs_dev() else [])
+                + [lr]
+                + ([self.cfgv("opt", self.trained_opt)] if table else [])
+            )
+            L = [
+                f"def {F_['build']}({', '.join(args)}):",
+                f"    net = {new_model}",
+                *["    " + ln for ln in self.freeze_lines("net")],
+                *["    " + ln for ln in self.place("net", "dev")],
+                f"    opt = {self.opt_expr('net', 'lr', kind='kind')}",
+            ]
             inner = "opt." + A["inner"] if d["optimizer"] == "holder_class" else "opt"
             if site == "factory_tuple":
                 L += [f"    sched = {sched_expr(inner)}", "    return net, opt, sched"]
-                body.add(f"{model}, {opt}, {N['sched']} = {F_['build']}({', '.join(call_args)})")
+                body.add(
+                    f"{model}, {opt}, {N['sched']} = {F_['build']}({', '.join(call_args)})"
+                )
                 self.body_vars |= {model, opt, N["sched"]}
             else:
                 k1, k2 = self.dict_keys
                 L += [f"    return {{{self.q(k1)}: net, {self.q(k2)}: opt}}"]
-                body.add(f"{N['built']} = {F_['build']}({', '.join(call_args)})", f"{model} = {N['built']}[{self.q(k1)}]",
-                         f"{opt} = {N['built']}[{self.q(k2)}]")
+                body.add(
+                    f"{N['built']} = {F_['build']}({', '.join(call_args)})",
+                    f"{model} = {N['built']}[{self.q(k1)}]",
+                    f"{opt} = {N['built']}[{self.q(k2)}]",
+                )
                 self.body_vars |= {N["built"], model, opt}
             lib.append(L)
         elif site == "two_models":
             a, hm = N["enc"], N["head_model"]
-            body.add(f"{a} = {C['Enc']}()", f"{hm} = {C['Head']}()", *self.place(a, N["dev"]), *self.place(hm, N["dev"]))
+            body.add(
+                f"{a} = {C['Enc']}()",
+                f"{hm} = {C['Head']}()",
+                *self.place(a, N["dev"]),
+                *self.place(hm, N["dev"]),
+            )
             self.body_vars |= {a, hm}
         # optimizer (outside factories and trainer)
         if site not in ("factory_tuple", "factory_dict", "trainer"):
             if site == "two_models":
                 if d["step"] == "two_opts":
                     cls = f"torch.optim.{self.opt_kind}"
-                    body.add(f"{opt} = {cls}({N['enc']}.parameters(), lr={lr})", f"{N['opt2']} = {cls}({N['head_model']}.parameters(), lr={lr})")
+                    body.add(
+                        f"{opt} = {cls}({N['enc']}.parameters(), lr={lr})",
+                        f"{N['opt2']} = {cls}({N['head_model']}.parameters(), lr={lr})",
+                    )
                     self.body_vars |= {opt, N["opt2"]}
                 else:
                     body.add(f"{opt} = {self.opt_expr(N['enc'], lr, N['head_model'])}")
                     self.body_vars.add(opt)
             elif d["step"] == "two_opts":
                 cls = f"torch.optim.{self.opt_kind}"
-                body.add(f"{opt} = {cls}({model}.{A['body']}.parameters(), lr={lr})",
-                         f"{N['opt2']} = {cls}({model}.{A['head']}.parameters(), lr={lr})")
+                body.add(
+                    f"{opt} = {cls}({model}.{A['body']}.parameters(), lr={lr})",
+                    f"{N['opt2']} = {cls}({model}.{A['head']}.parameters(), lr={lr})",
+                )
                 self.body_vars |= {opt, N["opt2"]}
             else:
                 body.add(f"{opt} = {self.opt_expr(mk_opt_target, lr)}")
@@ -948,63 +1456,111 @@ class Gen:
             body.add(f"{N['use_amp']} = torch.cuda.is_available()")
             self.body_vars.add(N["use_amp"])
             if d["precision"] == "amp_scaler":
-                body.add(f"{N['scaler']} = torch.amp.GradScaler({self.q('cuda')}, enabled={N['use_amp']})")
+                body.add(
+                    f"{N['scaler']} = torch.amp.GradScaler({self.q('cuda')}, enabled={N['use_amp']})"
+                )
                 self.body_vars.add(N["scaler"])
             elif d["precision"] == "legacy_cuda_amp":
-                body.add(f"{N['scaler']} = torch.cuda.amp.GradScaler(enabled={N['use_amp']})")
+                body.add(
+                    f"{N['scaler']} = torch.cuda.amp.GradScaler(enabled={N['use_amp']})"
+                )
                 self.body_vars.add(N["scaler"])
         if d["forward"] == "partial" and not trainer:
             mods = [N["enc"], N["head_model"]] if site == "two_models" else [model]
             args = mods + ([N["teacher"]] if site == "teacher" else []) + [N["crit"]]
-            body.add(f"{N['fwd']} = functools.partial({F_['step_fn']}, {', '.join(args)})")
+            body.add(
+                f"{N['fwd']} = functools.partial({F_['step_fn']}, {', '.join(args)})"
+            )
             self.body_vars.add(N["fwd"])
 
         # trainer: model, optimizer and loop in a class
         tr = N["trainer"]
         if trainer:
             tenv = dict(env)
-            tenv.update(model=f"self.{A['net']}", opt=f"self.{A['opt']}", sched=f"self.{A['sched']}", steps=f"self.{A['steps']}",
-                        best_val=f"self.{A['best_val']}", best_state=f"self.{A['best_state']}", es_best=f"self.{A['es_best']}",
-                        es_bad=f"self.{A['es_bad']}")
+            tenv.update(
+                model=f"self.{A['net']}",
+                opt=f"self.{A['opt']}",
+                sched=f"self.{A['sched']}",
+                steps=f"self.{A['steps']}",
+                best_val=f"self.{A['best_val']}",
+                best_state=f"self.{A['best_state']}",
+                es_best=f"self.{A['es_best']}",
+                es_bad=f"self.{A['es_bad']}",
+            )
             if d["forward"] == "partial":
                 tenv["fwd"] = "self.fwd"
             tb = Block()
-            init_args = (["dev"] if self.needs_dev() else []) + ["lr"] + (["crit"] if self.uses_crit() else []) + (["kind"] if d["optimizer"] == "table" else [])
+            init_args = (
+                (["dev"] if self.needs_dev() else [])
+                + ["lr"]
+                + (["crit"] if self.uses_crit() else [])
+                + (["kind"] if d["optimizer"] == "table" else [])
+            )
             with tb.open(f"class {C['Trainer']}:"):
                 with tb.open(f"def __init__(self, {', '.join(init_args)}):"):
-                    tb.add(f"self.{A['net']} = {new_model}",
-                           *self.freeze_lines(f"self.{A['net']}"), *self.place(f"self.{A['net']}", "dev"))
-                    tb.add(f"self.{A['opt']} = {self.opt_expr('self.' + A['net'], 'lr', kind='kind')}")
+                    tb.add(
+                        f"self.{A['net']} = {new_model}",
+                        *self.freeze_lines(f"self.{A['net']}"),
+                        *self.place(f"self.{A['net']}", "dev"),
+                    )
+                    tb.add(
+                        f"self.{A['opt']} = {self.opt_expr('self.' + A['net'], 'lr', kind='kind')}"
+                    )
                     if self.uses_crit():
                         tb.add("self.crit = crit")
                     if sched_needed:
                         tb.add(f"self.{A['sched']} = {sched_expr('self.' + A['opt'])}")
-                    tb.add(f"self.{A['steps']} = 0", f"self.{A['best_val']} = float({self.q('inf')})", f"self.{A['best_state']} = None",
-                           f"self.{A['es_best']} = float({self.q('inf')})", f"self.{A['es_bad']} = 0")
+                    tb.add(
+                        f"self.{A['steps']} = 0",
+                        f"self.{A['best_val']} = float({self.q('inf')})",
+                        f"self.{A['best_state']} = None",
+                        f"self.{A['es_best']} = float({self.q('inf')})",
+                        f"self.{A['es_bad']} = 0",
+                    )
                     if d["forward"] == "partial":
-                        tb.add(f"self.fwd = functools.partial({F_['step_fn']}, self.{A['net']}, self.crit)")
+                        tb.add(
+                            f"self.fwd = functools.partial({F_['step_fn']}, self.{A['net']}, self.crit)"
+                        )
                 tb.add("")
                 # the loop text decides the fit() parameters
                 tenv["crit"] = "self.crit"
                 loop = self.outer_loop(tenv, train_src, val_src)
                 fit_args = self.free_vars(loop.text())
-                with tb.open(f"def {F_['fit']}(self{''.join(', ' + a for a in fit_args)}):"):
+                with tb.open(
+                    f"def {F_['fit']}(self{''.join(', ' + a for a in fit_args)}):"
+                ):
                     tb.extend(loop)
             top.extend(tb)
             top.add("", "")
-            call_init = ([N["dev"]] if self.needs_dev() else []) + [lr] + ([N["crit"]] if self.uses_crit() else []) + (
-                [self.cfgv("opt", self.trained_opt)] if d["optimizer"] == "table" else [])
+            call_init = (
+                ([N["dev"]] if self.needs_dev() else [])
+                + [lr]
+                + ([N["crit"]] if self.uses_crit() else [])
+                + (
+                    [self.cfgv("opt", self.trained_opt)]
+                    if d["optimizer"] == "table"
+                    else []
+                )
+            )
             body.add(f"{tr} = {C['Trainer']}({', '.join(call_init)})")
             self.body_vars.add(tr)
-            env = dict(env, model=f"{tr}.{A['net']}", opt=f"{tr}.{A['opt']}", steps=f"{tr}.{A['steps']}",
-                       best_state=f"{tr}.{A['best_state']}")
+            env = dict(
+                env,
+                model=f"{tr}.{A['net']}",
+                opt=f"{tr}.{A['opt']}",
+                steps=f"{tr}.{A['steps']}",
+                best_state=f"{tr}.{A['best_state']}",
+            )
             loop_call = f"{tr}.{F_['fit']}({', '.join(fit_args)})"
         # resume
         rs = d["resume"]
         P = self.primary(env) if site != "two_models" else N["enc"]
         if rs == "init_roundtrip":
             ip = self.path(self.files_out["init"], "pt")
-            body.add(f"torch.save({P}.state_dict(), {ip})", f"{P}.load_state_dict(torch.load({ip}, map_location={self.q('cpu')}))")
+            body.add(
+                f"torch.save({P}.state_dict(), {ip})",
+                f"{P}.load_state_dict(torch.load({ip}, map_location={self.q('cpu')}))",
+            )
         elif rs in ("if_present", "flag"):
             ck = N["ck"]
             if rs == "if_present":
@@ -1015,9 +1571,11 @@ class Gen:
                 cond = f"{ck} and os.path.exists({ck})"
             self.body_vars.add(ck)
             fmt = d["checkpoint"]
-            load = {"state_dict": f"torch.load({ck}, map_location={self.q('cpu')})",
-                    "dict_with_object": f"torch.load({ck}, map_location={self.q('cpu')}, weights_only=False)[{self.q('model')}].state_dict()",
-                    "whole_model": f"torch.load({ck}, map_location={self.q('cpu')}, weights_only=False).state_dict()"}[fmt]
+            load = {
+                "state_dict": f"torch.load({ck}, map_location={self.q('cpu')})",
+                "dict_with_object": f"torch.load({ck}, map_location={self.q('cpu')}, weights_only=False)[{self.q('model')}].state_dict()",
+                "whole_model": f"torch.load({ck}, map_location={self.q('cpu')}, weights_only=False).state_dict()",
+            }[fmt]
             with body.open(f"if {cond}:"):
                 body.add(f"{P}.load_state_dict({load})", f"print({self.q('resumed')})")
         # counters and the loop
@@ -1025,7 +1583,9 @@ class Gen:
             body.add(f"{N['steps']} = 0")
             self.body_vars.add(N["steps"])
             if d["evaluation"] == "best_copy":
-                body.add(f"{N['best_val']}, {N['best_state']} = float({self.q('inf')}), None")
+                body.add(
+                    f"{N['best_val']}, {N['best_state']} = float({self.q('inf')}), None"
+                )
                 self.body_vars |= {N["best_val"], N["best_state"]}
             if d["step"] == "early_stop":
                 body.add(f"{N['es_best']}, {N['es_bad']} = float({self.q('inf')}), 0")
@@ -1049,44 +1609,70 @@ class Gen:
             body.extend(self.outer_loop(env, train_src, val_src))
         # after training
         if d["evaluation"] == "end_only":
-            body.add(f"{N['val']} = {self.eval_call(env, val_src)}", f"print({self.fq('final val {' + N['val'] + ':.4f}')})")
+            body.add(
+                f"{N['val']} = {self.eval_call(env, val_src)}",
+                f"print({self.fq('final val {' + N['val'] + ':.4f}')})",
+            )
         ck = d["checkpoint"]
         mp = self.path(self.files_out["model"], "pt")
         if ck == "state_dict":
             body.add(f"torch.save({self.state_of(env)}, {mp})")
         elif ck == "dict_with_object":
-            objs = (f"{self.q('enc')}: {N['enc']}, {self.q('head')}: {N['head_model']}" if site == "two_models"
-                    else f"{self.q('model')}: {self.primary(env)}")
+            objs = (
+                f"{self.q('enc')}: {N['enc']}, {self.q('head')}: {N['head_model']}"
+                if site == "two_models"
+                else f"{self.q('model')}: {self.primary(env)}"
+            )
             ep_v = env["epochs"] or env["iters"]
-            body.add(f"torch.save({{{objs}, {self.q('epoch')}: {ep_v}, {self.q('optimizer')}: {self.inner_opt(env)}.state_dict()}}, {mp})")
+            body.add(
+                f"torch.save({{{objs}, {self.q('epoch')}: {ep_v}, {self.q('optimizer')}: {self.inner_opt(env)}.state_dict()}}, {mp})"
+            )
         elif ck == "whole_model":
             body.add(f"torch.save({self.primary(env)}, {mp})")
         if site == "ema" and ck != "none":
-            body.add(f"torch.save({N['ema']}.state_dict(), {self.path(self.files_out['ema'], 'pt')})")
+            body.add(
+                f"torch.save({N['ema']}.state_dict(), {self.path(self.files_out['ema'], 'pt')})"
+            )
         if d["evaluation"] == "best_copy":
             with body.open(f"if {env['best_state']} is not None:"):
-                body.add(f"torch.save({env['best_state']}, {self.path(self.files_out['best'], 'pt')})")
+                body.add(
+                    f"torch.save({env['best_state']}, {self.path(self.files_out['best'], 'pt')})"
+                )
         hist = N["history"]
         art = d["artifacts"]
         fh = N["fh"]
         if art == "numpy":
-            body.add(f"np.save({self.path(self.files_out['hist'], 'npy')}, np.array({hist}))")
+            body.add(
+                f"np.save({self.path(self.files_out['hist'], 'npy')}, np.array({hist}))"
+            )
         elif art == "pickle":
-            with body.open(f"with open({self.path(self.files_out['hist'], 'pkl')}, {self.q('wb')}) as {fh}:"):
+            with body.open(
+                f"with open({self.path(self.files_out['hist'], 'pkl')}, {self.q('wb')}) as {fh}:"
+            ):
                 body.add(f"pickle.dump({{{self.q('history')}: {hist}}}, {fh})")
         elif art == "json":
-            with body.open(f"with open({self.path(self.files_out['metrics'], 'json')}, {self.q('w')}) as {fh}:"):
-                body.add(f"json.dump({{{self.q('final')}: {hist}[-1], {self.q('history')}: {hist}}}, {fh})")
+            with body.open(
+                f"with open({self.path(self.files_out['metrics'], 'json')}, {self.q('w')}) as {fh}:"
+            ):
+                body.add(
+                    f"json.dump({{{self.q('final')}: {hist}[-1], {self.q('history')}: {hist}}}, {fh})"
+                )
         elif art == "csv":
             body.add(f"{N['csv_f']}.close()")
         elif art == "fake_lib":
-            body.add(f"{self.M['fakelib']}.{F_['plot_fn']}({hist}, {self.path(self.files_out['curve'], 'svg')})")
+            body.add(
+                f"{self.M['fakelib']}.{F_['plot_fn']}({hist}, {self.path(self.files_out['curve'], 'svg')})"
+            )
         elif art == "nopkg_helper":
-            body.add(f"{F_['writer_fn']}({self.path(self.files_out['dump'], 'txt')}, {hist})")
+            body.add(
+                f"{F_['writer_fn']}({self.path(self.files_out['dump'], 'txt')}, {hist})"
+            )
         # the self-check line (the oracle does not rely on it)
         for i, m in enumerate(self.trained(env)):
-            body.add(f"print({self.q('checksum')}, {i}, float(sum(p.detach().double().sum() for p in {m}.parameters())), "
-                     f"{self.q('steps')}, {env['steps']}, file=sys.stderr)")
+            body.add(
+                f"print({self.q('checksum')}, {i}, float(sum(p.detach().double().sum() for p in {m}.parameters())), "
+                f"{self.q('steps')}, {env['steps']}, file=sys.stderr)"
+            )
 
         # ---- library definitions (helpers module or the entry file) ----
         lib.append(self.data_lib_defs())
@@ -1108,7 +1694,14 @@ class Gen:
         top_text = self.rename_locals(top_text)
         return self.assemble(body, top_text, pre_model, lib_text, lib_names)
 
-    def assemble(self, body: Block, top_text: str, pre_model: Block, lib_text: str, lib_names: list[str]) -> Program:
+    def assemble(
+        self,
+        body: Block,
+        top_text: str,
+        pre_model: Block,
+        lib_text: str,
+        lib_names: list[str],
+    ) -> Program:
         d, M = self.d, self.M
         entry, layout = d["entry"], d["layout"]
         files: dict[str, str] = {}
@@ -1129,50 +1722,87 @@ class Gen:
         elif layout == "package":
             lib_file, lib_mod = f"{pkg}/{M['helpers']}.py", f"{pkg}.{M['helpers']}"
         else:
-            lib_file, lib_mod = f"{M['nsdir']}/{M['helpers']}.py", f"{M['nsdir']}.{M['helpers']}"
+            lib_file, lib_mod = (
+                f"{M['nsdir']}/{M['helpers']}.py",
+                f"{M['nsdir']}.{M['helpers']}",
+            )
         if layout == "package" or entry in ("module", "console"):
-            files[f"{pkg}/__init__.py"] = self.rng.choice(["", '"""The training code."""\n'])
+            files[f"{pkg}/__init__.py"] = self.rng.choice(
+                ["", '"""The training code."""\n']
+            )
         # helper writers of the artifacts
         if d["artifacts"] == "fake_lib":
             lib_dir = M["fakelib"]
             files[f"{lib_dir}/{M['fakecore']}.py"] = (
                 f"def {self.F['plot_fn']}(values, path, width=200, height=100):\n"
                 f"    top = max(values) if values else 1.0\n"
-                f"    pts = \" \".join(f\"{{i * width / max(len(values) - 1, 1):.1f}},{{height - v / (top or 1.0) * height:.1f}}\" for i, v in enumerate(values))\n"
-                f"    with open(path, \"w\") as f:\n"
-                f"        f.write(f'<svg xmlns=\"http://www.w3.org/2000/svg\"><polyline points=\"{{pts}}\"/></svg>')\n")
-            files[f"{lib_dir}/__init__.py"] = f"from .{M['fakecore']} import {self.F['plot_fn']}\n\n__version__ = \"0.{self.rng.randrange(9)}\"\n"
+                f'    pts = " ".join(f"{{i * width / max(len(values) - 1, 1):.1f}},{{height - v / (top or 1.0) * height:.1f}}" for i, v in enumerate(values))\n'
+                f'    with open(path, "w") as f:\n'
+                f'        f.write(f\'<svg xmlns="http://www.w3.org/2000/svg"><polyline points="{{pts}}"/></svg>\')\n'
+            )
+            files[f"{lib_dir}/__init__.py"] = (
+                f'from .{M["fakecore"]} import {self.F["plot_fn"]}\n\n__version__ = "0.{self.rng.randrange(9)}"\n'
+            )
         if d["artifacts"] == "nopkg_helper":
             nd = M["nsdir"] + "_io"
             files[f"{nd}/{M['nsmod']}.py"] = (
-                f"def {self.F['writer_fn']}(path, values):\n    with open(path, \"w\") as out:\n"
-                f"        for v in values:\n            out.write(f\"{{v}}\\n\")\n")
+                f'def {self.F["writer_fn"]}(path, values):\n    with open(path, "w") as out:\n'
+                f'        for v in values:\n            out.write(f"{{v}}\\n")\n'
+            )
         if d["config"] == "settings_module":
-            files[f"{M['settings']}.py"] = "\n".join(f"{self.key[k].upper()} = {self.lit(v)}" for k, v in self.cfg_used.items()) + "\n"
+            files[f"{M['settings']}.py"] = (
+                "\n".join(
+                    f"{self.key[k].upper()} = {self.lit(v)}"
+                    for k, v in self.cfg_used.items()
+                )
+                + "\n"
+            )
         if d["config"] == "json_file":
-            files[f"{self.files_out['cfgjson']}.json"] = json.dumps({self.key[k]: v for k, v in self.cfg_used.items()}, indent=2) + "\n"
+            files[f"{self.files_out['cfgjson']}.json"] = (
+                json.dumps({self.key[k]: v for k, v in self.cfg_used.items()}, indent=2)
+                + "\n"
+            )
         if entry == "clilib":
             files[f"{M['clilib']}/__init__.py"] = (
                 "import sys\n\n_COMMANDS = {}\n\n\n"
                 f"def {self.F['cli_cmd']}(fn):\n    _COMMANDS[fn.__name__] = fn\n    return fn\n\n\n"
                 f"def {self.F['cli_launch']}(argv=None):\n    argv = sys.argv[1:] if argv is None else argv\n"
-                "    name = argv[0] if argv and argv[0] in _COMMANDS else next(iter(_COMMANDS))\n    return _COMMANDS[name]()\n")
+                "    name = argv[0] if argv and argv[0] in _COMMANDS else next(iter(_COMMANDS))\n    return _COMMANDS[name]()\n"
+            )
         # the body file
         body_text = body.text()
         head = ["import os", "import sys"]
         cfg_body = self.config_body()
-        full_for_imports = "\n".join(cfg_body + self.config_module_level()) + "\n" + body_text + "\n" + top_text + "\n" + pre_model.text() + ("" if lib_file else "\n" + lib_text)
+        full_for_imports = (
+            "\n".join(cfg_body + self.config_module_level())
+            + "\n"
+            + body_text
+            + "\n"
+            + top_text
+            + "\n"
+            + pre_model.text()
+            + ("" if lib_file else "\n" + lib_text)
+        )
         head += self.imports_for(full_for_imports)
         if d["artifacts"] == "fake_lib":
             head.append(f"import {M['fakelib']}")
         if d["artifacts"] == "nopkg_helper":
-            head.append(f"from {M['nsdir']}_io.{M['nsmod']} import {self.F['writer_fn']}")
+            head.append(
+                f"from {M['nsdir']}_io.{M['nsmod']} import {self.F['writer_fn']}"
+            )
         if d["config"] == "settings_module":
             head.append(f"import {M['settings']}")
         if entry == "clilib":
             head.append(f"import {M['clilib']}")
         if lib_file:
-            used = [n for n in lib_names if re.search(rf"(?<![.\w]){re.escape(n)}\b", body_text + top_text + pre_model.text())]
+            used = [
+                n
+                for n in lib_names
+                if re.search(
+                    rf"(?<![.\w]){re.escape(n)}\b",
+                    body_text + top_text + pre_model.text(),
+                )
+            ]
             if used:
                 head.append(f"from {lib_mod} import {', '.join(used)}")
             files[lib_file] = self.file_text(self.imports_for(lib_text), lib_text)
@@ -1195,15 +1825,21 @@ class Gen:
                 b.add(f"@{M['clilib']}.{self.F['cli_cmd']}")
             with b.open(f"def {main}():"):
                 if self.rng.random() < 0.3:
-                    b.add(f'"""{self.rng.choice(["Train.", "Entry point.", "Run one experiment."])}"""')
+                    b.add(
+                        f'"""{self.rng.choice(["Train.", "Entry point.", "Run one experiment."])}"""'
+                    )
                 b.add(*cfg_body)
                 b.extend(body)
             parts.append(b.text())
             if entry in ("main_guard", "module"):
                 parts.append(f"if __name__ == {self.q('__main__')}:\n    {main}()")
             elif entry == "clilib":
-                parts.append(f"if __name__ == {self.q('__main__')}:\n    {M['clilib']}.{self.F['cli_launch']}()")
-        files[body_file] = "\n\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+                parts.append(
+                    f"if __name__ == {self.q('__main__')}:\n    {M['clilib']}.{self.F['cli_launch']}()"
+                )
+        files[body_file] = (
+            "\n\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+        )
         argv_tail = self.argv_extra()
         if entry == "module":
             argv = ["-m", body_mod] + argv_tail
@@ -1211,20 +1847,66 @@ class Gen:
         elif entry == "console":
             thin = f"{M['thin']}.py"
             call = self.rng.choice([f"{main}()", f"sys.exit({main}())"])
-            files[thin] = f"import sys\n\nfrom {body_mod} import {main}\n\nif __name__ == {self.q('__main__')}:\n    {call}\n"
-            files["pyproject.toml"] = (f"[project]\nname = \"{pkg}\"\nversion = \"0.1\"\n\n[project.scripts]\n"
-                                       f"{pkg}-train = \"{body_mod}:{main}\"\n")
+            files[thin] = (
+                f"import sys\n\nfrom {body_mod} import {main}\n\nif __name__ == {self.q('__main__')}:\n    {call}\n"
+            )
+            files["pyproject.toml"] = (
+                f'[project]\nname = "{pkg}"\nversion = "0.1"\n\n[project.scripts]\n'
+                f'{pkg}-train = "{body_mod}:{main}"\n'
+            )
             argv = [thin] + argv_tail
             entry_file = thin
         else:
             argv = [body_file] + argv_tail
             entry_file = body_file
-        return Program(dict(self.d), "", files, argv, entry_file, loop_kind(d), expected_steps(d),
-                       d["randomness"] != "none")
+        return Program(
+            dict(self.d),
+            "",
+            files,
+            argv,
+            entry_file,
+            loop_kind(d),
+            expected_steps(d),
+            d["randomness"] != "none",
+        )
 
-    _LOCALS = ["net", "enc", "head", "crit", "batches", "a", "b", "out", "loss", "kind", "size", "tr", "va", "avg", "cur",
-               "total", "count", "order", "inp", "target", "t", "opt", "sched", "pa", "pc", "j", "h", "n", "i", "batch",
-               "params", "lr", "dev", "x", "y"]
+    _LOCALS = [
+        "net",
+        "enc",
+        "head",
+        "crit",
+        "batches",
+        "a",
+        "b",
+        "out",
+        "loss",
+        "kind",
+        "size",
+        "tr",
+        "va",
+        "avg",
+        "cur",
+        "total",
+        "count",
+        "order",
+        "inp",
+        "target",
+        "t",
+        "opt",
+        "sched",
+        "pa",
+        "pc",
+        "j",
+        "h",
+        "n",
+        "i",
+        "batch",
+        "params",
+        "lr",
+        "dev",
+        "x",
+        "y",
+    ]
 
     def rename_locals(self, text: str) -> str:
         """Parameter and local names of the helpers, drawn at random too (a keyword argument in a
@@ -1239,10 +1921,18 @@ class Gen:
     def imports_for(self, text: str) -> list[str]:
         out = []
         checks = [
-            ("argparse.", "import argparse"), ("copy.", "import copy"), ("csv.", "import csv"), ("functools.", "import functools"),
-            ("itertools.", "import itertools"), ("json.", "import json"), ("logging.", "import logging"), ("pickle.", "import pickle"),
-            ("random.seed", "import random"), ("time.", "import time"),
-            ("@dataclass", "from dataclasses import dataclass"), ("Path(", "from pathlib import Path"),
+            ("argparse.", "import argparse"),
+            ("copy.", "import copy"),
+            ("csv.", "import csv"),
+            ("functools.", "import functools"),
+            ("itertools.", "import itertools"),
+            ("json.", "import json"),
+            ("logging.", "import logging"),
+            ("pickle.", "import pickle"),
+            ("random.seed", "import random"),
+            ("time.", "import time"),
+            ("@dataclass", "from dataclasses import dataclass"),
+            ("Path(", "from pathlib import Path"),
             ("np.", "import numpy as np"),
         ]
         for needle, line in checks:
@@ -1253,14 +1943,29 @@ class Gen:
             out.append("import torch.nn as nn")
         if "F." in text:
             out.append("import torch.nn.functional as F")
-        data_names = [n for n in ("DataLoader", "Dataset", "IterableDataset", "TensorDataset", "Subset", "random_split")
-                      if re.search(rf"(?<![.\w]){n}\b", text)]
+        data_names = [
+            n
+            for n in (
+                "DataLoader",
+                "Dataset",
+                "IterableDataset",
+                "TensorDataset",
+                "Subset",
+                "random_split",
+            )
+            if re.search(rf"(?<![.\w]){n}\b", text)
+        ]
         if data_names:
             out.append(f"from torch.utils.data import {', '.join(data_names)}")
         return out
 
     def file_text(self, imports: list[str], text: str) -> str:
-        return "\n".join(["import os", "import sys"] + imports) + "\n\n\n" + text.strip("\n") + "\n"
+        return (
+            "\n".join(["import os", "import sys"] + imports)
+            + "\n\n\n"
+            + text.strip("\n")
+            + "\n"
+        )
 
 
 def generate(dims: dict[str, str], name_seed: str) -> Program:

@@ -14,17 +14,68 @@ DIMENSIONS: dict[str, list[str]] = {
     # where its settings come from
     "config": ["constants", "argparse", "dataclass", "json_file", "settings_module"],
     # where the trained model is built
-    "model_site": ["in_main", "toplevel", "factory", "factory_tuple", "factory_dict", "trainer", "table",
-                   "two_models", "teacher", "ema"],
+    "model_site": [
+        "in_main",
+        "toplevel",
+        "factory",
+        "factory_tuple",
+        "factory_dict",
+        "trainer",
+        "table",
+        "two_models",
+        "teacher",
+        "ema",
+    ],
     "device": ["cpu_only", "cuda_guarded", "to_device", "dataparallel", "set_device"],
-    "optimizer": ["params", "groups", "frozen_filter", "chained", "helper", "table", "holder_class"],
+    "optimizer": [
+        "params",
+        "groups",
+        "frozen_filter",
+        "chained",
+        "helper",
+        "table",
+        "holder_class",
+    ],
     # how the training step reaches the model
     "forward": ["call", "loss_in_forward", "method", "step_helper", "partial"],
-    "step": ["plain", "accum", "clip", "sched_iter", "sched_epoch", "early_stop", "two_opts"],
-    "data": ["loader", "helper_tuple", "helper_dict", "cycle_shared", "iter_count", "own_iter", "full_batch",
-             "random_split", "subset", "iterable"],
-    "checkpoint": ["none", "state_dict", "dict_with_object", "whole_model", "per_epoch"],
-    "artifacts": ["print_only", "logging_file", "numpy", "pickle", "json", "csv", "fake_lib", "nopkg_helper"],
+    "step": [
+        "plain",
+        "accum",
+        "clip",
+        "sched_iter",
+        "sched_epoch",
+        "early_stop",
+        "two_opts",
+    ],
+    "data": [
+        "loader",
+        "helper_tuple",
+        "helper_dict",
+        "cycle_shared",
+        "iter_count",
+        "own_iter",
+        "full_batch",
+        "random_split",
+        "subset",
+        "iterable",
+    ],
+    "checkpoint": [
+        "none",
+        "state_dict",
+        "dict_with_object",
+        "whole_model",
+        "per_epoch",
+    ],
+    "artifacts": [
+        "print_only",
+        "logging_file",
+        "numpy",
+        "pickle",
+        "json",
+        "csv",
+        "fake_lib",
+        "nopkg_helper",
+    ],
     "out_dir": ["cwd", "makedirs", "time_dir", "pathlib"],
     "evaluation": ["none", "no_grad", "best_copy", "periodic", "end_only"],
     "randomness": ["once", "none", "all_libs", "data_generator"],
@@ -65,27 +116,84 @@ def violations(d: dict[str, str]) -> list[str]:
         if not cond:
             bad.append(why)
 
-    need(d["entry"] not in ("module", "console") or d["layout"] == "package", "module/console entry needs a package")
-    need(d["optimizer"] != "chained" or (d["model_site"] == "two_models" and d["step"] != "two_opts"),
-         "chained parameters need two models and one optimizer")
-    need(d["model_site"] != "two_models" or d["optimizer"] == "chained" or (d["step"] == "two_opts" and d["optimizer"] == "params"),
-         "two models are trained by a chained optimizer or by one optimizer each")
-    need(d["step"] != "two_opts" or (d["optimizer"] == "params" and d["model_site"] not in ("factory_tuple", "factory_dict", "trainer", "teacher", "ema")),
-         "two optimizers are built from plain parameter lists, outside factories and classes")
-    need(d["model_site"] != "teacher" or d["forward"] in ("call", "step_helper", "partial"),
-         "distillation needs the student's output")
-    need(d["model_site"] != "trainer" or d["loop_form"] != "epoch_fn", "a trainer's loop is its own method")
-    need(d["device"] != "dataparallel" or (d["model_site"] in ("in_main", "factory", "table", "ema") and d["forward"] != "method"),
-         "DataParallel only around a single plain model called through forward")
-    need(d["data"] not in ITERATION_DATA or d["loop_form"] != "epoch_fn", "an iteration loop has no epoch function")
-    need(d["step"] != "sched_epoch" or d["data"] not in ITERATION_DATA, "a per-epoch scheduler needs epochs")
-    need(d["step"] != "accum" or d["data"] != "full_batch", "accumulation needs several batches")
-    need(d["optimizer"] != "holder_class" or d["precision"] == "none", "the optimizer holder steps without a scaler")
-    need(d["resume"] not in ("if_present", "flag") or (d["checkpoint"] in ("state_dict", "dict_with_object", "whole_model") and d["model_site"] != "two_models"),
-         "resuming reads the final checkpoint of one model")
-    need(d["optimizer"] not in ("groups", "frozen_filter") or d["model_site"] != "two_models", "param groups are over one model's parts")
-    need(d["optimizer"] != "holder_class" or d["model_site"] not in ("trainer",), "a trainer builds its own optimizer")
-    need(d["checkpoint"] != "whole_model" or d["model_site"] != "two_models", "whole-model save of one model")
+    need(
+        d["entry"] not in ("module", "console") or d["layout"] == "package",
+        "module/console entry needs a package",
+    )
+    need(
+        d["optimizer"] != "chained"
+        or (d["model_site"] == "two_models" and d["step"] != "two_opts"),
+        "chained parameters need two models and one optimizer",
+    )
+    need(
+        d["model_site"] != "two_models"
+        or d["optimizer"] == "chained"
+        or (d["step"] == "two_opts" and d["optimizer"] == "params"),
+        "two models are trained by a chained optimizer or by one optimizer each",
+    )
+    need(
+        d["step"] != "two_opts"
+        or (
+            d["optimizer"] == "params"
+            and d["model_site"]
+            not in ("factory_tuple", "factory_dict", "trainer", "teacher", "ema")
+        ),
+        "two optimizers are built from plain parameter lists, outside factories and classes",
+    )
+    need(
+        d["model_site"] != "teacher"
+        or d["forward"] in ("call", "step_helper", "partial"),
+        "distillation needs the student's output",
+    )
+    need(
+        d["model_site"] != "trainer" or d["loop_form"] != "epoch_fn",
+        "a trainer's loop is its own method",
+    )
+    need(
+        d["device"] != "dataparallel"
+        or (
+            d["model_site"] in ("in_main", "factory", "table", "ema")
+            and d["forward"] != "method"
+        ),
+        "DataParallel only around a single plain model called through forward",
+    )
+    need(
+        d["data"] not in ITERATION_DATA or d["loop_form"] != "epoch_fn",
+        "an iteration loop has no epoch function",
+    )
+    need(
+        d["step"] != "sched_epoch" or d["data"] not in ITERATION_DATA,
+        "a per-epoch scheduler needs epochs",
+    )
+    need(
+        d["step"] != "accum" or d["data"] != "full_batch",
+        "accumulation needs several batches",
+    )
+    need(
+        d["optimizer"] != "holder_class" or d["precision"] == "none",
+        "the optimizer holder steps without a scaler",
+    )
+    need(
+        d["resume"] not in ("if_present", "flag")
+        or (
+            d["checkpoint"] in ("state_dict", "dict_with_object", "whole_model")
+            and d["model_site"] != "two_models"
+        ),
+        "resuming reads the final checkpoint of one model",
+    )
+    need(
+        d["optimizer"] not in ("groups", "frozen_filter")
+        or d["model_site"] != "two_models",
+        "param groups are over one model's parts",
+    )
+    need(
+        d["optimizer"] != "holder_class" or d["model_site"] not in ("trainer",),
+        "a trainer builds its own optimizer",
+    )
+    need(
+        d["checkpoint"] != "whole_model" or d["model_site"] != "two_models",
+        "whole-model save of one model",
+    )
     return bad
 
 
@@ -97,7 +205,9 @@ def sample(rng: random.Random) -> dict[str, str]:
     """A legal combination: each dimension uniform, redrawn until the constraints hold. A
     dimension that keeps breaking them is fixed one at a time, so rare variants still come."""
     pin = None
-    if rng.random() < 0.5:  # pin one variant, so those the constraints make rare still come
+    if (
+        rng.random() < 0.5
+    ):  # pin one variant, so those the constraints make rare still come
         dim = rng.choice(sorted(DIMENSIONS))
         pin = (dim, rng.choice(DIMENSIONS[dim]))
     for _ in range(100000):

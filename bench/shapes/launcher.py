@@ -29,14 +29,35 @@ HERE = Path(__file__).resolve().parent
 # -- client -------------------------------------------------------------------------------
 class Launcher:
     def __init__(self, env: dict[str, str]) -> None:
-        self._proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env=env, cwd=HERE)
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=HERE,
+        )
         self._lock = threading.Lock()
         self.closed = False
 
-    def run(self, argv: list[str], cwd: Path, env: dict[str, str], nproc: int, timeout: float, logdir: Path) -> dict:
+    def run(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        nproc: int,
+        timeout: float,
+        logdir: Path,
+    ) -> dict:
         """{'ranks': [{'rc', 'stdout', 'stderr'}], 'timed_out': bool}"""
-        req = {"argv": argv, "cwd": str(cwd), "env": env, "nproc": nproc, "timeout": timeout, "logdir": str(logdir)}
+        req = {
+            "argv": argv,
+            "cwd": str(cwd),
+            "env": env,
+            "nproc": nproc,
+            "timeout": timeout,
+            "logdir": str(logdir),
+        }
         with self._lock:
             self._proc.stdin.write(json.dumps(req) + "\n")
             self._proc.stdin.flush()
@@ -131,9 +152,16 @@ def _serve_one(req: dict) -> dict:
     logdir.mkdir(parents=True, exist_ok=True)
     base = dict(req["env"])
     if nproc > 1:
-        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(nproc),
-                    LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", ROLE_RANK="0", ROLE_WORLD_SIZE=str(nproc),
-                    TORCHELASTIC_RUN_ID="shapes")
+        base.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+            WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            GROUP_RANK="0",
+            ROLE_RANK="0",
+            ROLE_WORLD_SIZE=str(nproc),
+            TORCHELASTIC_RUN_ID="shapes",
+        )
     pids = []
     for r in range(nproc):
         env = dict(base)
@@ -170,7 +198,13 @@ def _serve_one(req: dict) -> dict:
         time.sleep(0.05)
     ranks = []
     for r in range(nproc):
-        ranks.append({"rc": codes[r], "stdout": _tail(logdir / f"rank{r}.out"), "stderr": _tail(logdir / f"rank{r}.err")})
+        ranks.append(
+            {
+                "rc": codes[r],
+                "stdout": _tail(logdir / f"rank{r}.out"),
+                "stderr": _tail(logdir / f"rank{r}.err"),
+            }
+        )
     return {"ranks": ranks, "timed_out": timed_out}
 
 
@@ -203,7 +237,11 @@ def serve() -> None:
         try:
             reply = _serve_one(json.loads(line))
         except Exception as exc:  # the server keeps serving
-            reply = {"ranks": [], "timed_out": False, "error": f"{type(exc).__name__}: {exc}"}
+            reply = {
+                "ranks": [],
+                "timed_out": False,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 

@@ -48,12 +48,24 @@ def summary(obj, torch, depth=0):
     if isinstance(obj, torch.nn.Module):
         # its state walked as _module_state walks a placeholder's: a torch module may hold one
         state = _module_state(obj.__dict__)
-        return ["M", f"{type(obj).__module__}.{type(obj).__qualname__}", summary(state, torch, depth + 1)]
+        return [
+            "M",
+            f"{type(obj).__module__}.{type(obj).__qualname__}",
+            summary(state, torch, depth + 1),
+        ]
     if isinstance(obj, Placeholder):
         st = obj.__dict__.get("_state")
-        return ["M", type(obj)._shapes_qualname, summary(_module_state(st), torch, depth + 1)]
+        return [
+            "M",
+            type(obj)._shapes_qualname,
+            summary(_module_state(st), torch, depth + 1),
+        ]
     if isinstance(obj, dict):
-        return {"D": {str(k): summary(v, torch, depth + 1) for k, v in list(obj.items())[:200]}}
+        return {
+            "D": {
+                str(k): summary(v, torch, depth + 1) for k, v in list(obj.items())[:200]
+            }
+        }
     if isinstance(obj, (list, tuple)):
         return ["L", [summary(v, torch, depth + 1) for v in list(obj)[:50]]]
     return type(obj).__name__
@@ -84,7 +96,9 @@ def load_all(root: str, files: list[str]) -> dict:
     out = {}
     for f in files:
         try:
-            obj = torch.load(f, map_location="cpu", weights_only=False, pickle_module=_PickleModule)
+            obj = torch.load(
+                f, map_location="cpu", weights_only=False, pickle_module=_PickleModule
+            )
             out[f] = {"ok": True, "summary": summary(obj, torch)}
         except Exception as exc:
             out[f] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400]}
@@ -92,7 +106,14 @@ def load_all(root: str, files: list[str]) -> dict:
 
 
 def main() -> None:
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+    for var in (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "LOCAL_WORLD_SIZE",
+    ):
         os.environ.pop(var, None)
     groups: list[tuple[str, list[str]]] = []
     for a in sys.argv[1:]:
@@ -113,7 +134,12 @@ def main() -> None:
             try:
                 data = json.dumps(load_all(root, files)).encode()
             except BaseException as exc:
-                data = json.dumps({f: {"ok": False, "error": f"{type(exc).__name__}: {exc}"} for f in files}).encode()
+                data = json.dumps(
+                    {
+                        f: {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                        for f in files
+                    }
+                ).encode()
             with os.fdopen(w, "wb") as fw:
                 fw.write(data)
             os._exit(0)

@@ -41,15 +41,30 @@ def say(msg: str) -> None:
 def ddpify_identity() -> dict:
     """Which ddpify is on the path: its version, folder and git commit (a subprocess: the oracle
     never imports it)."""
-    out = subprocess.run([sys.executable, "-c", "import ddpify, os; print(os.path.dirname(os.path.abspath(ddpify.__file__)))"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ddpify, os; print(os.path.dirname(os.path.abspath(ddpify.__file__)))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     where = out.stdout.strip()
-    ver = subprocess.run([sys.executable, "-m", "ddpify", "--version"], capture_output=True, text=True).stdout.strip()
+    ver = subprocess.run(
+        [sys.executable, "-m", "ddpify", "--version"], capture_output=True, text=True
+    ).stdout.strip()
     commit = ""
     if where:
-        g = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True)
+        g = subprocess.run(
+            ["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True
+        )
         commit = g.stdout.strip()
-        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--", "."], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if commit and dirty:
             commit += " (with uncommitted changes)"
     return {"version": ver, "path": where, "commit": commit}
@@ -57,14 +72,19 @@ def ddpify_identity() -> dict:
 
 def short(dims: dict[str, str]) -> str:
     base = simplest()
-    return " ".join(f"{k}={v}" for k, v in dims.items() if v != base[k]) or "(all simplest)"
+    return (
+        " ".join(f"{k}={v}" for k, v in dims.items() if v != base[k])
+        or "(all simplest)"
+    )
 
 
 def line_for(i, res: dict) -> str:
     v = res["verdict"]
     extra = ""
     if v == "refused":
-        extra = " codes " + ",".join(sorted({b.split()[0] for b in res["ddpify"]["blocking"]}))
+        extra = " codes " + ",".join(
+            sorted({b.split()[0] for b in res["ddpify"]["blocking"]})
+        )
     elif v in ("wrong", "crash", "invalid"):
         extra = " " + res["reason"][:220].replace("\n", " ")
     ver = res.get("verify")
@@ -86,16 +106,30 @@ def run_one(prog: Program, keep: Path | None, verify: bool) -> dict:
 def case_record(i, prog: Program, res: dict, seconds: float) -> dict:
     c = res.get("ddpify", {})
     return {
-        "index": i, "name_seed": prog.name_seed, "dims": prog.dims, "argv": prog.argv, "expect_steps": prog.steps,
-        "ddpify_exit": c.get("exit"), "ddpify_codes": c.get("codes", []), "blocking": c.get("blocking", []),
-        "verdict": res["verdict"], "failed": res.get("failed", []), "reason": res.get("reason", ""),
-        "verify": res.get("verify"), "disagreement": disagreement(res), "records": res.get("records"),
-        "converted": {k: v for k, v in (res.get("converted") or {}).items() if k != "stderr_tail"},
+        "index": i,
+        "name_seed": prog.name_seed,
+        "dims": prog.dims,
+        "argv": prog.argv,
+        "expect_steps": prog.steps,
+        "ddpify_exit": c.get("exit"),
+        "ddpify_codes": c.get("codes", []),
+        "blocking": c.get("blocking", []),
+        "verdict": res["verdict"],
+        "failed": res.get("failed", []),
+        "reason": res.get("reason", ""),
+        "verify": res.get("verify"),
+        "disagreement": disagreement(res),
+        "records": res.get("records"),
+        "converted": {
+            k: v for k, v in (res.get("converted") or {}).items() if k != "stderr_tail"
+        },
         "seconds": round(seconds, 1),
     }
 
 
-def save_found(root: Path, prog: Program, res: dict, orig_case: dict, runs: int) -> Path:
+def save_found(
+    root: Path, prog: Program, res: dict, orig_case: dict, runs: int
+) -> Path:
     sig = signature(res)
     base = simplest()
     head = re.sub(r"[^A-Za-z0-9]+", "-", sig[1] or sig[0]).strip("-")[:48].rstrip("-")
@@ -106,26 +140,62 @@ def save_found(root: Path, prog: Program, res: dict, orig_case: dict, runs: int)
         shutil.rmtree(out)
     (out / "files").mkdir(parents=True)
     prog.write(out / "files")
-    (out / "dims.json").write_text(json.dumps({
-        "dims": prog.dims, "name_seed": prog.name_seed, "argv": prog.argv, "entry": prog.entry_file,
-        "expect_steps": prog.steps, "signature": list(sig), "found_as": {"seed": orig_case.get("seed"), "index": orig_case["index"],
-                                                                            "dims": orig_case["dims"]},
-        "shrink_runs": runs,
-    }, indent=2) + "\n")
+    (out / "dims.json").write_text(
+        json.dumps(
+            {
+                "dims": prog.dims,
+                "name_seed": prog.name_seed,
+                "argv": prog.argv,
+                "entry": prog.entry_file,
+                "expect_steps": prog.steps,
+                "signature": list(sig),
+                "found_as": {
+                    "seed": orig_case.get("seed"),
+                    "index": orig_case["index"],
+                    "dims": orig_case["dims"],
+                },
+                "shrink_runs": runs,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     c = res.get("ddpify", {})
     run_line = " ".join(prog.argv)
-    md = [f"# {name}", "",
-          f"Minimal dimensions (all others at their simplest): `{short(prog.dims)}`", "",
-          f"Oracle verdict: **{res['verdict']}** (first failing check: `{sig[1]}`)", "",
-          "What goes wrong:", "", *[f"- {r.strip()}" for r in res.get("reason", "").split("; ") if r.strip()], "",
-          f"ddpify exit {c.get('exit')}, codes: {', '.join(c.get('codes', [])) or 'none'}", "",
-          f"Found as case {orig_case['index']} of seed {orig_case.get('seed')} ({short(orig_case['dims'])}); shrunk in {runs} runs.", "",
-          "Reproduce:", "", "```", f"python bench/shapes/run.py --case {_from_repo(out)}",
-          f"# or by hand, in files/: python -m ddpify {prog.entry_file} && torchrun --standalone --nproc_per_node=2 {run_line}", "```", ""]
+    md = [
+        f"# {name}",
+        "",
+        f"Minimal dimensions (all others at their simplest): `{short(prog.dims)}`",
+        "",
+        f"Oracle verdict: **{res['verdict']}** (first failing check: `{sig[1]}`)",
+        "",
+        "What goes wrong:",
+        "",
+        *[f"- {r.strip()}" for r in res.get("reason", "").split("; ") if r.strip()],
+        "",
+        f"ddpify exit {c.get('exit')}, codes: {', '.join(c.get('codes', [])) or 'none'}",
+        "",
+        f"Found as case {orig_case['index']} of seed {orig_case.get('seed')} ({short(orig_case['dims'])}); shrunk in {runs} runs.",
+        "",
+        "Reproduce:",
+        "",
+        "```",
+        f"python bench/shapes/run.py --case {_from_repo(out)}",
+        f"# or by hand, in files/: python -m ddpify {prog.entry_file} && torchrun --standalone --nproc_per_node=2 {run_line}",
+        "```",
+        "",
+    ]
     ver = res.get("verify")
     if ver:
-        md += [f"verify (--no-convert --to-end --no-baseline, gloo): {ver['verdict']}"
-               + (f", failed checks: {', '.join(ver['failed'])}" if ver.get("failed") else ""), ""]
+        md += [
+            f"verify (--no-convert --to-end --no-baseline, gloo): {ver['verdict']}"
+            + (
+                f", failed checks: {', '.join(ver['failed'])}"
+                if ver.get("failed")
+                else ""
+            ),
+            "",
+        ]
     (out / "expected.md").write_text("\n".join(md))
     return out
 
@@ -145,17 +215,33 @@ def load_case(path: Path) -> Program:
 def table(doc: dict) -> str:
     cases = doc["cases"]
     n = len(cases)
-    tot = {v: sum(1 for c in cases if c["verdict"] == v) for v in ("correct", "wrong", "crash", "refused", "invalid")}
-    lines = ["# Shapes: outcome by dimension", "",
-             f"{n} generated scripts (seed {doc.get('seed')}), {doc.get('ddpify', {}).get('version', 'ddpify')} "
-             f"at {doc.get('ddpify', {}).get('commit', '?')}: "
-             f"{tot['correct']} correct, {tot['wrong'] + tot['crash']} wrong ({tot['crash']} of them ddpify crashes), "
-             f"{tot['refused']} refused" + (f", {tot['invalid']} invalid" if tot["invalid"] else "") + ".", "",
-             f"Command: `{doc.get('command', '')}`", "",
-             "Each row: the scripts that have this variant (every script has one variant of each dimension), "
-             "and how their conversions came out. `wrong %` is of all scripts with the variant.", ""]
+    tot = {
+        v: sum(1 for c in cases if c["verdict"] == v)
+        for v in ("correct", "wrong", "crash", "refused", "invalid")
+    }
+    lines = [
+        "# Shapes: outcome by dimension",
+        "",
+        f"{n} generated scripts (seed {doc.get('seed')}), {doc.get('ddpify', {}).get('version', 'ddpify')} "
+        f"at {doc.get('ddpify', {}).get('commit', '?')}: "
+        f"{tot['correct']} correct, {tot['wrong'] + tot['crash']} wrong ({tot['crash']} of them ddpify crashes), "
+        f"{tot['refused']} refused"
+        + (f", {tot['invalid']} invalid" if tot["invalid"] else "")
+        + ".",
+        "",
+        f"Command: `{doc.get('command', '')}`",
+        "",
+        "Each row: the scripts that have this variant (every script has one variant of each dimension), "
+        "and how their conversions came out. `wrong %` is of all scripts with the variant.",
+        "",
+    ]
     for dim, variants in DIMENSIONS.items():
-        lines += [f"## {dim}", "", "| variant | scripts | correct | wrong | refused | wrong % |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"## {dim}",
+            "",
+            "| variant | scripts | correct | wrong | refused | wrong % |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for v in variants:
             cs = [c for c in cases if c["dims"].get(dim) == v]
             k = len(cs)
@@ -170,8 +256,15 @@ def table(doc: dict) -> str:
         for f in c.get("failed", []) if c["verdict"] == "wrong" else []:
             fails[f] = fails.get(f, 0) + 1
     if fails:
-        lines += ["## Failing checks (wrong scripts)", "", "| check | scripts |", "|---|---:|"]
-        lines += [f"| {k} | {v} |" for k, v in sorted(fails.items(), key=lambda kv: -kv[1])]
+        lines += [
+            "## Failing checks (wrong scripts)",
+            "",
+            "| check | scripts |",
+            "|---|---:|",
+        ]
+        lines += [
+            f"| {k} | {v} |" for k, v in sorted(fails.items(), key=lambda kv: -kv[1])
+        ]
         lines.append("")
     codes: dict[str, int] = {}
     for c in cases:
@@ -179,32 +272,68 @@ def table(doc: dict) -> str:
             for b in c.get("blocking", []):
                 codes[b.split()[0]] = codes.get(b.split()[0], 0) + 1
     if codes:
-        lines += ["## Blocking codes (refused scripts)", "", "| code | findings |", "|---|---:|"]
-        lines += [f"| {k} | {v} |" for k, v in sorted(codes.items(), key=lambda kv: -kv[1])]
+        lines += [
+            "## Blocking codes (refused scripts)",
+            "",
+            "| code | findings |",
+            "|---|---:|",
+        ]
+        lines += [
+            f"| {k} | {v} |" for k, v in sorted(codes.items(), key=lambda kv: -kv[1])
+        ]
         lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=20, help="scripts to generate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-j", "--jobs", type=int, default=1, help="scripts run at once")
     ap.add_argument("--json", help="write every script's record here")
-    ap.add_argument("--keep", help="keep each script's folder (generated files, runs, records) under this folder")
-    ap.add_argument("--index", type=int, action="append", help="run only these indices of the seed (repeatable)")
-    ap.add_argument("--case", help="run a saved case folder (found/NAME, with dims.json) again")
+    ap.add_argument(
+        "--keep",
+        help="keep each script's folder (generated files, runs, records) under this folder",
+    )
+    ap.add_argument(
+        "--index",
+        type=int,
+        action="append",
+        help="run only these indices of the seed (repeatable)",
+    )
+    ap.add_argument(
+        "--case", help="run a saved case folder (found/NAME, with dims.json) again"
+    )
     ap.add_argument("--no-verify", action="store_true", help="skip `ddpify verify`")
-    ap.add_argument("--torchrun", action="store_true",
-                    help="start the ranks with the real torchrun (default: forked from one process that imported torch, "
-                         "with torchrun's environment)")
-    ap.add_argument("--shrink", action="store_true", help="shrink wrong and crashed scripts, one per way of failing")
-    ap.add_argument("--shrink-max", type=int, default=12, help="at most this many shrinks")
+    ap.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="start the ranks with the real torchrun (default: forked from one process that imported torch, "
+        "with torchrun's environment)",
+    )
+    ap.add_argument(
+        "--shrink",
+        action="store_true",
+        help="shrink wrong and crashed scripts, one per way of failing",
+    )
+    ap.add_argument(
+        "--shrink-max", type=int, default=12, help="at most this many shrinks"
+    )
     ap.add_argument("--shrink-budget", type=int, default=30, help="runs per shrink")
-    ap.add_argument("--found", default=str(HERE / "found"), help="where shrunk cases go")
-    ap.add_argument("--reshrink", help="shrink the wrong scripts of a JSON written by --json (its seed), skipping the "
-                                       "ways of failing already under --found")
-    ap.add_argument("--table", help="a JSON written by --json: print its table by dimension (Markdown)")
+    ap.add_argument(
+        "--found", default=str(HERE / "found"), help="where shrunk cases go"
+    )
+    ap.add_argument(
+        "--reshrink",
+        help="shrink the wrong scripts of a JSON written by --json (its seed), skipping the "
+        "ways of failing already under --found",
+    )
+    ap.add_argument(
+        "--table",
+        help="a JSON written by --json: print its table by dimension (Markdown)",
+    )
     ap.add_argument("--md", help="with --table: write the table to this file")
     a = ap.parse_args(argv)
 
@@ -232,7 +361,9 @@ def _main(a, argv, keep) -> int:
         have = set()
         for f in Path(a.found).glob("*/dims.json"):
             have.add(tuple(json.loads(f.read_text())["signature"]))
-        found = do_shrink(a, [c["index"] for c in doc["cases"]], results, keep, skip=have)
+        found = do_shrink(
+            a, [c["index"] for c in doc["cases"]], results, keep, skip=have
+        )
         doc["found"] = doc.get("found", []) + found
         Path(a.reshrink).write_text(json.dumps(doc, indent=1) + "\n")
         return 0
@@ -261,22 +392,39 @@ def _main(a, argv, keep) -> int:
         list(ex.map(work, indices))
 
     ordered = [cases[i] for i in indices]
-    counts = {v: sum(1 for c in ordered if c["verdict"] == v) for v in ("correct", "wrong", "crash", "refused", "invalid")}
+    counts = {
+        v: sum(1 for c in ordered if c["verdict"] == v)
+        for v in ("correct", "wrong", "crash", "refused", "invalid")
+    }
     found = []
     if a.shrink:
         found = do_shrink(a, indices, results, keep)
     doc = {
-        "command": "python bench/shapes/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "seed": a.seed, "n": len(indices), "ddpify": ident, "seconds": round(time.time() - t_start),
-        "counts": counts, "cases": ordered, "found": found,
-        "disagreements": [{"index": c["index"], "what": c["disagreement"]} for c in ordered if c["disagreement"]],
+        "command": "python bench/shapes/run.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seed": a.seed,
+        "n": len(indices),
+        "ddpify": ident,
+        "seconds": round(time.time() - t_start),
+        "counts": counts,
+        "cases": ordered,
+        "found": found,
+        "disagreements": [
+            {"index": c["index"], "what": c["disagreement"]}
+            for c in ordered
+            if c["disagreement"]
+        ],
     }
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
     wrong = counts["wrong"] + counts["crash"]
     tail = f" ({counts['crash']} ddpify crashes)" if counts["crash"] else ""
-    tail += f", {counts['invalid']} invalid (generator bugs)" if counts["invalid"] else ""
-    say(f"shapes: {counts['correct']} correct, {wrong} wrong, {counts['refused']} refused of {len(indices)}{tail}")
+    tail += (
+        f", {counts['invalid']} invalid (generator bugs)" if counts["invalid"] else ""
+    )
+    say(
+        f"shapes: {counts['correct']} correct, {wrong} wrong, {counts['refused']} refused of {len(indices)}{tail}"
+    )
     return 0
 
 
@@ -294,7 +442,9 @@ def do_shrink(a, indices, results, keep, skip=frozenset()) -> list[dict]:
     def one(sig, idxs):
         i = idxs[0]
         prog, res = results[i]
-        say(f"shrinking [{i}] ({sig[0]}: {sig[1]}), {len(idxs)} script(s) fail this way")
+        say(
+            f"shrinking [{i}] ({sig[0]}: {sig[1]}), {len(idxs)} script(s) fail this way"
+        )
         last: dict = {}
 
         def fails(d: dict[str, str]) -> bool:
@@ -305,7 +455,9 @@ def do_shrink(a, indices, results, keep, skip=frozenset()) -> list[dict]:
                 last["prog"], last["res"] = p, r
             return ok
 
-        minimal, runs = shrink(prog.dims, fails, log=lambda m: say(f"[{i}]{m}"), budget=a.shrink_budget)
+        minimal, runs = shrink(
+            prog.dims, fails, log=lambda m: say(f"[{i}]{m}"), budget=a.shrink_budget
+        )
         if "prog" not in last:
             last["prog"], last["res"] = prog, res
         p, r = last["prog"], last["res"]
@@ -317,11 +469,23 @@ def do_shrink(a, indices, results, keep, skip=frozenset()) -> list[dict]:
         if not a.no_verify:
             with tempfile.TemporaryDirectory(prefix="shapes-") as tmp:
                 r = run_program(p, Path(tmp), verify=True)
-        out = save_found(Path(a.found), p, r, {"index": i, "seed": a.seed, "dims": prog.dims}, runs)
+        out = save_found(
+            Path(a.found), p, r, {"index": i, "seed": a.seed, "dims": prog.dims}, runs
+        )
         say(f"  -> {out.name}: {short(p.dims)}: {r.get('reason', '')[:200]}")
         with lock:
-            found.append({"name": out.name, "signature": list(sig), "dims": p.dims, "from_index": i, "same_way": idxs,
-                          "reason": r.get("reason", ""), "verify": (r.get("verify") or {}).get("verdict"), "shrink_runs": runs})
+            found.append(
+                {
+                    "name": out.name,
+                    "signature": list(sig),
+                    "dims": p.dims,
+                    "from_index": i,
+                    "same_way": idxs,
+                    "reason": r.get("reason", ""),
+                    "verify": (r.get("verify") or {}).get("verdict"),
+                    "shrink_runs": runs,
+                }
+            )
 
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         list(ex.map(lambda kv: one(*kv), list(groups.items())[: a.shrink_max]))

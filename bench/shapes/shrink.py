@@ -30,8 +30,12 @@ def _simplify(d: dict[str, str], dims: list[str]) -> dict[str, str] | None:
     return None
 
 
-def shrink(dims: dict[str, str], fails: Callable[[dict[str, str]], bool], log: Callable[[str], None] = lambda s: None,
-           budget: int = 40) -> tuple[dict[str, str], int]:
+def shrink(
+    dims: dict[str, str],
+    fails: Callable[[dict[str, str]], bool],
+    log: Callable[[str], None] = lambda s: None,
+    budget: int = 40,
+) -> tuple[dict[str, str], int]:
     """(the smallest failing combination found, runs used); `fails(d)` runs one combination."""
     cur = dict(dims)
     runs = 0
@@ -47,7 +51,9 @@ def shrink(dims: dict[str, str], fails: Callable[[dict[str, str]], bool], log: C
         tried.add(key)
         runs += 1
         ok = fails(cand)
-        log(f"  shrink {runs}: {'still fails' if ok else 'passes'} with {_diff(cur, cand)}")
+        log(
+            f"  shrink {runs}: {'still fails' if ok else 'passes'} with {_diff(cur, cand)}"
+        )
         if ok:
             cur = cand
         return ok
@@ -61,7 +67,7 @@ def shrink(dims: dict[str, str], fails: Callable[[dict[str, str]], bool], log: C
         while size >= 1 and runs < budget:
             rest = [k for k in DIMENSIONS if cur[k] != base[k]]
             for i in range(0, len(rest), size):
-                if attempt(_simplify(cur, rest[i:i + size])):
+                if attempt(_simplify(cur, rest[i : i + size])):
                     progress = True
             if size == 1:
                 break

@@ -11,6 +11,7 @@ state, collective, remove), then ends; --last-allreduce adds the last all_reduce
 teardown and reverted (it does not prevent the abort), --no-destroy leaves out
 destroy_process_group (which happens to give the GIL away here), --sleep sleeps 0.2 s at the end.
 """
+
 import sys
 import time
 

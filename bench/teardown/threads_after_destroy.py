@@ -7,6 +7,7 @@ destroy_process_group, and the process's thread names after destroy (with the DD
 and collected). Without DDP the gloo threads are gone after destroy; with DDP they stay
 (pt_gloo_runloop x2, gloo_tcp_loop) until the process exits.
 """
+
 import gc
 import os
 import sys
@@ -18,7 +19,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def threads():
-    return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    return sorted(
+        open(f"/proc/self/task/{t}/comm").read().strip()
+        for t in os.listdir("/proc/self/task")
+    )
 
 
 use_ddp = "--no-ddp" not in sys.argv
@@ -34,9 +38,20 @@ if use_ddp:
         opt.step()
     del model, opt
     gc.collect()
-    print(rank, "refs to the group after DDP, deleted and collected", sys.getrefcount(pg), flush=True)
+    print(
+        rank,
+        "refs to the group after DDP, deleted and collected",
+        sys.getrefcount(pg),
+        flush=True,
+    )
 dist.destroy_process_group()
 print(rank, "refs to the group after destroy", sys.getrefcount(pg), flush=True)
 del pg
 gc.collect()
-print(rank, "ddp" if use_ddp else "no ddp", "threads after destroy:", threads(), flush=True)
+print(
+    rank,
+    "ddp" if use_ddp else "no ddp",
+    "threads after destroy:",
+    threads(),
+    flush=True,
+)

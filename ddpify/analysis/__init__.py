@@ -29,10 +29,38 @@ from ddpify.analysis.loaders import EVAL_RE, LOADER_NAMES, TRAIN_RE, Loader
 from ddpify.analysis.models import OPTIM_PREFIXES, OPTIM_RE, SCHED_RE
 from ddpify.directives import OFF_RE, ON_RE, SKIP_RE
 from ddpify.analysis.steps import Step
-from ddpify.analysis.tree import _WHITESPACE, SCOPES, _flatten_targets, call_args, child_fields, code, codegen, dotted
+from ddpify.analysis.tree import (
+    _WHITESPACE,
+    SCOPES,
+    _flatten_targets,
+    call_args,
+    child_fields,
+    code,
+    codegen,
+    dotted,
+)
 
 __all__ = [
-    "Analysis", "Loader", "Step", "call_args", "child_fields", "code", "codegen", "dotted",
-    "DISTRIBUTED_APIS", "LEGACY_APIS", "LOADER_NAMES", "OPTIM_PREFIXES", "SCHED_RE", "OPTIM_RE",
-    "EVAL_RE", "TRAIN_RE", "SCOPES", "SKIP_RE", "OFF_RE", "ON_RE", "_WHITESPACE", "_flatten_targets",
+    "Analysis",
+    "Loader",
+    "Step",
+    "call_args",
+    "child_fields",
+    "code",
+    "codegen",
+    "dotted",
+    "DISTRIBUTED_APIS",
+    "LEGACY_APIS",
+    "LOADER_NAMES",
+    "OPTIM_PREFIXES",
+    "SCHED_RE",
+    "OPTIM_RE",
+    "EVAL_RE",
+    "TRAIN_RE",
+    "SCOPES",
+    "SKIP_RE",
+    "OFF_RE",
+    "ON_RE",
+    "_WHITESPACE",
+    "_flatten_targets",
 ]

@@ -39,7 +39,13 @@ DISTRIBUTED_APIS = (
     "horovod.torch.DistributedOptimizer",
 )
 # apex parts a single-GPU script uses as well (mixed precision, fused optimizers, SyncBatchNorm)
-APEX_APIS = ("apex.amp", "apex.parallel", "apex.optimizers", "apex.normalization", "apex.fp16_utils")
+APEX_APIS = (
+    "apex.amp",
+    "apex.parallel",
+    "apex.optimizers",
+    "apex.normalization",
+    "apex.fp16_utils",
+)
 LEGACY_APIS = APEX_APIS  # the name older callers use
 LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 # where a rank picks its device
@@ -48,7 +54,10 @@ DEVICE_CALLS = ("torch.cuda.set_device", "torch.device", "torch.cuda.device")
 
 class ApisMixin:
     def _find_api(self, names: tuple[str, ...]) -> cst.CSTNode | None:
-        exact, under = set(names), tuple(n + "." for n in names)  # q == n or q.startswith(n + ".")
+        exact, under = (
+            set(names),
+            tuple(n + "." for n in names),
+        )  # q == n or q.startswith(n + ".")
         for c in self.calls:
             for q in self.qualified(c.func):
                 if q in exact or q.startswith(under):
@@ -61,8 +70,15 @@ class ApisMixin:
 
     def _local_rank_flag(self) -> cst.CSTNode | None:
         for c in self.calls:
-            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add_argument":
-                flags = [a.value.evaluated_value for a in c.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+            if (
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "add_argument"
+            ):
+                flags = [
+                    a.value.evaluated_value
+                    for a in c.args
+                    if a.keyword is None and isinstance(a.value, cst.SimpleString)
+                ]
                 if any(f in LOCAL_RANK_FLAGS for f in flags):
                     return c
         return None
@@ -73,32 +89,49 @@ class ApisMixin:
         if flag is None:
             return None
         _, kw = call_args(flag)
-        dest = kw["dest"].value.evaluated_value if "dest" in kw and isinstance(kw["dest"].value, cst.SimpleString) else "local_rank"
+        dest = (
+            kw["dest"].value.evaluated_value
+            if "dest" in kw and isinstance(kw["dest"].value, cst.SimpleString)
+            else "local_rank"
+        )
         # the flag's value and the names bound from it one assignment away (local_rank = args.local_rank)
         names = {dest}
         for asg in self.assigns:
-            if isinstance(asg, cst.Assign) and any(isinstance(n, cst.Attribute) and n.attr.value == dest for n in self.findall(asg.value, m.Attribute())):
+            if isinstance(asg, cst.Assign) and any(
+                isinstance(n, cst.Attribute) and n.attr.value == dest
+                for n in self.findall(asg.value, m.Attribute())
+            ):
                 for t in asg.targets:
                     if isinstance(t.target, cst.Name):
                         names.add(t.target.value)
-                    elif isinstance(t.target, cst.Subscript):  # cfg["local_rank"] = args.local_rank
+                    elif isinstance(
+                        t.target, cst.Subscript
+                    ):  # cfg["local_rank"] = args.local_rank
                         key = getattr(t.target.slice[0].slice, "value", None)
                         if isinstance(key, cst.SimpleString):
                             names.add(key.evaluated_value)
 
         def reads(node: cst.CSTNode) -> bool:
             return any(
-                (isinstance(n, cst.Attribute) and n.attr.value in names) or (isinstance(n, cst.Name) and n.value in names)
+                (isinstance(n, cst.Attribute) and n.attr.value in names)
+                or (isinstance(n, cst.Name) and n.value in names)
                 or (isinstance(n, cst.SimpleString) and n.evaluated_value in names)
                 for n in self.findall(node, m.Attribute() | m.Name() | m.SimpleString())
             )
 
         for c in self.calls:
-            if self.is_call(c, *DEVICE_CALLS) or (isinstance(c.func, cst.Attribute) and c.func.attr.value in ("cuda", "to")):
+            if self.is_call(c, *DEVICE_CALLS) or (
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value in ("cuda", "to")
+            ):
                 if any(reads(a.value) for a in c.args):
                     return c
             for a in c.args:
-                if a.keyword is not None and a.keyword.value in ("device_ids", "output_device") and reads(a.value):
+                if (
+                    a.keyword is not None
+                    and a.keyword.value in ("device_ids", "output_device")
+                    and reads(a.value)
+                ):
                     return c
         return None
 

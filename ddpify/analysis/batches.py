@@ -18,15 +18,48 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.tree import _flatten_targets, call_args, code, dotted
 
-TORCH_DRAWS = frozenset(f"torch.{n}" for n in (
-    "randint", "randperm", "rand", "randn", "randint_like", "rand_like", "randn_like", "multinomial",
-    "normal", "bernoulli", "poisson",
-))
-SEEDS = ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed",
-         "numpy.random.seed", "random.seed")
-GENERATORS = ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator", "random.Random",
-              "torch.Generator")
-_NOT_DRAWS = {"seed", "get_state", "set_state", "getstate", "setstate", "RandomState", "default_rng", "Generator", "Random"}
+TORCH_DRAWS = frozenset(
+    f"torch.{n}"
+    for n in (
+        "randint",
+        "randperm",
+        "rand",
+        "randn",
+        "randint_like",
+        "rand_like",
+        "randn_like",
+        "multinomial",
+        "normal",
+        "bernoulli",
+        "poisson",
+    )
+)
+SEEDS = (
+    "torch.manual_seed",
+    "torch.cuda.manual_seed",
+    "torch.cuda.manual_seed_all",
+    "torch.random.manual_seed",
+    "numpy.random.seed",
+    "random.seed",
+)
+GENERATORS = (
+    "numpy.random.default_rng",
+    "numpy.random.RandomState",
+    "numpy.random.Generator",
+    "random.Random",
+    "torch.Generator",
+)
+_NOT_DRAWS = {
+    "seed",
+    "get_state",
+    "set_state",
+    "getstate",
+    "setstate",
+    "RandomState",
+    "default_rng",
+    "Generator",
+    "Random",
+}
 
 
 @dataclass
@@ -34,21 +67,29 @@ class BatchSource:
     kind: str  # "random" | "range" | "sequence" | "iterable" | "index" | "full" | "closure"
     node: cst.CSTNode  # what gets sharded: the range call, the iterable, the loss statement, the step call
     loop: cst.CSTNode | None = None  # the loop that draws the batches
-    families: set[str] = field(default_factory=set)  # random: "torch", "numpy", "random"
+    families: set[str] = field(
+        default_factory=set
+    )  # random: "torch", "numpy", "random"
     index: str | None = None  # index: the name of the index
     problem: str | None = None  # why it cannot be sharded (blocking)
-    reads: list = field(default_factory=list)  # full: the reads of the whole tensors in the loop
+    reads: list = field(
+        default_factory=list
+    )  # full: the reads of the whole tensors in the loop
 
 
 class BatchesMixin:
     # -- random draws -----------------------------------------------------------------
     def draw_family(self, call: cst.Call) -> str | None:
-        """"torch"/"numpy"/"random" for a draw from that library's global generator."""
+        """ "torch"/"numpy"/"random" for a draw from that library's global generator."""
         for q in self.qualified(call.func):
             if q in TORCH_DRAWS:
                 return "torch"
             for fam, prefix in (("numpy", "numpy.random."), ("random", "random.")):
-                if q.startswith(prefix) and q.count(".") == prefix.count(".") and q.rsplit(".", 1)[-1] not in _NOT_DRAWS:
+                if (
+                    q.startswith(prefix)
+                    and q.count(".") == prefix.count(".")
+                    and q.rsplit(".", 1)[-1] not in _NOT_DRAWS
+                ):
                     return fam
         return None
 
@@ -70,7 +111,9 @@ class BatchesMixin:
                 if not name:
                     continue
                 method = "." in name and not name.startswith("self.")
-                if method and (self._local_module(name) or self.is_model_ref(c.func.value)):
+                if method and (
+                    self._local_module(name) or self.is_model_ref(c.func.value)
+                ):
                     method = False if self._local_module(name) else None
                 if method is None:
                     continue
@@ -83,7 +126,9 @@ class BatchesMixin:
         return out
 
     def _draws_in(self, nodes: list[cst.CSTNode]) -> list[cst.Call]:
-        return [c for n in nodes for c in self.findall(n, m.Call()) if self.draw_family(c)]
+        return [
+            c for n in nodes for c in self.findall(n, m.Call()) if self.draw_family(c)
+        ]
 
     # -- the batch source of a step ---------------------------------------------------
     def batch_source(self, step) -> BatchSource | None:
@@ -92,24 +137,49 @@ class BatchesMixin:
             return closure
         loop, first = self._data_loop(step)
         if isinstance(loop, cst.For):
-            found = self._range_source(loop) or self._sequence_source(loop) or self._iterable_source(loop)
+            found = (
+                self._range_source(loop)
+                or self._sequence_source(loop)
+                or self._iterable_source(loop)
+            )
             if found is not None:
                 return found
-            body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
+            body = (
+                list(loop.body.body)
+                if isinstance(loop.body, cst.IndentedBlock)
+                else [loop.body]
+            )
             nodes, needed = self._feeding(body, first)
             it, names = self._loop_names(loop)
             if m.matches(it, m.Call(func=m.Name("range"))):
                 # a counter: it feeds the batch only as an index (X[i]), which is not sharded here
-                if any(x.value in names for node in nodes for sub in self.findall(node, m.Subscript()) for x in self.findall(sub, m.Name())):
+                if any(
+                    x.value in names
+                    for node in nodes
+                    for sub in self.findall(node, m.Subscript())
+                    for x in self.findall(sub, m.Name())
+                ):
                     return None
-            elif needed & set(names + [dotted(t) for t in _flatten_targets(loop.target)]):
+            elif needed & set(
+                names + [dotted(t) for t in _flatten_targets(loop.target)]
+            ):
                 return None  # the loop hands out the batches (a loader from elsewhere): not known here
         found = self._random_source(first, loop)
         if found is not None:
             return found
         return self._index_source(step) or self._full_batch_source(step, loop)
 
-    _MOVES = {"to", "cuda", "float", "double", "long", "half", "bfloat16", "contiguous", "detach"}
+    _MOVES = {
+        "to",
+        "cuda",
+        "float",
+        "double",
+        "long",
+        "half",
+        "bfloat16",
+        "contiguous",
+        "detach",
+    }
 
     def _full_batch_source(self, step, loop: cst.CSTNode | None) -> BatchSource | None:
         """Every step reads whole tensors made before the loop (full-batch training): the model's
@@ -117,8 +187,17 @@ class BatchesMixin:
         names the loop does not assign. Those reads get this rank's rows."""
         if loop is None or not isinstance(loop.body, cst.IndentedBlock):
             return None
-        region = [n for n in (step.loss_stmt or step.forward_first, step.stmt) if n is not None]
-        forwards = [c for n in region for c in self.findall(n, m.Call()) if self.is_model_ref(c.func)]
+        region = [
+            n
+            for n in (step.loss_stmt or step.forward_first, step.stmt)
+            if n is not None
+        ]
+        forwards = [
+            c
+            for n in region
+            for c in self.findall(n, m.Call())
+            if self.is_model_ref(c.func)
+        ]
         if not forwards:
             return None
         assigned: dict[str, list[cst.Assign]] = {}
@@ -130,17 +209,33 @@ class BatchesMixin:
         if any(self.findall(n, m.Subscript()) for n in region):
             return None  # rows or keys picked from the batch or the output: not whole tensors
         work = [a.value for c in forwards for a in c.args]
-        outputs = {dotted(t.target) for c in forwards for t in getattr(self.parent.get(c), "targets", ())}
-        for n in region:  # criterion(model(x), y) or criterion(out, y): y beside the model's output
+        outputs = {
+            dotted(t.target)
+            for c in forwards
+            for t in getattr(self.parent.get(c), "targets", ())
+        }
+        for n in (
+            region
+        ):  # criterion(model(x), y) or criterion(out, y): y beside the model's output
             for call in self.findall(n, m.Call()):
                 vals = [a.value for a in call.args]
-                if any(v in forwards or dotted(v) in outputs for v in vals) and not self.is_model_ref(call.func):
-                    work += [v for v in vals if v not in forwards and dotted(v) not in outputs]
+                if any(
+                    v in forwards or dotted(v) in outputs for v in vals
+                ) and not self.is_model_ref(call.func):
+                    work += [
+                        v
+                        for v in vals
+                        if v not in forwards and dotted(v) not in outputs
+                    ]
         reads: list[cst.Name] = []
         seen: set[str] = set()
         while work:
             e = work.pop()
-            if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in self._MOVES:
+            if (
+                isinstance(e, cst.Call)
+                and isinstance(e.func, cst.Attribute)
+                and e.func.attr.value in self._MOVES
+            ):
                 work.append(e.func.value)
                 continue
             if not isinstance(e, cst.Name):
@@ -150,7 +245,11 @@ class BatchesMixin:
             seen.add(e.value)
             asgs = assigned.get(e.value)
             if asgs is None:
-                if e.value in self.functions or e.value in self.classes or e.value in ("True", "False", "None"):
+                if (
+                    e.value in self.functions
+                    or e.value in self.classes
+                    or e.value in ("True", "False", "None")
+                ):
                     return None
                 reads.append(e)
                 continue
@@ -158,8 +257,15 @@ class BatchesMixin:
                 target = asg.targets[0].target
                 if len(asg.targets) == 1 and isinstance(target, cst.Name):
                     work.append(asg.value)
-                elif len(asg.targets) == 1 and isinstance(target, cst.Tuple) and isinstance(asg.value, cst.Tuple) and len(target.elements) == len(asg.value.elements):
-                    work += [el.value for el in asg.value.elements]  # x, y = X, Y: both are the batch
+                elif (
+                    len(asg.targets) == 1
+                    and isinstance(target, cst.Tuple)
+                    and isinstance(asg.value, cst.Tuple)
+                    and len(target.elements) == len(asg.value.elements)
+                ):
+                    work += [
+                        el.value for el in asg.value.elements
+                    ]  # x, y = X, Y: both are the batch
                 else:
                     return None
         if not reads:
@@ -167,18 +273,41 @@ class BatchesMixin:
         # the read to shard is the one in the loop (an outside name read there, or the forward's own)
         inside = []
         for r in reads:
-            hits = [n for n in self.findall(loop.body, m.Name(r.value)) if not isinstance(self.parent.get(n), cst.Attribute) or self.parent.get(n).value is n]
-            inside += [n for n in hits if not any(n is t for a in assigned.get(r.value, []) for tt in a.targets for t in _flatten_targets(tt.target))]
+            hits = [
+                n
+                for n in self.findall(loop.body, m.Name(r.value))
+                if not isinstance(self.parent.get(n), cst.Attribute)
+                or self.parent.get(n).value is n
+            ]
+            inside += [
+                n
+                for n in hits
+                if not any(
+                    n is t
+                    for a in assigned.get(r.value, [])
+                    for tt in a.targets
+                    for t in _flatten_targets(tt.target)
+                )
+            ]
         return BatchSource("full", inside[0], loop, reads=inside) if inside else None
 
     def _data_loop(self, step) -> tuple[cst.CSTNode | None, cst.CSTNode]:
         """The loop that feeds the step, and the node in it where the step's forward starts:
         train(x, y) called once per batch from a loop gets its batch from that loop."""
-        first = step.loss_stmt or step.forward_first or step.stmt  # the training forward, not an evaluation before it
+        first = (
+            step.loss_stmt or step.forward_first or step.stmt
+        )  # the training forward, not an evaluation before it
         loop = self.enclosing_loop(step.stmt)
         fn = self.function_of(step.stmt)
         if loop is None and fn is not None:
-            callers = [c for c in self.callers(fn) if not (isinstance(c.func, cst.Attribute) and self.is_model_ref(c.func.value))]
+            callers = [
+                c
+                for c in self.callers(fn)
+                if not (
+                    isinstance(c.func, cst.Attribute)
+                    and self.is_model_ref(c.func.value)
+                )
+            ]
             if len(callers) == 1 and self.enclosing_loop(callers[0]) is not None:
                 return self.enclosing_loop(callers[0]), callers[0]
         return loop, first
@@ -186,22 +315,38 @@ class BatchesMixin:
     def _closure_step(self, step) -> BatchSource | None:
         """optimizer.step(closure) of an LBFGS optimizer (the backward is inside the closure)."""
         for c in self.calls:
-            if not m.matches(c.func, m.Attribute(attr=m.Name("step"))) or not self.is_optimizer_ref(c.func.value):
+            if not m.matches(
+                c.func, m.Attribute(attr=m.Name("step"))
+            ) or not self.is_optimizer_ref(c.func.value):
                 continue
             pos, kw = call_args(c)
             opt = dotted(c.func.value)
             made = self.optimizers.get(opt or "")
-            if (pos or "closure" in kw) and made is not None and self.is_call(made, "torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"):
-                return BatchSource("closure", c, problem=(
-                    "LBFGS re-evaluates the loss in its line search: on each rank that loss is the rank's own, "
-                    "so the ranks take different steps (and a different number of backward passes, which hangs DDP); "
-                    "ddpify cannot shard this training. Keep it on one process, or use a first-order optimizer"))
+            if (
+                (pos or "closure" in kw)
+                and made is not None
+                and self.is_call(made, "torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS")
+            ):
+                return BatchSource(
+                    "closure",
+                    c,
+                    problem=(
+                        "LBFGS re-evaluates the loss in its line search: on each rank that loss is the rank's own, "
+                        "so the ranks take different steps (and a different number of backward passes, which hangs DDP); "
+                        "ddpify cannot shard this training. Keep it on one process, or use a first-order optimizer"
+                    ),
+                )
         return None
 
     def _loop_names(self, loop: cst.For) -> tuple[cst.BaseExpression, list[str]]:
         """The iterable under enumerate(), and the names the loop binds to its items."""
         it, target = loop.iter, loop.target
-        if m.matches(it, m.Call(func=m.Name("enumerate"))) and it.args and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        if (
+            m.matches(it, m.Call(func=m.Name("enumerate")))
+            and it.args
+            and isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+        ):
             it, target = it.args[0].value, target.elements[1].value
         return it, [dotted(t) for t in _flatten_targets(target) if dotted(t)]
 
@@ -210,7 +355,9 @@ class BatchesMixin:
         for n in nodes:
             for sub in self.findall(n, m.Subscript()):
                 for el in sub.slice:
-                    if isinstance(el.slice, cst.Slice) and any(x.value in names for x in self.findall(el.slice, m.Name())):
+                    if isinstance(el.slice, cst.Slice) and any(
+                        x.value in names for x in self.findall(el.slice, m.Name())
+                    ):
                         return True
         return False
 
@@ -223,10 +370,20 @@ class BatchesMixin:
         # get_batch(source, i): the callee slices with the parameter the loop variable fills
         for c in self.findall(loop.body, m.Call()):
             name = dotted(c.func)
-            for fn in self.functions.get((name or "").rsplit(".", 1)[-1], []) if name else []:
-                params = [p.name.value for p in fn.params.params if p.name.value not in ("self", "cls")]
+            for fn in (
+                self.functions.get((name or "").rsplit(".", 1)[-1], []) if name else []
+            ):
+                params = [
+                    p.name.value
+                    for p in fn.params.params
+                    if p.name.value not in ("self", "cls")
+                ]
                 pos, kw = call_args(c)
-                filled = {params[i] for i, arg in enumerate(pos) if i < len(params) and dotted(arg.value) in names}
+                filled = {
+                    params[i]
+                    for i, arg in enumerate(pos)
+                    if i < len(params) and dotted(arg.value) in names
+                }
                 filled |= {k for k, arg in kw.items() if dotted(arg.value) in names}
                 if filled and self._slices_with([fn.body], filled):
                     return BatchSource("range", it, loop)
@@ -236,12 +393,18 @@ class BatchesMixin:
         it, names = self._loop_names(loop)
         if not any(n.value in names for n in self.findall(loop.body, m.Name())):
             return None
-        parts = [a.value for a in it.args] if m.matches(it, m.Call(func=m.Name("zip"))) else [it]
+        parts = (
+            [a.value for a in it.args]
+            if m.matches(it, m.Call(func=m.Name("zip")))
+            else [it]
+        )
         if not parts or not all(isinstance(p, cst.Name) for p in parts):
             return None
         scope = self.function_of(loop)
         for p in parts:
-            values = self._local_values(scope, p.value) or self._local_values(None, p.value)
+            values = self._local_values(scope, p.value) or self._local_values(
+                None, p.value
+            )
             if len(values) != 1 or not self._prebatched(values[0]):
                 return None
         return BatchSource("sequence", it, loop)
@@ -261,23 +424,39 @@ class BatchesMixin:
         cls = self.classes.get(name)
         if cls is not None:
             defs = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-            if any(d.name.value == "__iter__" for d in defs) and not any(d.name.value == "__getitem__" for d in defs):
+            if any(d.name.value == "__iter__" for d in defs) and not any(
+                d.name.value == "__getitem__" for d in defs
+            ):
                 return BatchSource("iterable", it, loop)
             return None
         fns = self.functions.get(name, [])
-        if len(fns) == 1 and self.function_of(fns[0]) is None and self.findall(fns[0], m.Yield()):
+        if (
+            len(fns) == 1
+            and self.function_of(fns[0]) is None
+            and self.findall(fns[0], m.Yield())
+        ):
             return BatchSource("iterable", it, loop)
         return None
 
-    def _made_from(self, e: cst.BaseExpression, scope, depth: int = 0) -> cst.BaseExpression | None:
+    def _made_from(
+        self, e: cst.BaseExpression, scope, depth: int = 0
+    ) -> cst.BaseExpression | None:
         """The one value a name holds where it is iterated: its assignment in scope, or, for a
         parameter of a function with one caller, what that caller hands it."""
         if not isinstance(e, cst.Name) or depth > 3:
             return e
-        param = scope is not None and e.value in {p.name.value for p in scope.params.params}
-        values = self._local_values(scope, e.value) or ([] if param else self._local_values(None, e.value))
+        param = scope is not None and e.value in {
+            p.name.value for p in scope.params.params
+        }
+        values = self._local_values(scope, e.value) or (
+            [] if param else self._local_values(None, e.value)
+        )
         if len(values) == 1:
-            return self._made_from(values[0], scope, depth + 1) if isinstance(values[0], cst.Name) else values[0]
+            return (
+                self._made_from(values[0], scope, depth + 1)
+                if isinstance(values[0], cst.Name)
+                else values[0]
+            )
         callers = self.callers(scope) if param and not values else []
         if len(callers) == 1:
             arg = self.argument_for(callers[0], scope, e.value)
@@ -287,23 +466,40 @@ class BatchesMixin:
 
     def _prebatched(self, value: cst.BaseExpression) -> bool:
         """A list of batches made up front: a list/comprehension, or tensor.split/chunk."""
-        if isinstance(value, (cst.List, cst.Tuple)):  # [0.1, 0.01] are settings, not batches
-            return bool(value.elements) and not any(isinstance(e.value, (cst.BaseNumber, cst.BaseString)) for e in value.elements)
+        if isinstance(
+            value, (cst.List, cst.Tuple)
+        ):  # [0.1, 0.01] are settings, not batches
+            return bool(value.elements) and not any(
+                isinstance(e.value, (cst.BaseNumber, cst.BaseString))
+                for e in value.elements
+            )
         if isinstance(value, cst.ListComp):
             return True
         if isinstance(value, cst.Call):
             if self.is_call(value, "torch.split", "torch.chunk", "torch.unbind"):
                 return True
-            if isinstance(value.func, cst.Attribute) and value.func.attr.value in ("split", "chunk", "unbind") and not isinstance(value.func.value, cst.SimpleString):
+            if (
+                isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("split", "chunk", "unbind")
+                and not isinstance(value.func.value, cst.SimpleString)
+            ):
                 return True
             if m.matches(value.func, m.Name("list")) and value.args:
-                return self._prebatched(value.args[0].value) or isinstance(value.args[0].value, cst.GeneratorExp)
+                return self._prebatched(value.args[0].value) or isinstance(
+                    value.args[0].value, cst.GeneratorExp
+                )
         return False
 
-    def _random_source(self, first: cst.CSTNode, loop: cst.CSTNode | None) -> BatchSource | None:
+    def _random_source(
+        self, first: cst.CSTNode, loop: cst.CSTNode | None
+    ) -> BatchSource | None:
         if loop is None:
             return None
-        body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else [loop.body]
+        body = (
+            list(loop.body.body)
+            if isinstance(loop.body, cst.IndentedBlock)
+            else [loop.body]
+        )
         top = first
         while top is not None and top not in body:
             top = self.parent.get(top)
@@ -312,8 +508,12 @@ class BatchesMixin:
         draws = self._draws_in(reached)
         if not draws:
             return None
-        src = BatchSource("random", loop, loop, families={self.draw_family(c) for c in draws})
-        src.problem = self._random_problem(loop, reached, draws) or self._data_gate(first, loop)
+        src = BatchSource(
+            "random", loop, loop, families={self.draw_family(c) for c in draws}
+        )
+        src.problem = self._random_problem(loop, reached, draws) or self._data_gate(
+            first, loop
+        )
         return src
 
     def _data_gate(self, first: cst.CSTNode, loop: cst.CSTNode) -> str | None:
@@ -332,24 +532,42 @@ class BatchesMixin:
         for gate in gates:
             names = {n.value for n in self.findall(gate.test, m.Name())}
             for asg in self.findall(loop, m.Assign() | m.AugAssign()):
-                targets = {dotted(el) for t in asg.targets for el in _flatten_targets(t.target)} if isinstance(asg, cst.Assign) else {dotted(asg.target)}
+                targets = (
+                    {
+                        dotted(el)
+                        for t in asg.targets
+                        for el in _flatten_targets(t.target)
+                    }
+                    if isinstance(asg, cst.Assign)
+                    else {dotted(asg.target)}
+                )
                 if not targets & names:
                     continue
-                calls = [c for c in self.findall(asg.value, m.Call()) if dotted(c.func) not in plain]
+                calls = [
+                    c
+                    for c in self.findall(asg.value, m.Call())
+                    if dotted(c.func) not in plain
+                ]
                 if not calls:
                     continue
                 test = code(gate.test)
                 if isinstance(gate, cst.While):
-                    return (f"the training steps run in `while {test}:`, which ends when the data says so "
-                            f"({code(calls[0].func)}(...)): once each rank draws its own data, the ranks would run different numbers "
-                            "of steps and DDP's gradient all-reduce would wait forever; give every rank the same number of updates "
-                            "(e.g. collect, then update a fixed number of times), or train on one process")
-                return (f"`if {test}:` decides from the data ({code(calls[0].func)}(...)) whether a training step runs: once each rank "
-                        "draws its own data, the ranks would run different numbers of steps and DDP's gradient all-reduce would wait "
-                        "forever; give every rank the same number of updates, or train on one process")
+                    return (
+                        f"the training steps run in `while {test}:`, which ends when the data says so "
+                        f"({code(calls[0].func)}(...)): once each rank draws its own data, the ranks would run different numbers "
+                        "of steps and DDP's gradient all-reduce would wait forever; give every rank the same number of updates "
+                        "(e.g. collect, then update a fixed number of times), or train on one process"
+                    )
+                return (
+                    f"`if {test}:` decides from the data ({code(calls[0].func)}(...)) whether a training step runs: once each rank "
+                    "draws its own data, the ranks would run different numbers of steps and DDP's gradient all-reduce would wait "
+                    "forever; give every rank the same number of updates, or train on one process"
+                )
         return None
 
-    def _feeding(self, stmts: list[cst.CSTNode], first: cst.CSTNode) -> tuple[list[cst.CSTNode], set[str]]:
+    def _feeding(
+        self, stmts: list[cst.CSTNode], first: cst.CSTNode
+    ) -> tuple[list[cst.CSTNode], set[str]]:
         """What computes the forward's inputs: the forward statement and, going back through
         stmts, the assignments to the names it reads (an evaluation before it does not count)."""
         out: list[cst.CSTNode] = [first]
@@ -358,13 +576,17 @@ class BatchesMixin:
             if s is first or self._order.get(id(s), 0) > self._order.get(id(first), 0):
                 continue
             for asg in self.findall(s, m.Assign()):
-                targets = {dotted(el) for t in asg.targets for el in _flatten_targets(t.target)}
+                targets = {
+                    dotted(el) for t in asg.targets for el in _flatten_targets(t.target)
+                }
                 if targets & needed:
                     out.append(asg.value)
                     needed |= {n.value for n in self.findall(asg.value, m.Name())}
         return out, needed
 
-    def _random_problem(self, loop: cst.CSTNode, reached: list[cst.CSTNode], draws: list[cst.Call]) -> str | None:
+    def _random_problem(
+        self, loop: cst.CSTNode, reached: list[cst.CSTNode], draws: list[cst.Call]
+    ) -> str | None:
         for c in draws:
             if "generator" in call_args(c)[1]:
                 return f"`{dotted(c.func)}(..., generator=...)` draws the batch from a generator of the script's own: seed it with RANK added by hand"
@@ -373,8 +595,15 @@ class BatchesMixin:
                 if self.is_call(c, *SEEDS):
                     return f"`{dotted(c.func)}` re-seeds the generator inside the training loop: every rank would draw the same batches again; add RANK to that seed by hand"
         for if_ in self.findall(loop.body, m.If()):
-            if any(self.draw_family(c) for c in self.findall(if_.test, m.Call())) and self.findall(
-                    if_.body, m.Break() | m.Continue() | m.Return() | m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+            if any(
+                self.draw_family(c) for c in self.findall(if_.test, m.Call())
+            ) and self.findall(
+                if_.body,
+                m.Break()
+                | m.Continue()
+                | m.Return()
+                | m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step"))),
+            ):
                 return "a random draw decides whether this step runs: with per-rank draws the ranks would run different numbers of steps (DDP hangs)"
         for fam in {self.draw_family(c) for c in draws} - {"torch"}:
             if self.module_alias(fam) is None:
@@ -394,17 +623,33 @@ class BatchesMixin:
         stmt = step.loss_stmt or step.stmt
         fn = self.function_of(stmt)
         # `target[t]` in a loop over time steps is not a row index
-        loop_vars = {dotted(t) for f in self.fors if self.function_of(f) is fn for t in _flatten_targets(f.target)}
+        loop_vars = {
+            dotted(t)
+            for f in self.fors
+            if self.function_of(f) is fn
+            for t in _flatten_targets(f.target)
+        }
         names = []
         for sub in self.findall(stmt, m.Subscript()):
             if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
                 idx = dotted(sub.slice[0].slice.value)
-                if idx and not idx.isupper() and idx not in names and idx not in loop_vars:
+                if (
+                    idx
+                    and not idx.isupper()
+                    and idx not in names
+                    and idx not in loop_vars
+                ):
                     names.append(idx)
         if not names:
             return None
         src = BatchSource("index", stmt, self.enclosing_loop(step.stmt), index=names[0])
-        picks = sum(1 for sub in self.findall(stmt, m.Subscript()) if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and dotted(sub.slice[0].slice.value) == names[0])
+        picks = sum(
+            1
+            for sub in self.findall(stmt, m.Subscript())
+            if len(sub.slice) == 1
+            and isinstance(sub.slice[0].slice, cst.Index)
+            and dotted(sub.slice[0].slice.value) == names[0]
+        )
         if len(names) > 1:
             src.problem = f"the loss picks rows with several indices ({', '.join(names)}): shard them alike by hand"
         elif picks < 2:
@@ -424,42 +669,89 @@ class BatchesMixin:
             v = work.pop()
             for n in self.findall(v, m.Name()):
                 par = self.parent.get(n)
-                if n.value in seen or (isinstance(par, cst.Call) and par.func is n) or (isinstance(par, cst.Attribute) and par.attr is n):
+                if (
+                    n.value in seen
+                    or (isinstance(par, cst.Call) and par.func is n)
+                    or (isinstance(par, cst.Attribute) and par.attr is n)
+                ):
                     continue
                 seen.add(n.value)
                 more = self._values_reaching(v, n.value)
                 values += more
                 work += more
-        seeded = {fam for fam in ("numpy", "random") if any(self.is_call(c, f"{fam}.random.seed" if fam == "numpy" else "random.seed") for c in self.calls)}
+        seeded = {
+            fam
+            for fam in ("numpy", "random")
+            if any(
+                self.is_call(
+                    c, f"{fam}.random.seed" if fam == "numpy" else "random.seed"
+                )
+                for c in self.calls
+            )
+        }
         # unseeded draws before training are seeded from rank 0's seed at the set-up (seeds.py,
         # DDP145): what they draw is the same on every rank
         seeded |= set(self.unseeded_draws().draws)
         for v in values:
             if isinstance(v, (cst.BaseNumber, cst.BaseString, cst.Dict)):
                 return f"`{name}` is `{code(v)}`, not an index of rows: ddpify cannot tell which rows the loss reads"
-            for c in self.findall(v, m.Call()) if not isinstance(v, cst.Call) else [v, *self.findall(v, m.Call())]:
+            for c in (
+                self.findall(v, m.Call())
+                if not isinstance(v, cst.Call)
+                else [v, *self.findall(v, m.Call())]
+            ):
                 fam = self.draw_family(c)
                 if fam in ("numpy", "random") and fam not in seeded:
                     return f"`{name}` is drawn with an unseeded {fam} generator: it differs per rank, so the ranks' shares would overlap"
                 name_c = dotted(c.func) or ""
-                local = self.functions.get(name_c.rsplit(".", 1)[-1]) if "." not in name_c else None
+                local = (
+                    self.functions.get(name_c.rsplit(".", 1)[-1])
+                    if "." not in name_c
+                    else None
+                )
                 if local:
-                    for fam in {self.draw_family(d) for d in self._draws_in(self._reached([f.body for f in local]))} - {"torch", None} - seeded:
+                    for fam in (
+                        {
+                            self.draw_family(d)
+                            for d in self._draws_in(
+                                self._reached([f.body for f in local])
+                            )
+                        }
+                        - {"torch", None}
+                        - seeded
+                    ):
                         return f"`{name}` comes from {name_c}(), which draws with an unseeded {fam} generator: it may differ per rank"
-                elif self.draw_family(c) is None and not self._plain_call(c) and "numpy" not in seeded:
-                    return (f"`{name}` comes from {name_c}(), which ddpify cannot see: if it splits at random without a seed, "
-                            "the ranks' indices differ (seed numpy with np.random.seed, or shard by hand)")
+                elif (
+                    self.draw_family(c) is None
+                    and not self._plain_call(c)
+                    and "numpy" not in seeded
+                ):
+                    return (
+                        f"`{name}` comes from {name_c}(), which ddpify cannot see: if it splits at random without a seed, "
+                        "the ranks' indices differ (seed numpy with np.random.seed, or shard by hand)"
+                    )
         return None
 
     def _plain_call(self, c: cst.Call) -> bool:
         """A call that cannot draw at random: a method of a tensor (.cuda(), .to()), a builtin, a torch op."""
-        if isinstance(c.func, cst.Attribute) and not (dotted(c.func) or "").startswith(("np.", "numpy.", "random.")):
+        if isinstance(c.func, cst.Attribute) and not (dotted(c.func) or "").startswith(
+            ("np.", "numpy.", "random.")
+        ):
             q = self.qualified(c.func)
             return not q or all(x.startswith("torch.") for x in q)
-        return dotted(c.func) in ("range", "list", "len", "int", "sorted", "tuple", "Variable") or any(
-            q.startswith("torch.") for q in self.qualified(c.func))
+        return dotted(c.func) in (
+            "range",
+            "list",
+            "len",
+            "int",
+            "sorted",
+            "tuple",
+            "Variable",
+        ) or any(q.startswith("torch.") for q in self.qualified(c.func))
 
-    def _values_reaching(self, at: cst.CSTNode, name: str, depth: int = 0) -> list[cst.BaseExpression]:
+    def _values_reaching(
+        self, at: cst.CSTNode, name: str, depth: int = 0
+    ) -> list[cst.BaseExpression]:
         """Right-hand sides of the assignments to name in at's scope, following a parameter
         to the callers' arguments (one level) and module-level names."""
         fn = self.function_of(at)
@@ -470,17 +762,30 @@ class BatchesMixin:
             out = []
             for call in self.callers(fn):
                 pos, kw = call_args(call)
-                arg = kw[name].value if name in kw else pos[i].value if i < len(pos) else None
+                arg = (
+                    kw[name].value
+                    if name in kw
+                    else pos[i].value
+                    if i < len(pos)
+                    else None
+                )
                 if arg is None or dotted(arg) is None:
                     return []
                 out += self._values_reaching(call, dotted(arg), depth + 1)
             return out
         out = []
-        for scope in ([fn, None] if fn is not None else [None]):
+        for scope in [fn, None] if fn is not None else [None]:
             for asg in self.assigns:
-                if not isinstance(asg, cst.Assign) or self.function_of(asg) is not scope:
+                if (
+                    not isinstance(asg, cst.Assign)
+                    or self.function_of(asg) is not scope
+                ):
                     continue
-                if any(dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)):
+                if any(
+                    dotted(el) == name
+                    for t in asg.targets
+                    for el in _flatten_targets(t.target)
+                ):
                     out.append(asg.value)
             if out:
                 return out

@@ -15,9 +15,14 @@ from ddpify.analysis.tree import call_args, dotted
 
 # names that speak of a device or of GPU-only parallelism (use_cuda, ngpu, DataParallel, ...);
 # the short ones only as a whole part of the name (xla_device, but not output)
-DEVICE_NAME = re.compile(r"cuda|device|gpu|parallel|accelerat|(?:^|_)(?:mps|xla|tpu|npu)(?:_|\d|$)", re.IGNORECASE)
+DEVICE_NAME = re.compile(
+    r"cuda|device|gpu|parallel|accelerat|(?:^|_)(?:mps|xla|tpu|npu)(?:_|\d|$)",
+    re.IGNORECASE,
+)
 # strings that name a device ("cuda:0", "mps", "torch.cuda.FloatTensor", ...)
-DEVICE_STRING = re.compile(r"cuda|^\s*(?:mps|xla|gpu|tpu|npu)(?::\d+)?\s*$", re.IGNORECASE)
+DEVICE_STRING = re.compile(
+    r"cuda|^\s*(?:mps|xla|gpu|tpu|npu)(?::\d+)?\s*$", re.IGNORECASE
+)
 
 
 def device_handling(a) -> cst.CSTNode | None:
@@ -72,7 +77,12 @@ def gpu_index_literals(a) -> list[cst.Integer]:
         if name.startswith("self.") and name.count(".") == 1:
             cls = a.class_of(fn) if fn is not None else None
             for asg in a.assigns:
-                if isinstance(asg, cst.Assign) and cls is not None and a.class_of(asg) is cls and any(dotted(t.target) == name for t in asg.targets):
+                if (
+                    isinstance(asg, cst.Assign)
+                    and cls is not None
+                    and a.class_of(asg) is cls
+                    and any(dotted(t.target) == name for t in asg.targets)
+                ):
                     origins(asg.value, a.function_of(asg), depth + 1)
             return
         if "." in name:
@@ -90,14 +100,23 @@ def gpu_index_literals(a) -> list[cst.Integer]:
     for call in a.calls:
         func = call.func
         pos, kw = call_args(call)
-        if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda") and pos and dotted(func.value) != "torch":
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("to", "cuda")
+            and pos
+            and dotted(func.value) != "torch"
+        ):
             origins(pos[0].value, a.function_of(call), 0)
         if "device" in kw:
             origins(kw["device"].value, a.function_of(call), 0)
-    return sorted(found.values(), key=lambda n: (a.pos[n].start.line, a.pos[n].start.column))
+    return sorted(
+        found.values(), key=lambda n: (a.pos[n].start.line, a.pos[n].start.column)
+    )
 
 
-DTYPES = re.compile(r"^(torch\.)?(float|double|half|bfloat16|int|long|short|bool|uint8|int8|complex|cfloat|memory_format|channels_last)")
+DTYPES = re.compile(
+    r"^(torch\.)?(float|double|half|bfloat16|int|long|short|bool|uint8|int8|complex|cfloat|memory_format|channels_last)"
+)
 
 
 def places_anything(a) -> bool:
@@ -108,14 +127,31 @@ def places_anything(a) -> bool:
     for call in a.calls:
         func = call.func
         pos, kw = call_args(call)
-        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and dotted(func.value) != "torch":
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "cuda"
+            and dotted(func.value) != "torch"
+        ):
             return True
         if isinstance(func, cst.Attribute) and func.attr.value in ("to", "to_empty"):
-            first = pos[0].value if pos else kw["device"].value if "device" in kw else None
+            first = (
+                pos[0].value if pos else kw["device"].value if "device" in kw else None
+            )
             text = (dotted(first) or "") if first is not None else ""
-            if first is not None and not DTYPES.match(text) and not (isinstance(first, cst.Attribute) and DTYPES.match(first.attr.value)):
+            if (
+                first is not None
+                and not DTYPES.match(text)
+                and not (
+                    isinstance(first, cst.Attribute) and DTYPES.match(first.attr.value)
+                )
+            ):
                 return True
-        if "device" in kw or a.is_call(call, "torch.cuda.set_device", "torch.set_default_device",
-                                       "torch.nn.DataParallel", "torch.nn.parallel.DataParallel"):
+        if "device" in kw or a.is_call(
+            call,
+            "torch.cuda.set_device",
+            "torch.set_default_device",
+            "torch.nn.DataParallel",
+            "torch.nn.parallel.DataParallel",
+        ):
             return True
     return False

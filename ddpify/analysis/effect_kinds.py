@@ -16,16 +16,70 @@ from __future__ import annotations
 import re
 
 # roots of qualified names whose calls every rank must make, or that change this process only
-EVERY_RANK = ("torch", "numpy.random", "random", "math", "builtins", "functools", "itertools", "operator",
-              "collections", "copy", "typing", "dataclasses", "re", "string", "time.sleep", "time.time",
-              "time.perf_counter", "sys", "os.environ", "os.chdir", "os.path", "os.getenv",
-              "os.putenv", "warnings", "logging.getLogger", "importlib", "argparse", "atexit", "signal",
-              "faulthandler", "gc", "multiprocessing", "threading", "contextlib", "abc", "enum", "inspect",
-              "json.loads", "json.dumps", "pickle.loads", "pickle.dumps", "yaml.safe_load", "yaml.load",
-              "numpy", "scipy", "sklearn", "pandas.DataFrame", "PIL.Image.open", "cv2.imread", "tqdm",
-              "transformers", "datasets", "timm", "accelerate", "apex", "einops", "ddpify")
+EVERY_RANK = (
+    "torch",
+    "numpy.random",
+    "random",
+    "math",
+    "builtins",
+    "functools",
+    "itertools",
+    "operator",
+    "collections",
+    "copy",
+    "typing",
+    "dataclasses",
+    "re",
+    "string",
+    "time.sleep",
+    "time.time",
+    "time.perf_counter",
+    "sys",
+    "os.environ",
+    "os.chdir",
+    "os.path",
+    "os.getenv",
+    "os.putenv",
+    "warnings",
+    "logging.getLogger",
+    "importlib",
+    "argparse",
+    "atexit",
+    "signal",
+    "faulthandler",
+    "gc",
+    "multiprocessing",
+    "threading",
+    "contextlib",
+    "abc",
+    "enum",
+    "inspect",
+    "json.loads",
+    "json.dumps",
+    "pickle.loads",
+    "pickle.dumps",
+    "yaml.safe_load",
+    "yaml.load",
+    "numpy",
+    "scipy",
+    "sklearn",
+    "pandas.DataFrame",
+    "PIL.Image.open",
+    "cv2.imread",
+    "tqdm",
+    "transformers",
+    "datasets",
+    "timm",
+    "accelerate",
+    "apex",
+    "einops",
+    "ddpify",
+)
 # numpy's own writers are in the table of writers (analysis/writes.py); its other calls compute
-PATHISH_NAME = re.compile(r"(path|file|fname|dir|folder|ckpt|checkpoint|dst|dest|out_?put|save_?to|log_?dir)", re.I)
+PATHISH_NAME = re.compile(
+    r"(path|file|fname|dir|folder|ckpt|checkpoint|dst|dest|out_?put|save_?to|log_?dir)",
+    re.I,
+)
 PATH_LITERAL = re.compile(r"[/\\]|\.[A-Za-z]\w{0,4}$")
 
 
@@ -43,7 +97,9 @@ def pathish_literal(text: str) -> bool:
     return bool(PATH_LITERAL.search(text.strip()))
 
 
-def library_effect(qualname: str, imported: bool, given_path: bool, value_kept: bool) -> bool:
+def library_effect(
+    qualname: str, imported: bool, given_path: bool, value_kept: bool
+) -> bool:
     """A call into an imported library, handed a path, whose value is dropped: it writes (or
     sends) something, so rank 0 alone makes it."""
     return imported and given_path and not value_kept and not every_rank(qualname)

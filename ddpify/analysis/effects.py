@@ -11,11 +11,41 @@ from ddpify.analysis.tree import dotted
 
 
 # methods of a module that run no forward
-NOT_FORWARD = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
-                         "children", "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
-                         "cpu", "float", "half", "double", "bfloat16", "zero_grad", "apply", "requires_grad_",
-                         "register_buffer", "register_forward_hook", "register_forward_pre_hook", "add_module",
-                         "get_submodule", "extra_repr", "type", "share_memory", "to_empty"})
+NOT_FORWARD = frozenset(
+    {
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "state_dict",
+        "load_state_dict",
+        "train",
+        "eval",
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "half",
+        "double",
+        "bfloat16",
+        "zero_grad",
+        "apply",
+        "requires_grad_",
+        "register_buffer",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "add_module",
+        "get_submodule",
+        "extra_repr",
+        "type",
+        "share_memory",
+        "to_empty",
+    }
+)
 
 
 class EffectsMixin:
@@ -24,8 +54,12 @@ class EffectsMixin:
             return True
         # model.compute_loss(x): a method of the model may run its forward (DDP's, once routed)
         f = call.func
-        return (isinstance(f, cst.Attribute) and f.attr.value not in NOT_FORWARD and not f.attr.value.startswith("_")
-                and self.is_model_ref(f.value))
+        return (
+            isinstance(f, cst.Attribute)
+            and f.attr.value not in NOT_FORWARD
+            and not f.attr.value.startswith("_")
+            and self.is_model_ref(f.value)
+        )
 
     def _is_collective_call(self, call: cst.Call) -> bool:
         if self._is_forward_call(call):
@@ -33,8 +67,14 @@ class EffectsMixin:
         f = call.func
         if isinstance(f, cst.Attribute) and f.attr.value == "backward":
             return True  # under DDP, backward all-reduces the gradients
-        if isinstance(f, cst.Attribute) and f.attr.value == "step" and self.is_optimizer_ref(f.value):
-            return True  # the first step of each optimizer compares gradients across ranks
+        if (
+            isinstance(f, cst.Attribute)
+            and f.attr.value == "step"
+            and self.is_optimizer_ref(f.value)
+        ):
+            return (
+                True  # the first step of each optimizer compares gradients across ranks
+            )
         if any(q.startswith("torch.distributed.") for q in self.qualified(call.func)):
             return True
         # torch.load gets a barrier; model passed to a function may be run there
@@ -62,17 +102,27 @@ class EffectsMixin:
 
     def _calls_function_in(self, call: cst.Call, names: set[str]) -> bool:
         fname = dotted(call.func)
-        return bool(fname) and fname.rsplit(".", 1)[-1] in names and fname.rsplit(".", 1)[-1] in self.functions
+        return (
+            bool(fname)
+            and fname.rsplit(".", 1)[-1] in names
+            and fname.rsplit(".", 1)[-1] in self.functions
+        )
 
     def runs_model(self, node: cst.CSTNode) -> bool:
         return any(
-            self._is_forward_call(c) or self._calls_function_in(c, self.forward_functions)
-            or any(self.is_model_ref(a.value) for a in c.args if self._calls_function_in(c, set(self.functions)))
+            self._is_forward_call(c)
+            or self._calls_function_in(c, self.forward_functions)
+            or any(
+                self.is_model_ref(a.value)
+                for a in c.args
+                if self._calls_function_in(c, set(self.functions))
+            )
             for c in self.findall(node, m.Call())
         )
 
     def runs_collective(self, node: cst.CSTNode) -> bool:
         return any(
-            self._is_collective_call(c) or self._calls_function_in(c, self.collective_functions)
+            self._is_collective_call(c)
+            or self._calls_function_in(c, self.collective_functions)
             for c in self.findall(node, m.Call())
         )

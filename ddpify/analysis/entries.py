@@ -28,8 +28,12 @@ def console_functions(path: str) -> list[str]:
         with open(os.path.join(root, "pyproject.toml"), "rb") as f:
             data = tomllib.load(f)
         project = data.get("project", {})
-        targets += list(project.get("scripts", {}).values()) + list(project.get("gui-scripts", {}).values())
-        targets += list(data.get("tool", {}).get("poetry", {}).get("scripts", {}).values())
+        targets += list(project.get("scripts", {}).values()) + list(
+            project.get("gui-scripts", {}).values()
+        )
+        targets += list(
+            data.get("tool", {}).get("poetry", {}).get("scripts", {}).values()
+        )
     except (OSError, tomllib.TOMLDecodeError, AttributeError):
         pass
     try:
@@ -42,7 +46,13 @@ def console_functions(path: str) -> list[str]:
     try:
         cfg.read(os.path.join(root, "setup.cfg"), encoding="utf-8")
         if cfg.has_option("options.entry_points", "console_scripts"):
-            targets += [ln.split("=", 1)[1] for ln in cfg.get("options.entry_points", "console_scripts").splitlines() if "=" in ln]
+            targets += [
+                ln.split("=", 1)[1]
+                for ln in cfg.get(
+                    "options.entry_points", "console_scripts"
+                ).splitlines()
+                if "=" in ln
+            ]
     except configparser.Error:
         pass
     rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")

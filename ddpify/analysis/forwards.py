@@ -17,11 +17,15 @@ from ddpify.analysis.tree import call_args, dotted
 
 # what gives a module buffers: torch.nn's normalisation layers with running statistics, spectral
 # norm's power-iteration vectors, and the module's own register_buffer
-BUFFERED = re.compile(r"^(Lazy)?(Sync)?(BatchNorm|InstanceNorm)\dd?$|^spectral_norm$|^register_buffer$")
+BUFFERED = re.compile(
+    r"^(Lazy)?(Sync)?(BatchNorm|InstanceNorm)\dd?$|^spectral_norm$|^register_buffer$"
+)
 LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
-def repeated_forward(a: Analysis, name: str, methods: list[str] | tuple[str, ...] = ()) -> tuple[cst.Call, cst.Call] | None:
+def repeated_forward(
+    a: Analysis, name: str, methods: list[str] | tuple[str, ...] = ()
+) -> tuple[cst.Call, cst.Call] | None:
     """(a later forward of the model, the backward it precedes) where the model runs again, or
     in a loop, between the previous backward of the same block and this one; None if each
     backward follows one forward. Forwards in the two arms of one if/else count once, and one
@@ -31,12 +35,27 @@ def repeated_forward(a: Analysis, name: str, methods: list[str] | tuple[str, ...
         names = _names_in(a, name, a.function_of(step.stmt))
         body = list(step.block.body)  # type: ignore[attr-defined]
         idx = body.index(step.stmt)
-        start = next((k + 1 for k in range(idx - 1, -1, -1) if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward"))))), 0)
-        calls = [c for s in body[start : idx + 1] for c in a.findall(s, m.Call()) if _forward_of(c, names, methods)]
+        start = next(
+            (
+                k + 1
+                for k in range(idx - 1, -1, -1)
+                if a.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward"))))
+            ),
+            0,
+        )
+        calls = [
+            c
+            for s in body[start : idx + 1]
+            for c in a.findall(s, m.Call())
+            if _forward_of(c, names, methods)
+        ]
         for i, c in enumerate(calls):
             if _in_loop(a, c, step.block) and not _no_grad(a, c):
                 return c, step.backward
-            if any(not _exclusive(a, prev, c) and not _no_grad(a, prev) for prev in calls[:i]):
+            if any(
+                not _exclusive(a, prev, c) and not _no_grad(a, prev)
+                for prev in calls[:i]
+            ):
                 return c, step.backward
     return None
 
@@ -47,7 +66,9 @@ def _names_in(a: Analysis, name: str, fn: cst.FunctionDef | None) -> set[str]:
     if fn is None:
         return names
     for c in a.calls:
-        if (dotted(c.func) or "").rsplit(".", 1)[-1] == fn.name.value and any(dotted(x.value) == name for x in c.args):
+        if (dotted(c.func) or "").rsplit(".", 1)[-1] == fn.name.value and any(
+            dotted(x.value) == name for x in c.args
+        ):
             p = _param_for(fn, c, name)
             if p is not None:
                 names.add(p)
@@ -65,7 +86,10 @@ def _forward_of(call: cst.Call, names: set[str], methods=()) -> bool:
 def _no_grad(a: Analysis, node: cst.CSTNode) -> bool:
     cur = a.parent.get(node)
     while cur is not None:
-        if isinstance(cur, cst.With) and any(a.is_call(i.item, "torch.no_grad", "torch.inference_mode") for i in cur.items):
+        if isinstance(cur, cst.With) and any(
+            a.is_call(i.item, "torch.no_grad", "torch.inference_mode")
+            for i in cur.items
+        ):
             return True
         cur = a.parent.get(cur)
     return False
@@ -114,5 +138,7 @@ def _makes_buffers(call: cst.Call) -> bool:
         return False
     if "InstanceNorm" in last:  # running statistics only when asked for
         _, kw = call_args(call)
-        return "track_running_stats" in kw and not m.matches(kw["track_running_stats"].value, m.Name("False"))
+        return "track_running_stats" in kw and not m.matches(
+            kw["track_running_stats"].value, m.Name("False")
+        )
     return True

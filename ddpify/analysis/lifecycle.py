@@ -17,9 +17,26 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.core import Analysis
 from ddpify.analysis.model_uses import rebound_unwrapped
-from ddpify.analysis.tree import _flatten_targets, _inside, _path, call_args, code, dotted
+from ddpify.analysis.tree import (
+    _flatten_targets,
+    _inside,
+    _path,
+    call_args,
+    code,
+    dotted,
+)
 
-PLACEMENT = ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "to_empty", "type")
+PLACEMENT = (
+    "to",
+    "cuda",
+    "cpu",
+    "half",
+    "float",
+    "bfloat16",
+    "double",
+    "to_empty",
+    "type",
+)
 # method on the model (or a submodule) -> kind of change
 METHODS = {
     **{p: "move" for p in PLACEMENT},
@@ -38,9 +55,34 @@ UNSAFE_AFTER_WRAP = {"move", "init", "freeze", "structure", "syncbn"}
 # they do not move it (with --amp apex, amp state must be restored after amp.initialize)
 NEUTRAL = {"load"}
 # nn.Module's own methods that change nothing DDP holds (the model's class may not override them)
-MODULE_API = {"train", "eval", "forward", "parameters", "named_parameters", "state_dict", "modules", "children", "zero_grad"}
-RANDOM_INPLACE = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_"}
-FIXED_INIT = {"zeros_", "ones_", "constant_", "eye_", "dirac_"}  # nn.init.* that give every rank the same
+MODULE_API = {
+    "train",
+    "eval",
+    "forward",
+    "parameters",
+    "named_parameters",
+    "state_dict",
+    "modules",
+    "children",
+    "zero_grad",
+}
+RANDOM_INPLACE = {
+    "normal_",
+    "uniform_",
+    "bernoulli_",
+    "random_",
+    "exponential_",
+    "cauchy_",
+    "log_normal_",
+    "geometric_",
+}
+FIXED_INIT = {
+    "zeros_",
+    "ones_",
+    "constant_",
+    "eye_",
+    "dirac_",
+}  # nn.init.* that give every rank the same
 WHAT = {
     "move": "moves it to another device or dtype",
     "init": "initialises its parameters",
@@ -53,6 +95,8 @@ WHAT = {
     "rebind": "binds the name to a new module",
     "compile": "compiles it with torch.compile",
 }
+
+
 # calls that want the plain module as their first argument: a copy or a trace of the wrapper
 # carries 'module.' keys, and a traced DDP forward runs collectives on one rank alone
 def _under(d: str | None, name: str) -> bool:
@@ -68,27 +112,38 @@ def _resolve(a: Analysis, path: str | None, at: cst.CSTNode, name: str) -> str |
     loop = a.ancestor(at, cst.For)
     while loop is not None:
         if head in {x.value for x in a.findall(loop.target, m.Name())}:
-            if any(_under(_path(x), name) for x in a.findall(loop.iter, m.Attribute() | m.Name())):
+            if any(
+                _under(_path(x), name)
+                for x in a.findall(loop.iter, m.Attribute() | m.Name())
+            ):
                 return f"{name}.[]" + (f".{rest}" if rest else "")
             return path
         loop = a.ancestor(loop, cst.For)
     return path
 
 
-def change_in(a: Analysis, node: cst.CSTNode, name: str) -> tuple[cst.CSTNode, str] | None:
+def change_in(
+    a: Analysis, node: cst.CSTNode, name: str
+) -> tuple[cst.CSTNode, str] | None:
     """The first thing in node's subtree that changes the model `name`, and its kind."""
     found = changes_in(a, node, name)
     return found[0] if found else None
 
 
-def changes_in(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.CSTNode, str]]:
+def changes_in(
+    a: Analysis, node: cst.CSTNode, name: str
+) -> list[tuple[cst.CSTNode, str]]:
     out: list[tuple[cst.CSTNode, str]] = []
     for c in a.findall(node, m.Call()):
         kind = _call_change(a, c, name)
         if kind:
             out.append((c, kind))
     for asg in a.findall(node, m.Assign() | m.AnnAssign() | m.AugAssign()):
-        targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+        targets = (
+            [t.target for t in asg.targets]
+            if isinstance(asg, cst.Assign)
+            else [asg.target]
+        )
         for t in targets:
             kind = _target_change(a, asg, t, name)
             if kind:
@@ -102,16 +157,33 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
     if isinstance(f, cst.Attribute):
         base = _resolve(a, _path(f.value), c, name)
         attr = f.attr.value
-        if base == name and attr not in METHODS and attr not in MODULE_API and attr in a.functions:
-            return _own_method_change(a, f.value, attr)  # the model's own init_weights(), not init_hidden()
+        if (
+            base == name
+            and attr not in METHODS
+            and attr not in MODULE_API
+            and attr in a.functions
+        ):
+            return _own_method_change(
+                a, f.value, attr
+            )  # the model's own init_weights(), not init_hidden()
         if attr in METHODS and _under(base, name):
             if METHODS[attr] == "move" and base != name:
                 return None  # a submodule's buffer or a tensor copy, not the model's placement
             return METHODS[attr]
         # in-place on a parameter: model.fc.weight.data.normal_(0, 0.02)
-        if attr.endswith("_") and not attr.startswith("_") and base is not None and base.startswith(name + ".") and ".grad" not in base:
+        if (
+            attr.endswith("_")
+            and not attr.startswith("_")
+            and base is not None
+            and base.startswith(name + ".")
+            and ".grad" not in base
+        ):
             return "init" if attr in RANDOM_INPLACE else "inplace"
-    if a.is_call(c, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+    if a.is_call(
+        c,
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "apex.parallel.convert_syncbn_model",
+    ):
         pos, _ = call_args(c)
         if pos and dotted(pos[0].value) == name:
             return "syncbn"
@@ -119,11 +191,17 @@ def _call_change(a: Analysis, c: cst.Call, name: str) -> str | None:
         pos, _ = call_args(c)
         arg = _resolve(a, _path(pos[0].value), c, name) if pos else None
         if _under(arg, name) and arg != name:
-            return "inplace" if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT else "init"
+            return (
+                "inplace"
+                if (dotted(c.func) or "").rsplit(".", 1)[-1] in FIXED_INIT
+                else "init"
+            )
     return None
 
 
-def _own_method_change(a: Analysis, ref: cst.CSTNode | None, attr: str, depth: int = 0) -> str | None:
+def _own_method_change(
+    a: Analysis, ref: cst.CSTNode | None, attr: str, depth: int = 0
+) -> str | None:
     """What the model's own method `attr` does to it: its body read, not its name (`init_hidden`
     that only returns fresh zeros changes nothing), in the model's class where ddpify can tell
     which that is, else in any class of the script that defines it."""
@@ -132,12 +210,24 @@ def _own_method_change(a: Analysis, ref: cst.CSTNode | None, attr: str, depth: i
     cls = model_class(a, ref) if ref is not None else None
     kinds: list[str] = []
     for meth in a.functions.get(attr, []):
-        if a.class_of(meth) is None or (cls is not None and a.class_of(meth) is not cls):
+        if a.class_of(meth) is None or (
+            cls is not None and a.class_of(meth) is not cls
+        ):
             continue
-        kinds += [k for _, k in changes_in(a, meth.body, "self") if k not in ("attr", "rebind", "load")]
+        kinds += [
+            k
+            for _, k in changes_in(a, meth.body, "self")
+            if k not in ("attr", "rebind", "load")
+        ]
         for c in a.findall(meth.body, m.Call()):
             d = dotted(c.func) or ""
-            if depth < 3 and d.startswith("self.") and d.count(".") == 1 and d[5:] in a.functions and d[5:] != attr:
+            if (
+                depth < 3
+                and d.startswith("self.")
+                and d.count(".") == 1
+                and d[5:] in a.functions
+                and d[5:] != attr
+            ):
                 inner = _own_method_change(a, None, d[5:], depth + 1)
                 if inner:
                     kinds.append(inner)
@@ -147,14 +237,20 @@ def _own_method_change(a: Analysis, ref: cst.CSTNode | None, attr: str, depth: i
     return None
 
 
-def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: str) -> str | None:
+def _target_change(
+    a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: str
+) -> str | None:
     for el in _flatten_targets(t):
         d = _resolve(a, _path(el), asg, name)
         if d is None:
             continue
         if d == name:
             value = getattr(asg, "value", None)
-            if isinstance(value, cst.Call) and a.is_call(value, "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model"):
+            if isinstance(value, cst.Call) and a.is_call(
+                value,
+                "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+                "apex.parallel.convert_syncbn_model",
+            ):
                 return "syncbn"
             if isinstance(value, cst.Call) and a.is_call(value, "torch.compile"):
                 return "compile"  # (after the wrap it compiles DDP itself, which DDP supports)
@@ -174,7 +270,9 @@ def _target_change(a: Analysis, asg: cst.CSTNode, t: cst.BaseExpression, name: s
 def _builds_module(a: Analysis, call: cst.Call) -> bool:
     d = dotted(call.func) or ""
     last = d.rsplit(".", 1)[-1]
-    return bool(last[:1].isupper()) or any(q.startswith("torch.nn.") for q in a.qualified(call.func))
+    return bool(last[:1].isupper()) or any(
+        q.startswith("torch.nn.") for q in a.qualified(call.func)
+    )
 
 
 # -- functions of the script that take the model --------------------------------------------------
@@ -192,7 +290,9 @@ def _param_for(fn: cst.FunctionDef, call: cst.Call, name: str) -> str | None:
     return None
 
 
-def helper_effect(a: Analysis, call: cst.Call, name: str, depth: int = 0) -> tuple[str, cst.CSTNode | None, str | None]:
+def helper_effect(
+    a: Analysis, call: cst.Call, name: str, depth: int = 0
+) -> tuple[str, cst.CSTNode | None, str | None]:
     """What a call of the script's own function does to the model handed to it:
     ("use", ...) it runs, returns or hands on the model (it must be wrapped by then);
     ("change", node, kind) it only changes it (the wrap can go after the call);
@@ -217,36 +317,60 @@ def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
     for c in a.findall(fn.body, m.Call()):
         if dotted(c.func) == param:
             return True
-        if any(dotted(x.value) == param for x in c.args) and helper_effect(a, c, param, depth + 1)[0] == "use":
+        if (
+            any(dotted(x.value) == param for x in c.args)
+            and helper_effect(a, c, param, depth + 1)[0] == "use"
+        ):
             return True
     for ret in a.findall(fn.body, m.Return()):
-        items = [e.value for e in ret.value.elements] if isinstance(ret.value, cst.Tuple) else [ret.value] if ret.value is not None else []
+        items = (
+            [e.value for e in ret.value.elements]
+            if isinstance(ret.value, cst.Tuple)
+            else [ret.value]
+            if ret.value is not None
+            else []
+        )
         if any(dotted(x) == param for x in items):
-            return True  # model = prepare(model): the caller goes on with what it returns
+            return (
+                True  # model = prepare(model): the caller goes on with what it returns
+            )
     return False
 
 
 def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
-    """"use" when stmt runs the model or hands it to code that does (the wrap must come
+    """ "use" when stmt runs the model or hands it to code that does (the wrap must come
     before), "change" when it changes the model (the wrap must come after), else None."""
     change = False
     for c in a.findall(stmt, m.Call()):
         if dotted(c.func) == name:
             return "use"
         fname = dotted(c.func)
-        if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+        if (
+            fname
+            and fname.rsplit(".", 1)[-1] in a.functions
+            and any(dotted(x.value) == name for x in c.args)
+        ):
             eff = helper_effect(a, c, name)
             if eff[0] == "use":
                 return "use"
             change = change or (eff[0] == "change" and eff[2] not in NEUTRAL)
         elif a._is_forward_call(c) or a._calls_function_in(c, a.forward_functions):
             return "use"  # an alias of the model, or train() reaching it as a global
-        elif name.startswith("self.") and fname and fname.startswith("self.") and fname.count(".") == 1:
+        elif (
+            name.startswith("self.")
+            and fname
+            and fname.startswith("self.")
+            and fname.count(".") == 1
+        ):
             eff2 = _method_effect(a, c, name, 0)  # self._setup_model() in __init__
             if eff2 == "use":
                 return "use"
             change = change or eff2 == "change"
-    if change or any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
+    if change or any(
+        k not in NEUTRAL
+        for part in (name, *model_parts(a, name))
+        for _, k in changes_in(a, stmt, part)
+    ):
         return "change"
     return None
 
@@ -255,23 +379,38 @@ def changes(a: Analysis, stmt: cst.CSTNode, name: str) -> bool:
     """stmt changes the model (the wrap must come after it), whatever else it does with it:
     directly or through a part, rebinding the name (`model = prepare(model)`), through a
     function of the script it is handed to, or (for `self.X`) a method of the class."""
-    if any(k not in NEUTRAL for part in (name, *model_parts(a, name)) for _, k in changes_in(a, stmt, part)):
+    if any(
+        k not in NEUTRAL
+        for part in (name, *model_parts(a, name))
+        for _, k in changes_in(a, stmt, part)
+    ):
         return True
     if holder_changes(a, stmt, name):
         return True
     for c in a.findall(stmt, m.Call()):
         fname = dotted(c.func)
-        if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+        if (
+            fname
+            and fname.rsplit(".", 1)[-1] in a.functions
+            and any(dotted(x.value) == name for x in c.args)
+        ):
             if any(k not in NEUTRAL for k in _helper_changes(a, c, name, 0)):
                 return True
-        elif name.startswith("self.") and fname and fname.startswith("self.") and fname.count(".") == 1:
+        elif (
+            name.startswith("self.")
+            and fname
+            and fname.startswith("self.")
+            and fname.count(".") == 1
+        ):
             meth = _method_of(a, c)
             if meth is not None and changes(a, meth.body, name):
                 return True
     return False
 
 
-def holder_changes(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.Call, str]]:
+def holder_changes(
+    a: Analysis, node: cst.CSTNode, name: str
+) -> list[tuple[cst.Call, str]]:
     """For a part `self.X` of the object whose method holds node: what node does to the whole
     object that changes its parts too (`self.to(device)`, `self.apply(init)`)."""
     if not name.startswith("self.") or name.count(".") != 1:
@@ -279,12 +418,18 @@ def holder_changes(a: Analysis, node: cst.CSTNode, name: str) -> list[tuple[cst.
     out = []
     for c in a.findall(node, m.Call(func=m.Attribute())):
         attr = c.func.attr.value  # type: ignore[attr-defined]
-        if dotted(c.func.value) == "self" and attr in METHODS and METHODS[attr] not in NEUTRAL | {"structure"}:  # type: ignore[attr-defined]
+        if (
+            dotted(c.func.value) == "self"
+            and attr in METHODS
+            and METHODS[attr] not in NEUTRAL | {"structure"}
+        ):  # type: ignore[attr-defined]
             out.append((c, METHODS[attr]))
     return out
 
 
-def instance_changes(a: Analysis, name: str, cls: cst.ClassDef) -> list[tuple[cst.Call, str]]:
+def instance_changes(
+    a: Analysis, name: str, cls: cst.ClassDef
+) -> list[tuple[cst.Call, str]]:
     """Changes made to instances of cls from outside it, after its __init__ has run: `gan =
     GAN().to(device)`, `gan.cuda()` move the parts (`self.gen`) __init__ built."""
     if not name.startswith("self."):
@@ -292,10 +437,16 @@ def instance_changes(a: Analysis, name: str, cls: cst.ClassDef) -> list[tuple[cs
     instances: set[str] = set()
     out: list[tuple[cst.Call, str]] = []
     for c in a.calls:
-        if (dotted(c.func) or "").rsplit(".", 1)[-1] != cls.name.value or a.class_of(c) is cls:
+        if (dotted(c.func) or "").rsplit(".", 1)[-1] != cls.name.value or a.class_of(
+            c
+        ) is cls:
             continue
         par = a.parent.get(c)
-        if isinstance(par, cst.Attribute) and par.attr.value in METHODS and isinstance(a.parent.get(par), cst.Call):
+        if (
+            isinstance(par, cst.Attribute)
+            and par.attr.value in METHODS
+            and isinstance(a.parent.get(par), cst.Call)
+        ):
             kind = METHODS[par.attr.value]
             if kind not in NEUTRAL | {"structure"}:
                 out.append((a.parent[par], kind))  # type: ignore[arg-type]
@@ -304,7 +455,12 @@ def instance_changes(a: Analysis, name: str, cls: cst.ClassDef) -> list[tuple[cs
                 instances.add(d)
     for c in a.calls:
         f = c.func
-        if isinstance(f, cst.Attribute) and dotted(f.value) in instances and f.attr.value in METHODS and a.class_of(c) is not cls:
+        if (
+            isinstance(f, cst.Attribute)
+            and dotted(f.value) in instances
+            and f.attr.value in METHODS
+            and a.class_of(c) is not cls
+        ):
             kind = METHODS[f.attr.value]
             if kind not in NEUTRAL | {"structure"}:
                 out.append((c, kind))
@@ -322,7 +478,10 @@ def _helper_changes(a: Analysis, call: cst.Call, name: str, depth: int) -> list[
             continue
         kinds += [k for _, k in changes_in(a, fn.body, param) if k != "rebind"]
         for c in a.findall(fn.body, m.Call()):
-            if any(dotted(x.value) == param for x in c.args) and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions:
+            if (
+                any(dotted(x.value) == param for x in c.args)
+                and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions
+            ):
                 kinds += _helper_changes(a, c, param, depth + 1)
     return kinds
 
@@ -332,7 +491,14 @@ def _method_of(a: Analysis, call: cst.Call) -> cst.FunctionDef | None:
     fn = a.function_of(call)
     cls = a.class_of(fn) if fn is not None else None
     meth = (dotted(call.func) or "").rsplit(".", 1)[-1]
-    return next((f for f in (cls.body.body if cls is not None else []) if isinstance(f, cst.FunctionDef) and f.name.value == meth), None)
+    return next(
+        (
+            f
+            for f in (cls.body.body if cls is not None else [])
+            if isinstance(f, cst.FunctionDef) and f.name.value == meth
+        ),
+        None,
+    )
 
 
 def _method_effect(a: Analysis, call: cst.Call, name: str, depth: int) -> str | None:
@@ -341,27 +507,47 @@ def _method_effect(a: Analysis, call: cst.Call, name: str, depth: int) -> str | 
         return None
     change = False
     for c in a.findall(meth.body, m.Call()):
-        if dotted(c.func) == name or any(dotted(x.value) == name for x in c.args) and helper_effect(a, c, name)[0] == "use":
+        if (
+            dotted(c.func) == name
+            or any(dotted(x.value) == name for x in c.args)
+            and helper_effect(a, c, name)[0] == "use"
+        ):
             return "use"
-        if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "").count(".") == 1:
+        if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "").count(
+            "."
+        ) == 1:
             inner = _method_effect(a, c, name, depth + 1)
             if inner == "use":
                 return "use"
             change = change or inner == "change"
-    return "change" if change or any(k not in NEUTRAL for _, k in changes_in(a, meth.body, name)) else None
+    return (
+        "change"
+        if change or any(k not in NEUTRAL for _, k in changes_in(a, meth.body, name))
+        else None
+    )
 
 
 def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
     """What the statement the wrap follows does to the model, where that is more than building
     or placing it (the finding then says why the wrap is there)."""
-    kinds = [k for _, k in changes_in(a, anchor, name) if k not in ("move", "rebind", "attr")]
+    kinds = [
+        k for _, k in changes_in(a, anchor, name) if k not in ("move", "rebind", "attr")
+    ]
     for c in a.findall(anchor, m.Call()):
         if any(dotted(x.value) == name for x in c.args):
             eff = helper_effect(a, c, name)
             if eff[0] == "change" and eff[2]:
                 kinds.append(eff[2])
-        elif name.startswith("self.") and (dotted(c.func) or "").startswith("self.") and (meth := _method_of(a, c)) is not None:
-            kinds += [k for _, k in changes_in(a, meth.body, name) if k not in ("move", "rebind", "attr")]
+        elif (
+            name.startswith("self.")
+            and (dotted(c.func) or "").startswith("self.")
+            and (meth := _method_of(a, c)) is not None
+        ):
+            kinds += [
+                k
+                for _, k in changes_in(a, meth.body, name)
+                if k not in ("move", "rebind", "attr")
+            ]
     kinds = [k for k in kinds if k not in NEUTRAL]
     return "; ".join(WHAT[k] for k in dict.fromkeys(kinds)) or None
 
@@ -374,7 +560,9 @@ def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
 
 
 # -- changes the wrap cannot go after ---------------------------------------------------------
-def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool = False) -> list[tuple[cst.CSTNode, str]]:
+def late_changes(
+    a: Analysis, name: str, anchor: cst.BaseStatement, before: bool = False
+) -> list[tuple[cst.CSTNode, str]]:
     """Changes DDP cannot take once it holds the model, that run after the wrap (after anchor,
     or from anchor on where the wrap goes before it): later in the function of the wrap (the
     training loop included), in functions that get the model after it, and, for `self.model`,
@@ -385,8 +573,14 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool
     aend = a.pos[anchor].start.line - 1 if before else a.pos[anchor].end.line
     end = _training_end(a, afn)
     # `model.to(device)` again each epoch: the same placement, a no-op for DDP
-    parts = model_parts(a, name)  # `backbone` in `model = nn.Sequential(backbone, head)`
-    placed = {_move_key(c) for c in a.findall(scope, m.Call(func=m.Attribute())) if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT}  # type: ignore[attr-defined]
+    parts = model_parts(
+        a, name
+    )  # `backbone` in `model = nn.Sequential(backbone, head)`
+    placed = {
+        _move_key(c)
+        for c in a.findall(scope, m.Call(func=m.Attribute()))
+        if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT
+    }  # type: ignore[attr-defined]
     for s in a.findall(scope, m.SimpleStatementLine()):
         if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
             continue
@@ -396,12 +590,24 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool
             continue  # the name holds a new, plain model now
         for part in (name, *parts):
             for node, kind in changes_in(a, s, part):
-                if kind in UNSAFE_AFTER_WRAP and not (kind == "move" and isinstance(node, cst.Call) and _move_key(node) in placed):
+                if kind in UNSAFE_AFTER_WRAP and not (
+                    kind == "move"
+                    and isinstance(node, cst.Call)
+                    and _move_key(node) in placed
+                ):
                     out.append((node, kind))
-        out.extend((node, kind) for node, kind in holder_changes(a, s, name) if kind in UNSAFE_AFTER_WRAP)
+        out.extend(
+            (node, kind)
+            for node, kind in holder_changes(a, s, name)
+            if kind in UNSAFE_AFTER_WRAP
+        )
         for c in a.findall(s, m.Call()):
             fname = dotted(c.func)
-            if fname and fname.rsplit(".", 1)[-1] in a.functions and any(dotted(x.value) == name for x in c.args):
+            if (
+                fname
+                and fname.rsplit(".", 1)[-1] in a.functions
+                and any(dotted(x.value) == name for x in c.args)
+            ):
                 eff = helper_effect(a, c, name)
                 if eff[0] == "change" and eff[2] in UNSAFE_AFTER_WRAP:
                     out.append((c, eff[2]))
@@ -410,13 +616,29 @@ def late_changes(a: Analysis, name: str, anchor: cst.BaseStatement, before: bool
     if name.startswith("self.") and afn is not None:
         cls = a.class_of(afn)
         for meth in cls.body.body if cls is not None else []:
-            if isinstance(meth, cst.FunctionDef) and meth is not afn and meth.name.value != "__init__":
+            if (
+                isinstance(meth, cst.FunctionDef)
+                and meth is not afn
+                and meth.name.value != "__init__"
+            ):
                 callers = a.callers(meth)
-                if callers and all(a.function_of(c) is afn and a.pos[c].end.line <= aend for c in callers):
+                if callers and all(
+                    a.function_of(c) is afn and a.pos[c].end.line <= aend
+                    for c in callers
+                ):
                     continue  # set-up methods __init__ calls before the wrap
-                out.extend((n, k) for n, k in changes_in(a, meth.body, name) + holder_changes(a, meth.body, name) if k in UNSAFE_AFTER_WRAP)
+                out.extend(
+                    (n, k)
+                    for n, k in changes_in(a, meth.body, name)
+                    + holder_changes(a, meth.body, name)
+                    if k in UNSAFE_AFTER_WRAP
+                )
         if cls is not None and afn.name.value == "__init__":
-            out.extend((n, k) for n, k in instance_changes(a, name, cls) if k in UNSAFE_AFTER_WRAP)
+            out.extend(
+                (n, k)
+                for n, k in instance_changes(a, name, cls)
+                if k in UNSAFE_AFTER_WRAP
+            )
     seen: set[int] = set()
     uniq = []
     for n, k in out:
@@ -433,7 +655,9 @@ def model_parts(a: Analysis, name: str) -> list[str]:
     for asg in a.assigns:
         if not isinstance(asg, cst.Assign) or asg.value is None:
             continue
-        if not any(dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)):
+        if not any(
+            dotted(el) == name for t in asg.targets for el in _flatten_targets(t.target)
+        ):
             continue
         args = [x for c in a.findall(asg.value, m.Call()) for x in c.args]
         for arg in args:
@@ -446,9 +670,16 @@ def model_parts(a: Analysis, name: str) -> list[str]:
 def _is_module(a: Analysis, var: str) -> bool:
     """var is bound to an nn module built in the script (torch.nn.X(...) or a class of its own)."""
     for asg in a.assigns:
-        if isinstance(asg, cst.Assign) and isinstance(asg.value, cst.Call) and any(dotted(t.target) == var for t in asg.targets):
+        if (
+            isinstance(asg, cst.Assign)
+            and isinstance(asg.value, cst.Call)
+            and any(dotted(t.target) == var for t in asg.targets)
+        ):
             q = a.call_qualname(asg.value) or ""
-            if q.startswith("torch.nn.") or (dotted(asg.value.func) or "").rsplit(".", 1)[-1] in a.classes:
+            if (
+                q.startswith("torch.nn.")
+                or (dotted(asg.value.func) or "").rsplit(".", 1)[-1] in a.classes
+            ):
                 return True
     return False
 
@@ -460,9 +691,18 @@ def _move_key(call: cst.Call) -> str:
 def _training_end(a: Analysis, fn: cst.FunctionDef | None) -> int | None:
     """Last line of fn that still trains: the end of the outermost loop (or statement) around a
     training step in fn, or around a call of a function that holds one. None: not found."""
-    trainers = {f.name.value for s in a.steps if (f := a.function_of(s.stmt)) is not None and f is not fn}
+    trainers = {
+        f.name.value
+        for s in a.steps
+        if (f := a.function_of(s.stmt)) is not None and f is not fn
+    }
     nodes: list[cst.CSTNode] = [s.stmt for s in a.steps if a.function_of(s.stmt) is fn]
-    nodes += [c for c in a.calls if a.function_of(c) is fn and (dotted(c.func) or "").rsplit(".", 1)[-1] in trainers]
+    nodes += [
+        c
+        for c in a.calls
+        if a.function_of(c) is fn
+        and (dotted(c.func) or "").rsplit(".", 1)[-1] in trainers
+    ]
     end = None
     for node in nodes:
         outer = a.statement(node)
@@ -485,10 +725,13 @@ def _changes_through(a: Analysis, call: cst.Call, name: str, depth: int) -> list
         param = _param_for(fn, call, name)
         if param is None or depth > 3:
             continue
-        kinds.extend(k for _, k in changes_in(a, fn.body, param) if k in UNSAFE_AFTER_WRAP)
+        kinds.extend(
+            k for _, k in changes_in(a, fn.body, param) if k in UNSAFE_AFTER_WRAP
+        )
         for c in a.findall(fn.body, m.Call()):
-            if any(dotted(x.value) == param for x in c.args) and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions:
+            if (
+                any(dotted(x.value) == param for x in c.args)
+                and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions
+            ):
                 kinds.extend(_changes_through(a, c, param, depth + 1))
     return kinds
-
-

@@ -26,14 +26,51 @@ from ddpify.analysis.tree import _flatten_targets, call_args, dotted
 
 # nn.Module's own methods: none of them runs the model's forward
 MODULE_API = {
-    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
-    "named_modules", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "half", "float",
-    "double", "bfloat16", "type", "zero_grad", "requires_grad_", "apply", "register_buffer", "register_parameter",
-    "add_module", "register_module", "get_submodule", "get_parameter", "get_buffer", "register_forward_hook",
-    "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook", "extra_repr",
-    "share_memory", "to_empty", "no_sync", "training", "module",
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "children",
+    "named_children",
+    "modules",
+    "named_modules",
+    "state_dict",
+    "load_state_dict",
+    "train",
+    "eval",
+    "to",
+    "cuda",
+    "cpu",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "type",
+    "zero_grad",
+    "requires_grad_",
+    "apply",
+    "register_buffer",
+    "register_parameter",
+    "add_module",
+    "register_module",
+    "get_submodule",
+    "get_parameter",
+    "get_buffer",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_backward_hook",
+    "extra_repr",
+    "share_memory",
+    "to_empty",
+    "no_sync",
+    "training",
+    "module",
 }
-PARAMETER_READS = {"parameters", "named_parameters"}  # in a loss: the parameters outside forward
+PARAMETER_READS = {
+    "parameters",
+    "named_parameters",
+}  # in a loss: the parameters outside forward
 # a value that carries no gradient from here on
 STOPS = {"detach", "detach_", "item", "tolist", "numpy", "requires_grad_"}
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault"}
@@ -44,15 +81,23 @@ PLACEMENT = ("to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train"
 @dataclass(frozen=True)
 class TrainingForward:
     call: cst.Call  # model(x), model.forward(x), model.loss(x, y), model.encoder(x)
-    receiver: cst.BaseExpression  # the model in it: `model`, `self.net`, a parameter, an alias
-    method: str | None  # None: the model's own forward; else what is called on it ("loss", "encoder.block")
+    receiver: (
+        cst.BaseExpression
+    )  # the model in it: `model`, `self.net`, a parameter, an alias
+    method: (
+        str | None
+    )  # None: the model's own forward; else what is called on it ("loss", "encoder.block")
 
 
 @dataclass
 class LossFlow:
     forwards: list[TrainingForward] = field(default_factory=list)
-    outside: list[tuple[cst.CSTNode, cst.BaseExpression, str]] = field(default_factory=list)  # (read, model, what)
-    foreign: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)  # (call, model handed to it)
+    outside: list[tuple[cst.CSTNode, cst.BaseExpression, str]] = field(
+        default_factory=list
+    )  # (read, model, what)
+    foreign: list[tuple[cst.Call, cst.BaseExpression]] = field(
+        default_factory=list
+    )  # (call, model handed to it)
 
 
 def loss_flow(a: Analysis) -> LossFlow:
@@ -69,7 +114,11 @@ def model_ref(a: Analysis, node: cst.CSTNode) -> cst.BaseExpression | None:
     cur = node
     found = None
     while isinstance(cur, (cst.Name, cst.Attribute)):
-        if a.is_model_ref(cur) or (isinstance(cur, cst.Name) and alias_of(a, cur) is not None) or _instance_attribute(a, cur):
+        if (
+            a.is_model_ref(cur)
+            or (isinstance(cur, cst.Name) and alias_of(a, cur) is not None)
+            or _instance_attribute(a, cur)
+        ):
             found = cur
         cur = cur.value if isinstance(cur, cst.Attribute) else None
     return found  # type: ignore[return-value]
@@ -100,11 +149,24 @@ def alias_of(a: Analysis, name: cst.Name) -> cst.BaseExpression | None:
             continue
         for t in asg.targets:
             pairs = [(t.target, asg.value)]
-            if isinstance(t.target, (cst.Tuple, cst.List)) and isinstance(asg.value, (cst.Tuple, cst.List)) and len(t.target.elements) == len(asg.value.elements):
-                pairs = [(x.value, v.value) for x, v in zip(t.target.elements, asg.value.elements)]
+            if (
+                isinstance(t.target, (cst.Tuple, cst.List))
+                and isinstance(asg.value, (cst.Tuple, cst.List))
+                and len(t.target.elements) == len(asg.value.elements)
+            ):
+                pairs = [
+                    (x.value, v.value)
+                    for x, v in zip(t.target.elements, asg.value.elements)
+                ]
             for target, value in pairs:
-                if any(isinstance(el, cst.Name) and el.value == name.value for el in _flatten_targets(target)):
-                    if not isinstance(target, cst.Name) or model_ref(a, value) is not value:
+                if any(
+                    isinstance(el, cst.Name) and el.value == name.value
+                    for el in _flatten_targets(target)
+                ):
+                    if (
+                        not isinstance(target, cst.Name)
+                        or model_ref(a, value) is not value
+                    ):
                         return None
                     found = value
     if name.value in {p.name.value for p in fn.params.params}:
@@ -116,16 +178,24 @@ def alias_of(a: Analysis, name: cst.Name) -> cst.BaseExpression | None:
 def _detached(a: Analysis, call: cst.Call) -> bool:
     """`G(z).detach()`: the output is cut from autograd where it is made."""
     par = a.parent.get(call)
-    return isinstance(par, cst.Attribute) and par.attr.value in STOPS and isinstance(a.parent.get(par), cst.Call)
+    return (
+        isinstance(par, cst.Attribute)
+        and par.attr.value in STOPS
+        and isinstance(a.parent.get(par), cst.Call)
+    )
 
 
 def no_grad(a: Analysis, node: cst.CSTNode) -> bool:
     cur = a.parent.get(node)
     while cur is not None:
-        if isinstance(cur, cst.With) and any(a.is_call(i.item, *NO_GRAD) for i in cur.items):
+        if isinstance(cur, cst.With) and any(
+            a.is_call(i.item, *NO_GRAD) for i in cur.items
+        ):
             return True
-        if isinstance(cur, cst.FunctionDef) and any(a.is_call(d.decorator, *NO_GRAD) or a.qualified(d.decorator) & set(NO_GRAD)
-                                                    for d in cur.decorators):
+        if isinstance(cur, cst.FunctionDef) and any(
+            a.is_call(d.decorator, *NO_GRAD) or a.qualified(d.decorator) & set(NO_GRAD)
+            for d in cur.decorators
+        ):
             return True
         cur = a.parent.get(cur)
     return False
@@ -159,7 +229,12 @@ class _Walk:
                 continue
             for s in body[body.index(step.forward_first) : body.index(step.stmt) + 1]:
                 for c in a.findall(s, m.Call()):
-                    if a.is_model_ref(c.func) and id(c) not in self.found and not no_grad(a, c) and not _detached(a, c):
+                    if (
+                        a.is_model_ref(c.func)
+                        and id(c) not in self.found
+                        and not no_grad(a, c)
+                        and not _detached(a, c)
+                    ):
                         self.found.add(id(c))
                         self.out.forwards.append(TrainingForward(c, c.func, None))
 
@@ -182,8 +257,22 @@ class _Walk:
             return
         else:
             for child in a.kids.get(id(node), ()):
-                if isinstance(child, (cst.BaseExpression, cst.Arg, cst.Element, cst.DictElement, cst.CompFor, cst.BaseSlice, cst.SubscriptElement,
-                                      cst.StarredElement, cst.StarredDictElement, cst.ComparisonTarget, cst.FormattedStringExpression)):
+                if isinstance(
+                    child,
+                    (
+                        cst.BaseExpression,
+                        cst.Arg,
+                        cst.Element,
+                        cst.DictElement,
+                        cst.CompFor,
+                        cst.BaseSlice,
+                        cst.SubscriptElement,
+                        cst.StarredElement,
+                        cst.StarredDictElement,
+                        cst.ComparisonTarget,
+                        cst.FormattedStringExpression,
+                    ),
+                ):
                     if isinstance(child, cst.CompFor):
                         self.visit(child.iter, fn)
                     else:
@@ -196,13 +285,20 @@ class _Walk:
             return
         ref = model_ref(a, func)
         if ref is not None:
-            method = None if ref is func else (dotted(func) or "")[len(dotted(ref) or "") + 1 :]
+            method = (
+                None
+                if ref is func
+                else (dotted(func) or "")[len(dotted(ref) or "") + 1 :]
+            )
             if method == "forward":
                 method = None
             if method in PARAMETER_READS:
                 self.out.outside.append((call, ref, f"{dotted(ref)}.{method}()"))
                 return
-            if method is None or (method.split(".")[0] not in MODULE_API and self._runs_parameters(ref, method)):
+            if method is None or (
+                method.split(".")[0] not in MODULE_API
+                and self._runs_parameters(ref, method)
+            ):
                 if not no_grad(a, call) and id(call) not in self.found:
                     self.found.add(id(call))
                     self.out.forwards.append(TrainingForward(call, ref, method))
@@ -215,7 +311,9 @@ class _Walk:
                 for ret in a.findall(d.body, m.Return()):
                     if a.function_of(ret) is d:
                         self.visit(ret.value, d)
-            for arg in call.args:  # values handed in may come back (model refs go through the def)
+            for arg in (
+                call.args
+            ):  # values handed in may come back (model refs go through the def)
                 if model_ref(a, arg.value) is not arg.value:
                     self.visit(arg.value, fn)
             if isinstance(func, cst.Attribute):
@@ -224,16 +322,24 @@ class _Walk:
         for arg in call.args:
             if a.is_optimizer_ref(arg.value):
                 continue  # amp.scale_loss(loss, optimizer): the optimizer is no value of the loss
-            if model_ref(a, arg.value) is arg.value and not self._is_own_class(func) and call not in a.functional_dp_calls:
+            if (
+                model_ref(a, arg.value) is arg.value
+                and not self._is_own_class(func)
+                and call not in a.functional_dp_calls
+            ):
                 self.out.foreign.append((call, arg.value))  # type: ignore[arg-type]
             self.visit(arg.value, fn)
         self.visit(func.value if isinstance(func, cst.Attribute) else func, fn)
 
-    def reference(self, node: cst.Name | cst.Attribute, fn: cst.FunctionDef | None) -> None:
+    def reference(
+        self, node: cst.Name | cst.Attribute, fn: cst.FunctionDef | None
+    ) -> None:
         a = self.a
         ref = model_ref(a, node)
         if ref is not None:
-            if ref is not node and self._is_parameter(ref, node):  # model.log_vars: read outside forward
+            if ref is not node and self._is_parameter(
+                ref, node
+            ):  # model.log_vars: read outside forward
                 self.out.outside.append((node, ref, dotted(node) or ""))
             return
         path = dotted(node)
@@ -250,7 +356,9 @@ class _Walk:
             self._parameter(node.value, fn)
 
     # -- where a value comes from -----------------------------------------------------------
-    def _values(self, path: str, fn: cst.FunctionDef | None, at: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.FunctionDef | None]]:
+    def _values(
+        self, path: str, fn: cst.FunctionDef | None, at: cst.CSTNode
+    ) -> list[tuple[cst.CSTNode, cst.FunctionDef | None]]:
         """What the name or attribute path is bound to in fn (or, for a global, at module level;
         for `self.x`, in every method of the class): assigned values, loop iterables, with
         items, and what is appended or stored into it."""
@@ -260,7 +368,11 @@ class _Walk:
             scopes = [None]
         if path.startswith("self.") and fn is not None and not self._bound_in(path, fn):
             cls = a.class_of(fn)
-            scopes = [s for s in (cls.body.body if cls is not None else []) if isinstance(s, cst.FunctionDef)]
+            scopes = [
+                s
+                for s in (cls.body.body if cls is not None else [])
+                if isinstance(s, cst.FunctionDef)
+            ]
         out = []
         for scope in scopes:
             out += [(v, scope) for v in self._bound_in(path, scope)]
@@ -290,7 +402,16 @@ class _Walk:
                 if d is not None and value is not None:
                     out.setdefault(d, []).append(value)
 
-        for node in a.findall(scope, m.Assign() | m.AnnAssign() | m.AugAssign() | m.For() | m.WithItem() | m.NamedExpr() | m.Call()):
+        for node in a.findall(
+            scope,
+            m.Assign()
+            | m.AnnAssign()
+            | m.AugAssign()
+            | m.For()
+            | m.WithItem()
+            | m.NamedExpr()
+            | m.Call(),
+        ):
             if a.function_of(node) is not fn:
                 continue
             if isinstance(node, cst.Assign):
@@ -305,7 +426,10 @@ class _Walk:
                     add(node.asname.name, node.item)
             elif isinstance(node, cst.NamedExpr):
                 add(node.target, node.value)
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in MUTATORS:
+            elif (
+                isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in MUTATORS
+            ):
                 d = dotted(node.func.value)
                 if d is not None:
                     out.setdefault(d, []).extend(x.value for x in node.args)
@@ -314,7 +438,9 @@ class _Walk:
     def _comprehension_target(self, at: cst.CSTNode, name: str) -> cst.CompFor | None:
         cur = self.a.parent.get(at)
         while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.Module)):
-            if isinstance(cur, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            if isinstance(
+                cur, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+            ):
                 comp = cur.for_in
                 while comp is not None:
                     if any(dotted(el) == name for el in _flatten_targets(comp.target)):
@@ -334,7 +460,9 @@ class _Walk:
                 self.visit(arg, a.function_of(c))
 
     # -- what is called ---------------------------------------------------------------------
-    def _script_functions(self, call: cst.Call, fn: cst.FunctionDef | None) -> list[cst.FunctionDef]:
+    def _script_functions(
+        self, call: cst.Call, fn: cst.FunctionDef | None
+    ) -> list[cst.FunctionDef]:
         """The script's functions (or methods) a call may run: by name, `self.meth` in the
         caller's class, an instance of a class of the script called (its forward/__call__)."""
         a = self.a
@@ -342,12 +470,18 @@ class _Walk:
         if name is None:
             return []
         bound = self._partial_target(name, fn)
-        if bound is not None:  # run = functools.partial(step, model, loss_fn); run(x, y)
+        if (
+            bound is not None
+        ):  # run = functools.partial(step, model, loss_fn); run(x, y)
             return a.functions.get(bound, [])
         last = name.rsplit(".", 1)[-1]
         if name.startswith("self.") and name.count(".") == 1 and fn is not None:
             cls = a.class_of(fn)
-            own = [f for f in (cls.body.body if cls is not None else []) if isinstance(f, cst.FunctionDef) and f.name.value == last]
+            own = [
+                f
+                for f in (cls.body.body if cls is not None else [])
+                if isinstance(f, cst.FunctionDef) and f.name.value == last
+            ]
             if own:
                 return own
         if last in a.classes:
@@ -355,35 +489,65 @@ class _Walk:
         if "." not in name:
             cls = self._instance_class(name, fn)
             if cls is not None:
-                return [f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value in ("forward", "__call__")]
+                return [
+                    f
+                    for f in cls.body.body
+                    if isinstance(f, cst.FunctionDef)
+                    and f.name.value in ("forward", "__call__")
+                ]
         defs = a.functions.get(last, [])
         if "." in name and not name.startswith("self."):
             # obj.meth(...): a method of one of the script's classes, or a module's function
-            return [d for d in defs if a.class_of(d) is not None or a._local_module(name)]
+            return [
+                d for d in defs if a.class_of(d) is not None or a._local_module(name)
+            ]
         return [d for d in defs if a.class_of(d) is None or name.startswith("self.")]
 
-    def _partial_target(self, name: str, fn: cst.FunctionDef | None, depth: int = 0) -> str | None:
+    def _partial_target(
+        self, name: str, fn: cst.FunctionDef | None, depth: int = 0
+    ) -> str | None:
         """The function of the program a name bound to functools.partial(f, ...) runs."""
         a = self.a
-        if name.startswith("self.") and name.count(".") == 1 and fn is not None and a.class_of(fn) is not None:
-            for asg in a.findall(a.class_of(fn), m.Assign()):  # self.fwd = functools.partial(...)
-                if any(dotted(t.target) == name for t in asg.targets) and any(asg.value is c for c in a.partial_calls()):
+        if (
+            name.startswith("self.")
+            and name.count(".") == 1
+            and fn is not None
+            and a.class_of(fn) is not None
+        ):
+            for asg in a.findall(
+                a.class_of(fn), m.Assign()
+            ):  # self.fwd = functools.partial(...)
+                if any(dotted(t.target) == name for t in asg.targets) and any(
+                    asg.value is c for c in a.partial_calls()
+                ):
                     return dotted(asg.value.args[0].value)
             return None
         if "." in name:
             return None
         for value in a._local_values(fn, name) or a._local_values(None, name):
-            if isinstance(value, cst.Call) and any(value is c for c in a.partial_calls()):
+            if isinstance(value, cst.Call) and any(
+                value is c for c in a.partial_calls()
+            ):
                 return dotted(value.args[0].value)
-        if fn is not None and depth < 4 and name in {p.name.value for p in fn.params.params}:
-            callers = a.callers(fn)  # run_epoch(loader, step_fn): the partial its one caller hands it
+        if (
+            fn is not None
+            and depth < 4
+            and name in {p.name.value for p in fn.params.params}
+        ):
+            callers = a.callers(
+                fn
+            )  # run_epoch(loader, step_fn): the partial its one caller hands it
             if len(callers) == 1:
                 arg = a.argument_for(callers[0], fn, name)
                 if isinstance(arg, cst.Name):
-                    return self._partial_target(arg.value, a.function_of(callers[0]), depth + 1)
+                    return self._partial_target(
+                        arg.value, a.function_of(callers[0]), depth + 1
+                    )
         return None
 
-    def _instance_class(self, name: str, fn: cst.FunctionDef | None) -> cst.ClassDef | None:
+    def _instance_class(
+        self, name: str, fn: cst.FunctionDef | None
+    ) -> cst.ClassDef | None:
         """The script's class whose instance `name` holds in fn (or globally)."""
         a = self.a
         for scope in (fn, None):
@@ -414,7 +578,9 @@ class _Walk:
         cls = model_class(a, ref)
         if cls is None:
             return True
-        methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+        methods = {
+            f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)
+        }
         head = method.split(".")[0]
         if head not in methods:
             return True  # a submodule (or an attribute of a base class ddpify does not read)
@@ -449,15 +615,33 @@ def model_class(a: Analysis, ref: cst.BaseExpression) -> cst.ClassDef | None:
         if path is None or f"{id(fn)}:{path}" in seen or len(seen) > 16:
             continue
         seen.add(f"{id(fn)}:{path}")
-        if isinstance(node, cst.Name) and fn is not None and path in {p.name.value for p in fn.params.params}:
-            work += [x for c in a.callers(fn) if (x := a.argument_for(c, fn, path)) is not None]
+        if (
+            isinstance(node, cst.Name)
+            and fn is not None
+            and path in {p.name.value for p in fn.params.params}
+        ):
+            work += [
+                x
+                for c in a.callers(fn)
+                if (x := a.argument_for(c, fn, path)) is not None
+            ]
         for asg in a.assigns:
-            if not isinstance(asg, cst.Assign) or ("." not in path and a.function_of(asg) not in (fn, None)):
+            if not isinstance(asg, cst.Assign) or (
+                "." not in path and a.function_of(asg) not in (fn, None)
+            ):
                 continue
-            if not any(dotted(el) == path for t in asg.targets for el in _flatten_targets(t.target)):
+            if not any(
+                dotted(el) == path
+                for t in asg.targets
+                for el in _flatten_targets(t.target)
+            ):
                 continue
             value = asg.value
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in PLACEMENT:
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in PLACEMENT
+            ):
                 value = value.func.value  # Net().to(device)
             if isinstance(value, cst.Call):
                 cls = a.classes.get((dotted(value.func) or "").rsplit(".", 1)[-1])
@@ -476,13 +660,18 @@ def owned_attributes(a: Analysis, cls: cst.ClassDef) -> set[str]:
         if not isinstance(asg.value, cst.Call):
             continue
         d = (dotted(asg.value.func) or "").rsplit(".", 1)[-1]
-        if not (d[:1].isupper() or any(q.startswith("torch.nn.") for q in a.qualified(asg.value.func))):
+        if not (
+            d[:1].isupper()
+            or any(q.startswith("torch.nn.") for q in a.qualified(asg.value.func))
+        ):
             continue
         for t in asg.targets:
             td = dotted(t.target)
             if td and td.startswith("self.") and td.count(".") == 1:
                 out.add(td[5:])
-    for c in a.findall(cls, m.Call(func=m.Attribute(attr=m.Name("register_parameter")))):
+    for c in a.findall(
+        cls, m.Call(func=m.Attribute(attr=m.Name("register_parameter")))
+    ):
         pos, _ = call_args(c)
         if pos and isinstance(pos[0].value, cst.SimpleString):
             out.add(pos[0].value.evaluated_value)  # type: ignore[arg-type]

@@ -27,16 +27,27 @@ class ManualUpdatesMixin:
     def _param_loop_source(self, loop: cst.For) -> tuple[str, str] | None:
         """(module whose parameters the loop walks, loop variable holding each parameter)."""
         it = loop.iter
-        if isinstance(it, cst.Name):  # params = list(model.parameters()); for p in params
+        if isinstance(
+            it, cst.Name
+        ):  # params = list(model.parameters()); for p in params
             values = self._local_values(self.function_of(loop), it.value)
             it = values[-1] if values else it
             if m.matches(it, m.Call(func=m.Name("list"))) and it.args:
                 it = it.args[0].value
-        if not m.matches(it, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+        if not m.matches(
+            it,
+            m.Call(
+                func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters"))
+            ),
+        ):
             return None
         module = dotted(it.func.value)
         target = loop.target
-        if it.func.attr.value == "named_parameters" and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        if (
+            it.func.attr.value == "named_parameters"
+            and isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+        ):
             target = target.elements[1].value
         if not module or not isinstance(target, cst.Name):
             return None
@@ -48,10 +59,15 @@ class ManualUpdatesMixin:
         if found is None:
             return None
         module, var = found
-        if not any(m.matches(_root(attr), m.Name(var)) for attr in self.findall(loop.body, m.Attribute(attr=m.Name("grad")))):
+        if not any(
+            m.matches(_root(attr), m.Name(var))
+            for attr in self.findall(loop.body, m.Attribute(attr=m.Name("grad")))
+        ):
             return None
         for call in self.findall(loop.body, m.Call(func=m.Attribute())):
-            if call.func.attr.value in _UPDATES and m.matches(_root(call.func.value), m.Name(var)):
+            if call.func.attr.value in _UPDATES and m.matches(
+                _root(call.func.value), m.Name(var)
+            ):
                 return module
         for aug in self.findall(loop.body, m.AugAssign()):
             if m.matches(_root(aug.target), m.Name(var)):
@@ -70,7 +86,14 @@ class ManualUpdatesMixin:
             if assigned is None:
                 assigned = self._assigned_names()
             parts = module.split(".")
-            chosen = next((".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in assigned and parts[0] != "self"), module)
+            chosen = next(
+                (
+                    ".".join(parts[:k])
+                    for k in range(1, len(parts))
+                    if ".".join(parts[:k]) in assigned and parts[0] != "self"
+                ),
+                module,
+            )
             if chosen != "self":
                 out.append((loop, chosen))
         return out

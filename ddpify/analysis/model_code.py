@@ -18,9 +18,29 @@ from ddpify.analysis.tree import call_args, code, dotted
 CONV2D = ("torch.nn.Conv2d", "torch.nn.ConvTranspose2d", "torch.nn.LazyConv2d")
 CONV3D = ("torch.nn.Conv3d", "torch.nn.ConvTranspose3d", "torch.nn.LazyConv3d")
 # What SyncBatchNorm.convert_sync_batchnorm converts (torch's _BatchNorm layers).
-BATCHNORM = tuple(f"torch.nn.{k}" for k in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm"))
+BATCHNORM = tuple(
+    f"torch.nn.{k}"
+    for k in (
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+        "SyncBatchNorm",
+    )
+)
 # Tensor methods whose result depends on the memory layout (or fail on a channels-last tensor).
-LAYOUT_METHODS = ("view", "view_as", "stride", "is_contiguous", "data_ptr", "as_strided", "storage", "untyped_storage")
+LAYOUT_METHODS = (
+    "view",
+    "view_as",
+    "stride",
+    "is_contiguous",
+    "data_ptr",
+    "as_strided",
+    "storage",
+    "untyped_storage",
+)
 
 _parsed: dict[tuple[str, float], Analysis | None] = {}
 
@@ -28,17 +48,27 @@ _parsed: dict[tuple[str, float], Analysis | None] = {}
 @dataclass
 class ModelCode:
     a: Analysis  # analysis of the file that holds the class
-    root: cst.ClassDef | None  # None: an nn.Sequential of torch.nn layers (scopes holds the call)
+    root: (
+        cst.ClassDef | None
+    )  # None: an nn.Sequential of torch.nn layers (scopes holds the call)
     where: str  # "this file" or the module's file name
-    scopes: list[cst.CSTNode] = field(default_factory=list)  # root, its classes and helpers in that file
-    unknown: list[str] = field(default_factory=list)  # classes it builds that are neither torch.nn nor in that file
+    scopes: list[cst.CSTNode] = field(
+        default_factory=list
+    )  # root, its classes and helpers in that file
+    unknown: list[str] = field(
+        default_factory=list
+    )  # classes it builds that are neither torch.nn nor in that file
 
     @property
     def name(self) -> str:
         return self.root.name.value if self.root is not None else "nn.Sequential"
 
     def line(self, node: cst.CSTNode) -> str:
-        return f"{self.where}:{self.a.pos[node].start.line}" if self.where != "this file" else f"line {self.a.pos[node].start.line}"
+        return (
+            f"{self.where}:{self.a.pos[node].start.line}"
+            if self.where != "this file"
+            else f"line {self.a.pos[node].start.line}"
+        )
 
 
 def _module_analysis(path: str) -> Analysis | None:
@@ -60,13 +90,18 @@ def _sibling(script_path: str, module: str) -> str | None:
     """The file of `module` (`models`, `pkg.models`, `.models`) next to the script, if any."""
     base = os.path.dirname(os.path.abspath(script_path))
     rel = module.lstrip(".").replace(".", os.sep)
-    for cand in (os.path.join(base, rel + ".py"), os.path.join(base, rel, "__init__.py")):
+    for cand in (
+        os.path.join(base, rel + ".py"),
+        os.path.join(base, rel, "__init__.py"),
+    ):
         if rel and os.path.isfile(cand):
             return cand
     return None
 
 
-def _find_class(a: Analysis, call: cst.Call, script_path: str) -> tuple[Analysis, cst.ClassDef, str] | None:
+def _find_class(
+    a: Analysis, call: cst.Call, script_path: str
+) -> tuple[Analysis, cst.ClassDef, str] | None:
     name = dotted(call.func)
     if name and name in a.classes:
         return a, a.classes[name], "this file"
@@ -96,11 +131,18 @@ def model_code(a: Analysis, bind: cst.CSTNode, script_path: str) -> ModelCode | 
             mc = ModelCode(holder, cls, where)
             _collect(mc)
             return mc
-    seq = next((c for c in calls if a.is_call(c, "torch.nn.Sequential")), None)  # the outermost: calls are in tree order
+    seq = next(
+        (c for c in calls if a.is_call(c, "torch.nn.Sequential")), None
+    )  # the outermost: calls are in tree order
     if seq is not None:
         # nn.Sequential(nn.Conv2d(...), ...): torch.nn layers only, whose forward is known
         mc = ModelCode(a, None, "this file", [seq])
-        mc.unknown = [dotted(c.func) or "?" for c in a.findall(seq, m.Call()) if _layer_arg(a, c) and not any(q.startswith("torch.nn.") for q in a.qualified(c.func))]
+        mc.unknown = [
+            dotted(c.func) or "?"
+            for c in a.findall(seq, m.Call())
+            if _layer_arg(a, c)
+            and not any(q.startswith("torch.nn.") for q in a.qualified(c.func))
+        ]
         return mc
     built = next((dotted(c.func) for c in calls if dotted(c.func)), None)
     return f"its class ({built or code(bind).strip()[:40]}) is neither in this file nor in a module beside it"
@@ -109,7 +151,9 @@ def model_code(a: Analysis, bind: cst.CSTNode, script_path: str) -> ModelCode | 
 def _layer_arg(a: Analysis, c: cst.Call) -> bool:
     """c is a layer handed to nn.Sequential (not an argument of a layer, such as int(...))."""
     arg = a.parent.get(c)
-    return isinstance(arg, cst.Arg) and a.is_call(a.parent.get(arg), "torch.nn.Sequential")
+    return isinstance(arg, cst.Arg) and a.is_call(
+        a.parent.get(arg), "torch.nn.Sequential"
+    )
 
 
 def _collect(mc: ModelCode) -> None:
@@ -132,7 +176,9 @@ def _collect(mc: ModelCode) -> None:
                 work.append(a.classes[name])
             elif name in a.functions:
                 work.extend(a.functions[name])
-            elif last[:1].isupper() and not any(q.startswith("torch.") for q in a.qualified(ref)):
+            elif last[:1].isupper() and not any(
+                q.startswith("torch.") for q in a.qualified(ref)
+            ):
                 if last not in ("super",) and last not in mc.unknown:
                     mc.unknown.append(last)
 
@@ -147,13 +193,21 @@ def _methods(mc: ModelCode, init: bool = False) -> list[cst.CSTNode]:
             out.append(scope)
             continue
         for st in scope.body.body:
-            if isinstance(st, cst.FunctionDef) and (st.name.value == "__init__") == init:
+            if (
+                isinstance(st, cst.FunctionDef)
+                and (st.name.value == "__init__") == init
+            ):
                 out.append(st)
     return out
 
 
 def convolutions(mc: ModelCode, names: tuple[str, ...] = CONV2D) -> list[cst.Call]:
-    return [c for s in mc.scopes for c in mc.a.findall(s, m.Call()) if mc.a.is_call(c, *names)]
+    return [
+        c
+        for s in mc.scopes
+        for c in mc.a.findall(s, m.Call())
+        if mc.a.is_call(c, *names)
+    ]
 
 
 def layout_hazards(a: Analysis, nodes: list[cst.CSTNode]) -> list[cst.Call]:
@@ -167,7 +221,12 @@ def layout_hazards(a: Analysis, nodes: list[cst.CSTNode]) -> list[cst.Call]:
 
 
 def model_hazards(mc: ModelCode) -> list[cst.Call]:
-    unflatten = [c for s in mc.scopes for c in mc.a.findall(s, m.Call()) if mc.a.is_call(c, "torch.nn.Unflatten")]  # a .view inside
+    unflatten = [
+        c
+        for s in mc.scopes
+        for c in mc.a.findall(s, m.Call())
+        if mc.a.is_call(c, "torch.nn.Unflatten")
+    ]  # a .view inside
     return unflatten + layout_hazards(mc.a, _methods(mc))
 
 
@@ -178,8 +237,15 @@ def _static_iter(node: cst.BaseExpression) -> bool:
     d = dotted(node)
     if d and d.startswith("self."):
         return True
-    if isinstance(node, cst.Call) and dotted(node.func) in ("range", "zip", "enumerate", "reversed"):
-        return all(isinstance(x.value, cst.Integer) or _static_iter(x.value) for x in node.args)
+    if isinstance(node, cst.Call) and dotted(node.func) in (
+        "range",
+        "zip",
+        "enumerate",
+        "reversed",
+    ):
+        return all(
+            isinstance(x.value, cst.Integer) or _static_iter(x.value) for x in node.args
+        )
     return False
 
 
@@ -190,8 +256,22 @@ def dynamic_forward(mc: ModelCode) -> str | None:
         return f"it builds {mc.unknown[0]}, whose code ddpify cannot read"
     a = mc.a
     for fn in _methods(mc):
-        for node in a.findall(fn, m.If() | m.IfExp() | m.While() | m.Try() | m.Break() | m.Continue() | m.CompIf()):
-            what = type(node).__name__.lower().replace("compif", "comprehension filter").replace("ifexp", "conditional expression")
+        for node in a.findall(
+            fn,
+            m.If()
+            | m.IfExp()
+            | m.While()
+            | m.Try()
+            | m.Break()
+            | m.Continue()
+            | m.CompIf(),
+        ):
+            what = (
+                type(node)
+                .__name__.lower()
+                .replace("compif", "comprehension filter")
+                .replace("ifexp", "conditional expression")
+            )
             return f"its code branches ({what} at {mc.line(node)})"
         for loop in a.findall(fn, m.For() | m.CompFor()):
             if not _static_iter(loop.iter):
@@ -205,18 +285,45 @@ def input_goes_to_conv(mc: ModelCode) -> bool:
     a = mc.a
     if mc.root is None:
         pos, _ = call_args(mc.scopes[0])  # type: ignore[arg-type]
-        return bool(pos) and isinstance(pos[0].value, cst.Call) and a.is_call(pos[0].value, *CONV2D)
-    forward = next((s for s in mc.root.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
-    init = next((s for s in mc.root.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        return (
+            bool(pos)
+            and isinstance(pos[0].value, cst.Call)
+            and a.is_call(pos[0].value, *CONV2D)
+        )
+    forward = next(
+        (
+            s
+            for s in mc.root.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == "forward"
+        ),
+        None,
+    )
+    init = next(
+        (
+            s
+            for s in mc.root.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+        ),
+        None,
+    )
     if forward is None or init is None or len(forward.params.params) < 2:
         return False
     x = forward.params.params[1].name.value
-    first = next((c for c in a.findall(forward, m.Call()) if any(dotted(arg.value) == x for arg in c.args)), None)
+    first = next(
+        (
+            c
+            for c in a.findall(forward, m.Call())
+            if any(dotted(arg.value) == x for arg in c.args)
+        ),
+        None,
+    )
     attr = dotted(first.func) if first is not None else None
     if not attr or not attr.startswith("self.") or attr.count(".") != 1:
         return False
     for asg in a.findall(init, m.Assign()):
-        if any(dotted(t.target) == attr for t in asg.targets) and isinstance(asg.value, cst.Call):
+        if any(dotted(t.target) == attr for t in asg.targets) and isinstance(
+            asg.value, cst.Call
+        ):
             value = asg.value
             if a.is_call(value, "torch.nn.Sequential"):
                 pos, _ = call_args(value)
@@ -232,8 +339,12 @@ def has_batchnorm(mc: ModelCode | str) -> bool | None:
         return None
     a = mc.a
     scopes, unknown = list(mc.scopes), set(mc.unknown)
-    for name in mc.unknown:  # nn.Sequential(block(...)): a helper of the file builds layers
-        for node in a.functions.get(name, []) + ([a.classes[name]] if name in a.classes else []):
+    for (
+        name
+    ) in mc.unknown:  # nn.Sequential(block(...)): a helper of the file builds layers
+        for node in a.functions.get(name, []) + (
+            [a.classes[name]] if name in a.classes else []
+        ):
             part = ModelCode(a, node, mc.where)
             _collect(part)
             scopes += part.scopes

@@ -23,13 +23,25 @@ class NamesMixin:
         d = dotted(node)
         if d is not None:
             head, _, rest = d.partition(".")
-            binders = self._binders.get(head) if self._binders is not None else self._index_binders().get(head)
+            binders = (
+                self._binders.get(head)
+                if self._binders is not None
+                else self._index_binders().get(head)
+            )
             # a name no scope binds is itself; one only the module binds needs no scope walk
-            chain = () if binders is None else (None,) if binders == _MODULE_ONLY else self._scope_chain(node)
+            chain = (
+                ()
+                if binders is None
+                else (None,)
+                if binders == _MODULE_ONLY
+                else self._scope_chain(node)
+            )
             for scope in chain:
                 bound = self.bindings.get(scope, {}).get(head)
                 if bound:
-                    names = {f"{b}.{rest}" if rest else b for b in bound if b != "<value>"} or {d}
+                    names = {
+                        f"{b}.{rest}" if rest else b for b in bound if b != "<value>"
+                    } or {d}
                     break
             else:
                 names = {d}
@@ -49,7 +61,9 @@ class NamesMixin:
         not visible from their methods, as in Python). Shared by the nodes of a scope."""
         parent = self.parent
         cur = parent.get(node)
-        if _leaf_types(SCOPES + (cst.ClassDef,)):  # exact types: no isinstance on LibCST's ABCs
+        if _leaf_types(
+            SCOPES + (cst.ClassDef,)
+        ):  # exact types: no isinstance on LibCST's ABCs
             while cur is not None and type(cur) not in _SCOPE_TYPES:
                 cur = parent.get(cur)
         else:
@@ -62,7 +76,9 @@ class NamesMixin:
             chain = self._chains[id(cur)] = []
             inner, first = cur, True
             while inner is not None:
-                if isinstance(inner, SCOPES) or (first and isinstance(inner, cst.ClassDef)):
+                if isinstance(inner, SCOPES) or (
+                    first and isinstance(inner, cst.ClassDef)
+                ):
                     chain.append(id(inner))
                     if isinstance(inner, cst.FunctionDef | cst.Lambda):
                         first = False

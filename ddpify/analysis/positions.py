@@ -14,7 +14,6 @@ from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
 
-
 # -- positions ------------------------------------------------------------------------------
 class _Stop(Exception):
     """Ends a partial codegen."""
@@ -26,16 +25,36 @@ class _Recorder(CodegenState):
     one). It can stop early: at the first indented block (a statement's header gives its start),
     or once a given node is complete. Keyed by id(): a node's __hash__ is a Python call."""
 
-    __slots__ = ("ws_start", "done", "syn_start", "syn_end", "open", "header_only", "stop_after", "stopped")
+    __slots__ = (
+        "ws_start",
+        "done",
+        "syn_start",
+        "syn_end",
+        "open",
+        "header_only",
+        "stop_after",
+        "stopped",
+    )
 
-    def __init__(self, module: cst.Module, indents: list[str], header_only: bool = False,
-                 stop_after: cst.CSTNode | None = None) -> None:
-        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=indents)
+    def __init__(
+        self,
+        module: cst.Module,
+        indents: list[str],
+        header_only: bool = False,
+        stop_after: cst.CSTNode | None = None,
+    ) -> None:
+        super().__init__(
+            default_indent=module.default_indent,
+            default_newline=module.default_newline,
+            indent_tokens=indents,
+        )
         self.ws_start: dict[int, int] = {}
         self.done: dict[int, int] = {}  # complete nodes: whitespace-inclusive end
         self.syn_start: dict[int, int] = {}
         self.syn_end: dict[int, int] = {}
-        self.open: list[tuple[int, cst.CSTNode | None, cst.CSTNode | None]] = []  # entered syntactic records
+        self.open: list[
+            tuple[int, cst.CSTNode | None, cst.CSTNode | None]
+        ] = []  # entered syntactic records
         self.header_only = header_only
         self.stop_after = stop_after
         self.stopped = False
@@ -68,10 +87,14 @@ class _Recorder(CodegenState):
 
     def __exit__(self, exc_type, exc, tb) -> None:
         key, start_node, end_node = self.open.pop()
-        if exc_type is None and not self.stopped:  # (a stop unwinding through here records nothing)
+        if (
+            exc_type is None and not self.stopped
+        ):  # (a stop unwinding through here records nothing)
             if start_node is not None:
                 self.syn_start[key] = self.start_of(id(start_node))  # type: ignore[assignment]
-            self.syn_end[key] = self.end_of(id(end_node)) if end_node is not None else len(self.tokens)  # type: ignore[assignment]
+            self.syn_end[key] = (
+                self.end_of(id(end_node)) if end_node is not None else len(self.tokens)
+            )  # type: ignore[assignment]
 
     def pop_trailing_newline(self) -> None:
         pass  # PositionProvider counts it: recorded indices stay valid
@@ -83,7 +106,6 @@ class _Recorder(CodegenState):
     def end_of(self, key: int) -> int | None:
         k = self.syn_end.get(key)
         return self.done.get(key) if k is None else k
-
 
 
 _NEWLINE_RE = re.compile(r"\r\n?|\n")
@@ -99,7 +121,9 @@ class _Positions:
     its text; where that text is not unique, the statement around it is; the whole module as the
     last resort (and where the source has "\r": LibCST counts lines token by token)."""
 
-    def __init__(self, module: cst.Module, source: str, parent: dict[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(
+        self, module: cst.Module, source: str, parent: dict[cst.CSTNode, cst.CSTNode]
+    ) -> None:
         self.module = module
         self.source = source
         self.parent = parent
@@ -107,7 +131,9 @@ class _Positions:
         self.ends: dict[int, int] = {}
         self.whole = False
         self.newlines: list[int] | None = None
-        self.exact: dict[int, tuple[int, int]] | None = None  # offset -> (line, column), "\r" files
+        self.exact: dict[int, tuple[int, int]] | None = (
+            None  # offset -> (line, column), "\r" files
+        )
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         key = id(node)
@@ -127,9 +153,17 @@ class _Positions:
         stmt = self._statement(node)
         key = id(node)
         if stmt is not None and "\r" not in self.source:
-            if not need_end and self._run(stmt, header_only=True) and key in self.starts:
+            if (
+                not need_end
+                and self._run(stmt, header_only=True)
+                and key in self.starts
+            ):
                 return
-            if self._run(stmt) and key in self.starts and (not need_end or key in self.ends):
+            if (
+                self._run(stmt)
+                and key in self.starts
+                and (not need_end or key in self.ends)
+            ):
                 return
         self._run_whole()
 
@@ -152,7 +186,9 @@ class _Positions:
         default = self.module.default_indent
         child, cur = stmt, self.parent.get(stmt)
         while cur is not None:
-            if type(cur) is cst.IndentedBlock or (type(cur) is cst.Match and type(child) is cst.MatchCase):
+            if type(cur) is cst.IndentedBlock or (
+                type(cur) is cst.Match and type(child) is cst.MatchCase
+            ):
                 out.append(default if cur.indent is None else cur.indent)  # type: ignore[union-attr]
             child, cur = cur, self.parent.get(cur)
         out.reverse()
@@ -164,7 +200,12 @@ class _Positions:
         target: cst.BaseStatement | None = stmt
         stop_after = None
         while target is not None:
-            rec = _Recorder(self.module, self._indents(target), header_only and stop_after is None, stop_after)
+            rec = _Recorder(
+                self.module,
+                self._indents(target),
+                header_only and stop_after is None,
+                stop_after,
+            )
             try:
                 target._codegen(rec)
             except _Stop:
@@ -194,7 +235,9 @@ class _Positions:
         # what _Recorder.start_of / end_of give, for every node at once
         done = rec.done
         starts, ends = self.starts, self.ends
-        starts.update({key: offsets[k] for key, k in rec.ws_start.items() if key in done})
+        starts.update(
+            {key: offsets[k] for key, k in rec.ws_start.items() if key in done}
+        )
         starts.update({key: offsets[k] for key, k in rec.syn_start.items()})
         ends.update({key: offsets[k] for key, k in done.items()})
         ends.update({key: offsets[k] for key, k in rec.syn_end.items()})
@@ -216,7 +259,9 @@ class _Positions:
                 exact[off] = (line, col)
             self.exact = exact
         else:
-            self.newlines = [mt.start() for mt in re.finditer("\n", text)]  # the source's, and a final one it may lack
+            self.newlines = [
+                mt.start() for mt in re.finditer("\n", text)
+            ]  # the source's, and a final one it may lack
         self.whole = True
 
     def _at(self, off: int) -> CodePosition:
@@ -236,7 +281,9 @@ class PositionsMixin:
         if not self._skipped_lines:
             return False
         p = self.pos[node]
-        return any(ln in self._skipped_lines for ln in range(p.start.line, p.end.line + 1))
+        return any(
+            ln in self._skipped_lines for ln in range(p.start.line, p.end.line + 1)
+        )
 
     def line_col(self, node: cst.CSTNode) -> tuple[int, int]:
         p = self.pos.start(node)

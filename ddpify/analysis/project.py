@@ -30,8 +30,12 @@ class LocalImport:
     end: int  # its last line
     path: str  # the local file it reaches first (a package's __init__.py before its submodule)
     paths: list[str]  # every local file it imports, in import order
-    modules: list[str] = field(default_factory=list)  # names it binds to a local module (`import utils`)
-    module_files: list[str] = field(default_factory=list)  # the file each of those names is
+    modules: list[str] = field(
+        default_factory=list
+    )  # names it binds to a local module (`import utils`)
+    module_files: list[str] = field(
+        default_factory=list
+    )  # the file each of those names is
 
 
 @dataclass
@@ -40,7 +44,9 @@ class ModuleFile:
     text: str
     tree: ast.Module
     imports: list[LocalImport] = field(default_factory=list)
-    lazy: list[tuple[int, str]] = field(default_factory=list)  # (line, local file) imported inside a function
+    lazy: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # (line, local file) imported inside a function
     main_guard: tuple[int, int] | None = None  # lines of `if __name__ == "__main__":`
 
     @property
@@ -55,7 +61,12 @@ def project_root(entry: str) -> str:
     marked = _marked_root(here)
     for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         real = os.path.realpath(p) if p else ""
-        if real and os.path.isdir(real) and os.path.commonpath([real, marked]) == real and real != os.sep:
+        if (
+            real
+            and os.path.isdir(real)
+            and os.path.commonpath([real, marked]) == real
+            and real != os.sep
+        ):
             marked = real
     return marked
 
@@ -93,8 +104,11 @@ def _is_local(path: str, root: str) -> bool:
     if os.path.commonpath([real, root]) != root:
         return False
     rel = os.path.relpath(real, root).split(os.sep)
-    return not any(part in NOT_LOCAL or part.startswith(".") for part in rel[:-1]) and not any(
-        os.path.isfile(os.path.join(root, *rel[:i], "pyvenv.cfg")) for i in range(len(rel))
+    return not any(
+        part in NOT_LOCAL or part.startswith(".") for part in rel[:-1]
+    ) and not any(
+        os.path.isfile(os.path.join(root, *rel[:i], "pyvenv.cfg"))
+        for i in range(len(rel))
     )
 
 
@@ -109,7 +123,9 @@ def _module_file(base: str, parts: list[str]) -> list[str]:
             out.append(os.path.join(pkg, "__init__.py"))
             d = pkg
             continue
-        if not last and os.path.isdir(pkg):  # a folder without __init__.py: a namespace package
+        if not last and os.path.isdir(
+            pkg
+        ):  # a folder without __init__.py: a namespace package
             d = pkg
             continue
         if last and os.path.isfile(pkg + ".py"):
@@ -143,7 +159,9 @@ def _resolve(node: ast.stmt, here: str, bases: list[str], root: str) -> list[str
                 continue
             target = os.path.join(base, *parts)
             for alias in node.names:  # `from pkg import mod`: the submodule too
-                sub = _module_file(target, [alias.name]) if os.path.isdir(target) else []
+                sub = (
+                    _module_file(target, [alias.name]) if os.path.isdir(target) else []
+                )
                 files += [f for f in sub if f not in files]
             if files:
                 found += files
@@ -160,14 +178,40 @@ def _module_names(node: ast.stmt, files: list[str]) -> list[str]:
 def _module_bindings(node: ast.stmt, files: list[str]) -> list[tuple[str, str]]:
     """(name, local file it is) for each name an import binds to a local module: `import pkg.mod
     as m` binds m to pkg/mod.py, `import pkg.mod` binds pkg to pkg/__init__.py."""
+
     def named(end: str, last: bool) -> str:
-        found = [f for f in files if (os.path.basename(os.path.dirname(f)) if f.endswith("__init__.py") else os.path.basename(f)[:-3]) == end]
+        found = [
+            f
+            for f in files
+            if (
+                os.path.basename(os.path.dirname(f))
+                if f.endswith("__init__.py")
+                else os.path.basename(f)[:-3]
+            )
+            == end
+        ]
         return (found[-1] if last else found[0]) if found else ""
 
     if isinstance(node, ast.Import):
-        return [(a.asname, named(a.name.rsplit(".", 1)[-1], True)) if a.asname else (a.name.split(".")[0], named(a.name.split(".")[0], False)) for a in node.names]
-    ends = {os.path.basename(f)[:-3] if not f.endswith("__init__.py") else os.path.basename(os.path.dirname(f)) for f in files}
-    return [(a.asname or a.name, named(a.name, True)) for a in node.names if a.name in ends and isinstance(node, ast.ImportFrom) and a.name != (node.module or "").rsplit(".", 1)[-1]]
+        return [
+            (a.asname, named(a.name.rsplit(".", 1)[-1], True))
+            if a.asname
+            else (a.name.split(".")[0], named(a.name.split(".")[0], False))
+            for a in node.names
+        ]
+    ends = {
+        os.path.basename(f)[:-3]
+        if not f.endswith("__init__.py")
+        else os.path.basename(os.path.dirname(f))
+        for f in files
+    }
+    return [
+        (a.asname or a.name, named(a.name, True))
+        for a in node.names
+        if a.name in ends
+        and isinstance(node, ast.ImportFrom)
+        and a.name != (node.module or "").rsplit(".", 1)[-1]
+    ]
 
 
 def _main_guard(tree: ast.Module) -> tuple[int, int] | None:
@@ -187,8 +231,16 @@ def path_inserts(tree: ast.Module, path: str) -> list[str]:
     out: list[str] = []
     here = os.path.dirname(os.path.realpath(path))
     for node in tree.body:
-        call = node.value if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else None
-        if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr not in ("insert", "append"):
+        call = (
+            node.value
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            else None
+        )
+        if (
+            call is None
+            or not isinstance(call.func, ast.Attribute)
+            or call.func.attr not in ("insert", "append")
+        ):
             continue
         if ast.unparse(call.func.value) != "sys.path" or not call.args:
             continue
@@ -211,18 +263,39 @@ def _path_value(node: ast.expr, path: str) -> str | None:
             return None
         if name in ("os.path.dirname", "dirname") and len(args) == 1:
             return os.path.dirname(args[0])
-        if name in ("os.path.abspath", "os.path.realpath", "abspath", "realpath", "str", "Path", "pathlib.Path", "os.fspath") and len(args) == 1:
+        if (
+            name
+            in (
+                "os.path.abspath",
+                "os.path.realpath",
+                "abspath",
+                "realpath",
+                "str",
+                "Path",
+                "pathlib.Path",
+                "os.fspath",
+            )
+            and len(args) == 1
+        ):
             return args[0]
         if name in ("os.path.join", "join") and args:
             return os.path.join(*args)
-        if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute") and not node.args:
+        if (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("resolve", "absolute")
+            and not node.args
+        ):
             return _path_value(node.func.value, path)
     if isinstance(node, ast.Attribute) and node.attr == "parent":
         inner = _path_value(node.value, path)
         return os.path.dirname(inner) if inner is not None else None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         left, right = _path_value(node.left, path), _path_value(node.right, path)
-        return os.path.join(left, right) if left is not None and right is not None else None
+        return (
+            os.path.join(left, right)
+            if left is not None and right is not None
+            else None
+        )
     return None
 
 
@@ -230,14 +303,27 @@ def read_module(path: str, text: str, root: str, bases: list[str]) -> ModuleFile
     tree = ast.parse(text, path)
     mod = ModuleFile(os.path.realpath(path), text, tree, main_guard=_main_guard(tree))
     for extra in path_inserts(tree, path):
-        if extra not in bases and os.path.isdir(extra) and _is_local(os.path.join(extra, "x.py"), root):
+        if (
+            extra not in bases
+            and os.path.isdir(extra)
+            and _is_local(os.path.join(extra, "x.py"), root)
+        ):
             bases.append(extra)
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             files = [f for f in _resolve(node, mod.path, bases, root) if f != mod.path]
             if files:
                 bound = _module_bindings(node, files)
-                mod.imports.append(LocalImport(node.lineno, node.end_lineno or node.lineno, files[0], files, [n for n, _ in bound], [f for _, f in bound]))
+                mod.imports.append(
+                    LocalImport(
+                        node.lineno,
+                        node.end_lineno or node.lineno,
+                        files[0],
+                        files,
+                        [n for n, _ in bound],
+                        [f for _, f in bound],
+                    )
+                )
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
@@ -257,11 +343,13 @@ def local_modules(entry: str, read=None) -> tuple[str, list[ModuleFile]]:
         root = top
     bases = list(dict.fromkeys([here, root, top]))
     if read is None:
+
         def read(p: str) -> str:
             if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the open
                 raise OSError(f"{p}: not a regular file")
             with open(p, encoding="utf-8") as f:
                 return f.read()
+
     seen: dict[str, ModuleFile] = {}
     order: list[str] = []
 
@@ -290,7 +378,7 @@ class ProjectMixin:
             for stmt in self.module.body:
                 name = getattr(getattr(stmt, "name", None), "value", "")
                 if name.startswith("__ddpify_begin_"):
-                    current = int(name[len("__ddpify_begin_"):-2])
+                    current = int(name[len("__ddpify_begin_") : -2])
                 elif name.startswith("__ddpify_end_"):
                     current = 0
                 regions[id(stmt)] = current
@@ -340,11 +428,15 @@ class ProjectMixin:
             if self._builds_by_name():
                 return False  # getattr(module, config["type"])(...) may build any class
             name = cls.name.value
-            return not any(n.value == name and n is not cls.name and not _inside(self, n, cls)
-                           for n in self.findall(self.module, m.Name(name)))
+            return not any(
+                n.value == name and n is not cls.name and not _inside(self, n, cls)
+                for n in self.findall(self.module, m.Name(name))
+            )
         name = fn.name.value
         return not self.callers(fn) and not any(
-            n.value == name and n is not fn.name and not isinstance(self.parent.get(n), cst.Attribute)
+            n.value == name
+            and n is not fn.name
+            and not isinstance(self.parent.get(n), cst.Attribute)
             for n in self.findall(self.module, m.Name(name))
         )
 
@@ -354,9 +446,20 @@ class ProjectMixin:
         found = self.__dict__.get("_by_name")
         if found is None:
             found = any(
-                (m.matches(c.func, m.Name("getattr")) and len(c.args) > 1 and not isinstance(c.args[1].value, cst.SimpleString))
-                or m.matches(c.func, m.Name("eval") | m.Name("globals") | m.Name("locals") | m.Name("vars"))
-                for c in self.calls)
+                (
+                    m.matches(c.func, m.Name("getattr"))
+                    and len(c.args) > 1
+                    and not isinstance(c.args[1].value, cst.SimpleString)
+                )
+                or m.matches(
+                    c.func,
+                    m.Name("eval")
+                    | m.Name("globals")
+                    | m.Name("locals")
+                    | m.Name("vars"),
+                )
+                for c in self.calls
+            )
             self._by_name = found
         return found
 
@@ -372,8 +475,10 @@ class ProjectMixin:
     def _local_module(self, name: str) -> bool:
         """`utils.f`: utils names a local module of the project (its import's placeholder)."""
         head = name.split(".", 1)[0]
-        return any(b.startswith("__ddpify_import_") for b in self.bindings.get(None, {}).get(head, []))
-
+        return any(
+            b.startswith("__ddpify_import_")
+            for b in self.bindings.get(None, {}).get(head, [])
+        )
 
 
 def binds(stmt, inside: bool = False) -> set[str]:
@@ -390,7 +495,15 @@ def binds(stmt, inside: bool = False) -> set[str]:
             out.add(n.name.value)
         if isinstance(n, cst.AssignTarget) or isinstance(n, (cst.AnnAssign, cst.For)):
             t = n.target
-            out |= {x.value for x in ([t] if isinstance(t, cst.Name) else [e.value for e in getattr(t, "elements", [])]) if isinstance(x, cst.Name)}
+            out |= {
+                x.value
+                for x in (
+                    [t]
+                    if isinstance(t, cst.Name)
+                    else [e.value for e in getattr(t, "elements", [])]
+                )
+                if isinstance(x, cst.Name)
+            }
         if isinstance(n, cst.ImportAlias):
             nm = n.asname.name if n.asname else n.name
             while isinstance(nm, cst.Attribute):

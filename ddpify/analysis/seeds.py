@@ -21,8 +21,10 @@ from ddpify.analysis.tree import _inside, call_args, dotted
 
 # calls that seed a global generator (torch.cuda.manual_seed seeds CUDA only, not the CPU)
 SEED_FAMILIES = {
-    "torch.manual_seed": ("torch",), "torch.random.manual_seed": ("torch",),
-    "numpy.random.seed": ("numpy",), "random.seed": ("random",),
+    "torch.manual_seed": ("torch",),
+    "torch.random.manual_seed": ("torch",),
+    "numpy.random.seed": ("numpy",),
+    "random.seed": ("random",),
     # the usual "seed everything" helpers of libraries
     "pytorch_lightning.seed_everything": ("torch", "numpy", "random"),
     "lightning.seed_everything": ("torch", "numpy", "random"),
@@ -40,7 +42,11 @@ LIBRARY_DRAWS = {
 }
 # generators of the script's own that start from fresh entropy when given no seed (a bare
 # torch.Generator() starts from a fixed seed: the same on every rank)
-OWN_GENERATORS = ("numpy.random.default_rng", "numpy.random.RandomState", "random.Random")
+OWN_GENERATORS = (
+    "numpy.random.default_rng",
+    "numpy.random.RandomState",
+    "random.Random",
+)
 _DEPTH = 4
 
 
@@ -48,21 +54,35 @@ _DEPTH = 4
 class _Walk:
     stops: list[cst.CSTNode]
     seeded: set[str] = field(default_factory=set)
-    draws: dict[str, cst.Call] = field(default_factory=dict)  # family -> its first unseeded draw
-    tops: dict[str, cst.BaseStatement] = field(default_factory=dict)  # family -> module statement running it
+    draws: dict[str, cst.Call] = field(
+        default_factory=dict
+    )  # family -> its first unseeded draw
+    tops: dict[str, cst.BaseStatement] = field(
+        default_factory=dict
+    )  # family -> module statement running it
     seen: set[int] = field(default_factory=set)
     top: cst.BaseStatement | None = None
-    gens: dict[str, tuple[cst.Call, bool, cst.BaseStatement | None]] = field(default_factory=dict)  # name -> (unseeded constructor, conditional, top)
-    own: dict[int, tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]] = field(default_factory=dict)  # constructor -> (it, first draw, conditional, top)
+    gens: dict[str, tuple[cst.Call, bool, cst.BaseStatement | None]] = field(
+        default_factory=dict
+    )  # name -> (unseeded constructor, conditional, top)
+    own: dict[int, tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]] = field(
+        default_factory=dict
+    )  # constructor -> (it, first draw, conditional, top)
 
 
 @dataclass
 class PreTraining:
     """What the walk found before training."""
 
-    draws: dict[str, cst.Call]  # family -> its first unseeded draw from the global generator
-    tops: dict[str, cst.BaseStatement]  # family -> the module-level statement that runs that draw
-    own: list[tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]]  # (unseeded constructor, first draw, conditional, top)
+    draws: dict[
+        str, cst.Call
+    ]  # family -> its first unseeded draw from the global generator
+    tops: dict[
+        str, cst.BaseStatement
+    ]  # family -> the module-level statement that runs that draw
+    own: list[
+        tuple[cst.Call, cst.Call, bool, cst.BaseStatement | None]
+    ]  # (unseeded constructor, first draw, conditional, top)
 
 
 class SeedsMixin:
@@ -78,12 +98,23 @@ class SeedsMixin:
             return n
 
         def callers(fn):  # model.train() is not a call of a Trainer's train()
-            return [c for c in self.callers(fn) if not (isinstance(c.func, cst.Attribute) and self.is_model_ref(c.func.value))]
+            return [
+                c
+                for c in self.callers(fn)
+                if not (
+                    isinstance(c.func, cst.Attribute)
+                    and self.is_model_ref(c.func.value)
+                )
+            ]
 
         def runs_in_loop(fn, depth=0):
             if fn is None or depth > 4:
                 return False
-            return any(self.enclosing_loop(c) is not None or runs_in_loop(self.function_of(c), depth + 1) for c in callers(fn))
+            return any(
+                self.enclosing_loop(c) is not None
+                or runs_in_loop(self.function_of(c), depth + 1)
+                for c in callers(fn)
+            )
 
         node = outermost(node)
         while True:
@@ -101,7 +132,9 @@ class SeedsMixin:
                 return SEED_FAMILIES[q]
         return ()
 
-    def _a_generator(self, node: cst.BaseExpression, where: cst.CSTNode, depth: int = 0) -> bool:
+    def _a_generator(
+        self, node: cst.BaseExpression, where: cst.CSTNode, depth: int = 0
+    ) -> bool:
         """node holds a generator of the script's own (not None): `g`, bound to torch.Generator(),
         or a parameter every caller hands one. A parameter whose default or argument is None
         draws from the global generator."""
@@ -113,16 +146,27 @@ class SeedsMixin:
         values = self._local_values(fn, node.value)
         if values:
             return all(self._a_generator(v, v, depth + 1) for v in values)
-        param = next((p for p in (fn.params.params if fn is not None else ()) if p.name.value == node.value), None)
+        param = next(
+            (
+                p
+                for p in (fn.params.params if fn is not None else ())
+                if p.name.value == node.value
+            ),
+            None,
+        )
         if param is None:
             return True
         calls = self.callers(fn)
         if not calls:
-            return param.default is None or self._a_generator(param.default, param, depth + 1)
+            return param.default is None or self._a_generator(
+                param.default, param, depth + 1
+            )
         for c in calls:
             arg = self.argument_for(c, fn, node.value)
             if arg is None:  # the default is used
-                if param.default is None or not self._a_generator(param.default, param, depth + 1):
+                if param.default is None or not self._a_generator(
+                    param.default, param, depth + 1
+                ):
                     return False
             elif not self._a_generator(arg, c, depth + 1):
                 return False
@@ -134,7 +178,11 @@ class SeedsMixin:
         fam = self.draw_family(call)
         if fam is not None:
             given = call_args(call)[1].get("generator")
-            return None if given is not None and self._a_generator(given.value, call) else fam
+            return (
+                None
+                if given is not None and self._a_generator(given.value, call)
+                else fam
+            )
         for q in self.qualified(call.func):
             if q in LIBRARY_DRAWS:
                 fam, kw, pos = LIBRARY_DRAWS[q]
@@ -186,7 +234,9 @@ class SeedsMixin:
             # a compound statement around the training: its header, then the block holding it
             for blk in self._blocks(stmt):
                 if any(_inside(self, s, blk) for s in w.stops):
-                    inner = cond or (isinstance(stmt, cst.If) and stmt is not self.main_guard)
+                    inner = cond or (
+                        isinstance(stmt, cst.If) and stmt is not self.main_guard
+                    )
                     for s in blk.body:
                         if self._walk_stmt(s, w, depth, inner):
                             return True
@@ -198,10 +248,12 @@ class SeedsMixin:
         out = []
         for attr in ("body", "orelse", "handlers", "finalbody"):
             v = getattr(stmt, attr, None)
-            for x in (v if isinstance(v, (list, tuple)) else [v]):
+            for x in v if isinstance(v, (list, tuple)) else [v]:
                 if isinstance(x, cst.IndentedBlock):
                     out.append(x)
-                elif x is not None and isinstance(getattr(x, "body", None), cst.IndentedBlock):
+                elif x is not None and isinstance(
+                    getattr(x, "body", None), cst.IndentedBlock
+                ):
                     out.append(x.body)
                     if isinstance(x, cst.If):  # elif
                         out += self._blocks(x)
@@ -228,7 +280,11 @@ class SeedsMixin:
         top = w.top if self.function_of(c) is None else None
         if not c.args and self.is_call(c, *OWN_GENERATORS):
             asg = self.parent.get(c)
-            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and dotted(asg.targets[0].target):
+            if (
+                isinstance(asg, cst.Assign)
+                and len(asg.targets) == 1
+                and dotted(asg.targets[0].target)
+            ):
                 w.gens[dotted(asg.targets[0].target)] = (c, cond, top)
             return
         if isinstance(c.func, cst.Attribute) and c.func.attr.value not in _NOT_DRAWS:
@@ -247,13 +303,25 @@ class SeedsMixin:
     def _follow(self, c: cst.Call, w: _Walk, depth: int, cond: bool) -> bool:
         """Into the script's function (or its non-model class's __init__) that c calls."""
         name = dotted(c.func)
-        if not name or ("." in name and not name.startswith("self.")) or self._is_forward_call(c):
+        if (
+            not name
+            or ("." in name and not name.startswith("self."))
+            or self._is_forward_call(c)
+        ):
             return False
         short = name.rsplit(".", 1)[-1]
-        bodies = [fn for fn in self.functions.get(short, []) if fn.name.value not in ("forward", "__init__")]
+        bodies = [
+            fn
+            for fn in self.functions.get(short, [])
+            if fn.name.value not in ("forward", "__init__")
+        ]
         cls = self.classes.get(short) if "." not in name else None
         if cls is not None and not self._module_class(cls):
-            bodies += [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
+            bodies += [
+                s
+                for s in cls.body.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+            ]
         for fn in bodies:
             if id(fn) in w.seen:
                 continue
@@ -269,6 +337,11 @@ class SeedsMixin:
             if any(q.startswith("torch.nn.") for q in self.qualified(base.value)):
                 return True
             own = self.classes.get(dotted(base.value) or "")
-            if own is not None and own is not cls and depth < 4 and self._module_class(own, depth + 1):
+            if (
+                own is not None
+                and own is not cls
+                and depth < 4
+                and self._module_class(own, depth + 1)
+            ):
                 return True
         return False

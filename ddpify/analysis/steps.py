@@ -22,25 +22,35 @@ class Step:
     loss_expr: cst.BaseExpression
     forward_first: cst.BaseStatement | None = None  # first statement running the model
     loss_stmt: cst.BaseStatement | None = None  # statement computing the loss
-    step_calls: list[cst.Call] = field(default_factory=list)  # optimizer.step() calls in the block
-    step_stmts: list[cst.BaseStatement] = field(default_factory=list)  # top-level stmts holding them
+    step_calls: list[cst.Call] = field(
+        default_factory=list
+    )  # optimizer.step() calls in the block
+    step_stmts: list[cst.BaseStatement] = field(
+        default_factory=list
+    )  # top-level stmts holding them
     accumulation_test: cst.BaseExpression | None = None  # `if C: optimizer.step()` -> C
     models: list[str] = field(default_factory=list)  # model names forwarded in the step
-    tail: list[cst.BaseStatement] = field(default_factory=list)  # backward and what follows, up to the step
-
+    tail: list[cst.BaseStatement] = field(
+        default_factory=list
+    )  # backward and what follows, up to the step
 
 
 class StepsMixin:
     def _find_steps(self) -> list[Step]:
         steps: list[Step] = []
         for call in self.calls:
-            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
+            if not (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "backward"
+            ):
                 continue
             if self.is_call(call, "torch.autograd.backward"):
                 continue
             stmt, loss_expr = self._step_unit(call)
             block = self.block(stmt)
-            if not isinstance(block, (cst.IndentedBlock, cst.Module)) or any(s.stmt is stmt for s in steps):
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)) or any(
+                s.stmt is stmt for s in steps
+            ):
                 continue
             step = Step(backward=call, stmt=stmt, block=block, loss_expr=loss_expr)
             body = list(block.body)
@@ -53,7 +63,9 @@ class StepsMixin:
             # the forward pass of this step starts after the previous backward in the block
             start = 0
             for k in range(idx - 1, -1, -1):
-                if self.findall(body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                if self.findall(
+                    body[k], m.Call(func=m.Attribute(attr=m.Name("backward")))
+                ):
                     start = k + 1
                     break
             for s in body[start:idx]:
@@ -63,12 +75,25 @@ class StepsMixin:
             if step.forward_first is None and self.runs_model(stmt):
                 step.forward_first = stmt
             later = body[idx + 1 :]
-            stop = next((k for k, s in enumerate(later) if self.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+            stop = next(
+                (
+                    k
+                    for k, s in enumerate(later)
+                    if self.findall(
+                        s, m.Call(func=m.Attribute(attr=m.Name("backward")))
+                    )
+                ),
+                len(later),
+            )
             step.tail = [stmt, *later[:stop]]
             self._collect_step_calls(step, step.tail)
             if not step.step_calls:
                 self._micro_loop_step(step)
-            region = body[body.index(step.forward_first) : idx + 1] if step.forward_first in body else [stmt]
+            region = (
+                body[body.index(step.forward_first) : idx + 1]
+                if step.forward_first in body
+                else [stmt]
+            )
             for s in region:
                 for c in self.findall(s, m.Call()):
                     if self._is_forward_call(c):
@@ -78,7 +103,9 @@ class StepsMixin:
             steps.append(step)
         return steps
 
-    def _step_unit(self, call: cst.Call) -> tuple[cst.BaseStatement, cst.BaseExpression]:
+    def _step_unit(
+        self, call: cst.Call
+    ) -> tuple[cst.BaseStatement, cst.BaseExpression]:
         """The statement that stands for a backward in its block, and the loss it computes the
         gradients of. apex: `with amp.scale_loss(loss, opt) as scaled: scaled.backward()` is the
         backward of `loss`, also as one branch of `if fp16: <that> else: loss.backward()`."""
@@ -90,7 +117,12 @@ class StepsMixin:
         owner = self.parent.get(self.parent.get(stmt))
         if isinstance(owner, cst.Else):
             owner = self.parent.get(owner)
-        if isinstance(owner, cst.If) and isinstance(owner.orelse, cst.Else) and _single(owner.body) and _single(owner.orelse.body):
+        if (
+            isinstance(owner, cst.If)
+            and isinstance(owner.orelse, cst.Else)
+            and _single(owner.body)
+            and _single(owner.orelse.body)
+        ):
             branches = [owner.body.body[0], owner.orelse.body.body[0]]
             withs = [self._scale_loss_with_of(b) for b in branches]
             plain = [_plain_backward(b) for b in branches]
@@ -99,18 +131,28 @@ class StepsMixin:
                     return owner, w[1]
         return stmt, loss
 
-    def _scale_loss_with(self, stmt: cst.BaseStatement) -> tuple[cst.With, cst.BaseExpression] | None:
+    def _scale_loss_with(
+        self, stmt: cst.BaseStatement
+    ) -> tuple[cst.With, cst.BaseExpression] | None:
         """(the with, the loss) when stmt is in the body of `with X.scale_loss(loss, ...) as s:`."""
         block = self.block(stmt)
         w = self.parent.get(block) if isinstance(block, cst.IndentedBlock) else None
         return self._scale_loss_with_of(w) if isinstance(w, cst.With) else None
 
     @staticmethod
-    def _scale_loss_with_of(w: cst.CSTNode) -> tuple[cst.With, cst.BaseExpression] | None:
+    def _scale_loss_with_of(
+        w: cst.CSTNode,
+    ) -> tuple[cst.With, cst.BaseExpression] | None:
         if not isinstance(w, cst.With) or len(w.items) != 1:
             return None
         item = w.items[0].item
-        if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "scale_loss" and item.args and item.args[0].keyword is None:
+        if (
+            isinstance(item, cst.Call)
+            and isinstance(item.func, cst.Attribute)
+            and item.func.attr.value == "scale_loss"
+            and item.args
+            and item.args[0].keyword is None
+        ):
             return w, item.args[0].value
         return None
 
@@ -121,7 +163,11 @@ class StepsMixin:
                     step.step_calls.append(c)
                     if s not in step.step_stmts:
                         step.step_stmts.append(s)
-                    if isinstance(s, cst.If) and step.accumulation_test is None and self.ancestor(c, cst.If) is s:
+                    if (
+                        isinstance(s, cst.If)
+                        and step.accumulation_test is None
+                        and self.ancestor(c, cst.If) is s
+                    ):
                         step.accumulation_test = s.test
 
     def _micro_loop_step(self, step: Step) -> None:
@@ -134,7 +180,14 @@ class StepsMixin:
             return
         body = list(outer.body)
         later = body[body.index(loop) + 1 :]
-        stop = next((k for k, s in enumerate(later) if self.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))), len(later))
+        stop = next(
+            (
+                k
+                for k, s in enumerate(later)
+                if self.findall(s, m.Call(func=m.Attribute(attr=m.Name("backward"))))
+            ),
+            len(later),
+        )
         self._collect_step_calls(step, later[:stop])
         if not step.step_calls:
             return
@@ -149,11 +202,17 @@ class StepsMixin:
         ):
             # the last micro-step is the one whose gradients the optimizer uses
             n = it.args[0].value  # type: ignore[attr-defined]
-            step.accumulation_test = cst.parse_expression(f"{loop.target.value} == {code(n)} - 1")
+            step.accumulation_test = cst.parse_expression(
+                f"{loop.target.value} == {code(n)} - 1"
+            )
 
     def _assigns(self, stmt: cst.BaseStatement, name: str) -> bool:
         for node in self.findall(stmt, m.Assign() | m.AugAssign() | m.AnnAssign()):
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            targets = (
+                [t.target for t in node.targets]
+                if isinstance(node, cst.Assign)
+                else [node.target]
+            )
             for t in targets:
                 if any(dotted(el) == name for el in _flatten_targets(t)):
                     return True
@@ -166,8 +225,17 @@ def _single(block: cst.BaseSuite) -> bool:
 
 def _plain_backward(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
     """loss in a statement that is only `loss.backward()`."""
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+    if (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+    ):
         v = stmt.body[0].value
-        if isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "backward" and not v.args:
+        if (
+            isinstance(v, cst.Call)
+            and isinstance(v.func, cst.Attribute)
+            and v.func.attr.value == "backward"
+            and not v.args
+        ):
             return v.func.value
     return None

@@ -15,7 +15,14 @@ from libcst._nodes.internal import CodegenState
 import ddpify.match as m
 
 # nodes that open a scope of their own (class bodies are handled apart: not seen from methods)
-SCOPES = (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+SCOPES = (
+    cst.FunctionDef,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
 _SCOPE_TYPES = frozenset((*SCOPES, cst.ClassDef))
 
 # -- walking the tree without LibCST's visit ----------------------------------------------
@@ -44,7 +51,9 @@ class _FieldProbe(cst.CSTVisitor):
 
 
 def _holds_nodes(v: object) -> bool:
-    return isinstance(v, cst.CSTNode) or (isinstance(v, (list, tuple)) and any(isinstance(x, cst.CSTNode) for x in v))
+    return isinstance(v, cst.CSTNode) or (
+        isinstance(v, (list, tuple)) and any(isinstance(x, cst.CSTNode) for x in v)
+    )
 
 
 def child_fields(node: cst.CSTNode) -> tuple[str, ...]:
@@ -54,21 +63,39 @@ def child_fields(node: cst.CSTNode) -> tuple[str, ...]:
     f-string's format_spec when it is None)."""
     t = type(node)
     entry = _FIELDS.get(t)
-    if entry is not None and (not entry[1] or not any(_holds_nodes(getattr(node, f)) for f in entry[1])):
+    if entry is not None and (
+        not entry[1] or not any(_holds_nodes(getattr(node, f)) for f in entry[1])
+    ):
         return entry[0]
     probe = _FieldProbe()
     node._visit_and_replace_children(probe)
     names = tuple(probe.names)
     if entry is None:
         # fields typed to hold nodes (not str, bool, ...) that this node's visit skipped
-        unseen = tuple(f.name for f in fields(t) if f.name not in names and (isinstance(f.type, str) or "libcst" in repr(f.type).replace("libcst._maybe_sentinel", "")))
+        unseen = tuple(
+            f.name
+            for f in fields(t)
+            if f.name not in names
+            and (
+                isinstance(f.type, str)
+                or "libcst" in repr(f.type).replace("libcst._maybe_sentinel", "")
+            )
+        )
         _FIELDS[t] = (names, unseen)
     return names
 
 
 # whitespace and comments: half the nodes of a tree, and nothing the analysis looks at
-_WHITESPACE = (cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine, cst.Comment)
-_WALK: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}  # (type, child fields) -> those to walk
+_WHITESPACE = (
+    cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.EmptyLine,
+    cst.Comment,
+)
+_WALK: dict[
+    tuple[type, tuple[str, ...]], tuple[str, ...]
+] = {}  # (type, child fields) -> those to walk
 
 
 def _whitespace_only(tp: object) -> bool:
@@ -76,7 +103,11 @@ def _whitespace_only(tp: object) -> bool:
     args = get_args(tp)
     if args:
         return all(_whitespace_only(a) for a in args)
-    return tp is type(None) or tp is cst.MaybeSentinel or (isinstance(tp, type) and issubclass(tp, _WHITESPACE))
+    return (
+        tp is type(None)
+        or tp is cst.MaybeSentinel
+        or (isinstance(tp, type) and issubclass(tp, _WHITESPACE))
+    )
 
 
 def _walk_fields(node: cst.CSTNode) -> tuple[str, ...]:
@@ -119,14 +150,18 @@ def codegen(node: cst.CSTNode, module: cst.Module | None = None) -> str:
     if module is None:
         st = _Plain(default_indent="    ", default_newline="\n")
     else:
-        st = _Plain(default_indent=module.default_indent, default_newline=module.default_newline)
+        st = _Plain(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
     node._codegen(st)
     return "".join(st.tokens)
 
 
 def dotted(node: cst.CSTNode | None) -> str | None:
     """`self.model` -> "self.model"; None for anything but Name/Attribute chains."""
-    t = type(node)  # exact types first: isinstance on LibCST's ABCs is slow, and this is hot
+    t = type(
+        node
+    )  # exact types first: isinstance on LibCST's ABCs is slow, and this is hot
     if t is cst.Name or (t is not cst.Attribute and isinstance(node, cst.Name)):
         return node.value  # type: ignore[union-attr]
     if t is cst.Attribute or isinstance(node, cst.Attribute):
@@ -143,7 +178,10 @@ def reads_name(node: cst.CSTNode, name: str) -> bool:
     """node (or a part of it) is the variable or dotted path `name`; the `x` of `obj.x` is an
     attribute's name, not the variable x."""
     attrs = {id(n.attr) for n in m.findall(node, m.Attribute())}
-    return dotted(node) == name or any(dotted(n) == name and id(n) not in attrs for n in m.findall(node, m.Name() | m.Attribute()))
+    return dotted(node) == name or any(
+        dotted(n) == name and id(n) not in attrs
+        for n in m.findall(node, m.Name() | m.Attribute())
+    )
 
 
 def call_args(call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.Arg]]:
@@ -173,7 +211,6 @@ def _inside(a: TreeMixin, node: cst.CSTNode, container: cst.CSTNode) -> bool:
 def _in_orelse(a: TreeMixin, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
     orelse = getattr(loop, "orelse", None)
     return orelse is not None and _inside(a, node, orelse)
-
 
 
 class TreeMixin:

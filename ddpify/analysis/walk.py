@@ -10,7 +10,14 @@ from bisect import bisect_left
 
 import libcst as cst
 import ddpify.match as m
-from ddpify.analysis.tree import _FIELDS, _SCOPE_TYPES, _flatten_targets, _leaf_types, _walk_fields, codegen
+from ddpify.analysis.tree import (
+    _FIELDS,
+    _SCOPE_TYPES,
+    _flatten_targets,
+    _leaf_types,
+    _walk_fields,
+    codegen,
+)
 
 
 class WalkMixin:
@@ -55,9 +62,15 @@ class WalkMixin:
         def import_from(node) -> None:
             if isinstance(node.names, cst.ImportStar):
                 return
-            mod = "." * len(node.relative) + (codegen(node.module) if node.module is not None else "")
+            mod = "." * len(node.relative) + (
+                codegen(node.module) if node.module is not None else ""
+            )
             for alias in node.names:
-                full = f"{mod}.{alias.evaluated_name}" if mod and not mod.endswith(".") else f"{mod}{alias.evaluated_name}"
+                full = (
+                    f"{mod}.{alias.evaluated_name}"
+                    if mod and not mod.endswith(".")
+                    else f"{mod}{alias.evaluated_name}"
+                )
                 bind(alias.evaluated_alias or alias.evaluated_name, full)
 
         def for_(node) -> None:
@@ -94,7 +107,9 @@ class WalkMixin:
             cst.ExceptHandler: except_handler,
             cst.NamedExpr: lambda n: bind_target(n.target),
             cst.Call: a.calls.append,
-            cst.FunctionDef: lambda n: a.functions.setdefault(n.name.value, []).append(n),
+            cst.FunctionDef: lambda n: a.functions.setdefault(n.name.value, []).append(
+                n
+            ),
             cst.ClassDef: lambda n: a.classes.__setitem__(n.name.value, n),
             cst.For: for_,
             cst.While: a.whiles.append,
@@ -108,7 +123,9 @@ class WalkMixin:
         # type -> (child fields, None where they depend on the node; handler; opens a scope;
         # bytype list): one lookup per node
         info: dict[type, tuple] = {}
-        stack: list[cst.CSTNode | None] = [self.module]  # None: leave the innermost scope
+        stack: list[cst.CSTNode | None] = [
+            self.module
+        ]  # None: leave the innermost scope
         n = 0
         while stack:
             node = stack.pop()
@@ -120,7 +137,12 @@ class WalkMixin:
             ti = info.get(t)
             if ti is None:
                 names = _walk_fields(node)
-                ti = info[t] = (None if _FIELDS[t][1] else names, handlers.get(t), t in _SCOPE_TYPES, bytype.setdefault(t, []))
+                ti = info[t] = (
+                    None if _FIELDS[t][1] else names,
+                    handlers.get(t),
+                    t in _SCOPE_TYPES,
+                    bytype.setdefault(t, []),
+                )
             names, h, opens_scope, same = ti
             i = id(node)
             order[i] = n
@@ -165,7 +187,9 @@ class WalkMixin:
             orders, nodes = self._of_type(opt.cls)
             lo = bisect_left(orders, start)
             found = nodes[lo : bisect_left(orders, end, lo)]
-            out.extend(found if m.bare(opt) else [n for n in found if m.matches(n, opt)])
+            out.extend(
+                found if m.bare(opt) else [n for n in found if m.matches(n, opt)]
+            )
         if len(options) > 1:  # back to tree order
             out.sort(key=lambda n: self._order[id(n)])
         return out
@@ -185,10 +209,16 @@ class WalkMixin:
         found = self._index.get(cls)
         if found is None:
             order = self._order
-            if _leaf_types((cls,)):  # the usual m.Call(), m.Name(), ...: one list, no issubclass scan
+            if _leaf_types(
+                (cls,)
+            ):  # the usual m.Call(), m.Name(), ...: one list, no issubclass scan
                 lists = [self._bytype[cls]] if cls in self._bytype else []
             else:
                 lists = [v for t, v in self._bytype.items() if issubclass(t, cls)]
-            nodes = lists[0] if len(lists) == 1 else sorted((n for v in lists for n in v), key=lambda n: order[id(n)])
+            nodes = (
+                lists[0]
+                if len(lists) == 1
+                else sorted((n for v in lists for n in v), key=lambda n: order[id(n)])
+            )
             found = self._index[cls] = ([order[id(n)] for n in nodes], nodes)
         return found

@@ -46,12 +46,18 @@ def _logical_lines(text: str, lines: list[str], strings: set[int] | None = None)
     stmt: list[tokenize.TokenInfo] = []
     fmt_off = False
     for tok in tokens:
-        if strings is not None and tok.start[0] != tok.end[0] and tok.type not in (tokenize.NL, tokenize.NEWLINE):
+        if (
+            strings is not None
+            and tok.start[0] != tok.end[0]
+            and tok.type not in (tokenize.NL, tokenize.NEWLINE)
+        ):
             strings.update(range(tok.start[0] + 1, tok.end[0] + 1))
         if tok.type in _SKIP and not stmt or tok.type == tokenize.ENDMARKER:
             continue
         if tok.type == tokenize.COMMENT and not stmt:
-            fmt_off = {"# fmt: off": True, "# fmt: on": False}.get(tok.string.strip(), fmt_off)
+            fmt_off = {"# fmt: off": True, "# fmt: on": False}.get(
+                tok.string.strip(), fmt_off
+            )
             if not fmt_off and lines[tok.start[0] - 1].strip() == tok.string:
                 yield tok.start[0], None, tok.string
             continue
@@ -60,14 +66,18 @@ def _logical_lines(text: str, lines: list[str], strings: set[int] | None = None)
             continue
         stmt, found = [], stmt
         if not fmt_off:
-            yield found[0].start[0], tok.start[0], [t for t in found if t.type not in _SKIP]
+            yield (
+                found[0].start[0],
+                tok.start[0],
+                [t for t in found if t.type not in _SKIP],
+            )
 
 
 def _render(rows: list[str], tokens, lines: list[str], limit: int) -> list[str] | None:
     line = _statement(tokens, lines)
     if line is None:
         return None
-    line.base = rows[0][:len(rows[0]) - len(rows[0].lstrip())]
+    line.base = rows[0][: len(rows[0]) - len(rows[0].lstrip())]
     line.unit = _unit(lines)
     return [part.text() for part in _transform(line, limit)]
 
@@ -85,7 +95,7 @@ def _black_style(text: str, limit: int) -> bool:
     for first, last, tokens in _logical_lines(text, lines):
         if last is None:
             continue
-        rows = lines[first - 1:last]
+        rows = lines[first - 1 : last]
         if len(rows) > 1 or _width(rows[0]) > limit:
             new = _render(rows, tokens, lines, limit)
             if new is not None and new != rows:
@@ -101,14 +111,16 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
     known = set(before.split("\n"))
     lines = after.split("\n")
     black: bool | None = None  # found out when first needed
-    replaced: dict[int, tuple[int, list[str]]] = {}  # first row -> (last row, new lines)
+    replaced: dict[
+        int, tuple[int, list[str]]
+    ] = {}  # first row -> (last row, new lines)
     strings: set[int] = set()
     for first, last, tokens in _logical_lines(after, lines, strings):
         if last is None:  # a comment line
             if _too_long(lines[first - 1], known, limit):
                 replaced[first] = (first, _wrap_comment(lines[first - 1], limit))
             continue
-        rows = lines[first - 1:last]
+        rows = lines[first - 1 : last]
         if all(row in known for row in rows):
             continue
         if not any(_width(row) > limit for row in rows):
@@ -131,7 +143,14 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
             out.append(lines[row - 1])
             moved[row] = len(out)
             row += 1
-    if any(row not in known and ((row and not row.strip()) or row.startswith(("def ", "class ", "async def ", "@"))) for row in out):
+    if any(
+        row not in known
+        and (
+            (row and not row.strip())
+            or row.startswith(("def ", "class ", "async def ", "@"))
+        )
+        for row in out
+    ):
         out = _blank_lines(out, known, {moved[r] for r in strings if r in moved})
     return after if out == lines else "\n".join(out)
 
@@ -139,12 +158,16 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
 def _same_tree(rows: list[str], new: list[str]) -> bool:
     """A rewrap changes the layout only: the statement's syntax tree stays the same (a wrong
     one is dropped, the statement stays as it was)."""
+
     def tree(part: list[str]) -> str:
-        text = "\n".join([part[0].lstrip(), *part[1:]])  # continuation lines are inside brackets
+        text = "\n".join(
+            [part[0].lstrip(), *part[1:]]
+        )  # continuation lines are inside brackets
         try:
             return ast.dump(ast.parse(text))
         except SyntaxError:  # a block's header: give it a body
             return ast.dump(ast.parse(text + "\n pass"))
+
     try:
         return tree(rows) == tree(new)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -154,8 +177,10 @@ def _same_tree(rows: list[str], new: list[str]) -> bool:
 def _blank_lines(out: list[str], known: set[str], strings: set[int]) -> list[str]:
     """No whitespace on a new empty line; two blank lines after a top-level def or class the
     conversion wrote, before the next top-level statement (or its comment)."""
-    out = ["" if not row.strip() and row and row not in known and i not in strings else row
-           for i, row in enumerate(out, start=1)]
+    out = [
+        "" if not row.strip() and row and row not in known and i not in strings else row
+        for i, row in enumerate(out, start=1)
+    ]
     result: list[str] = []
     in_new_def = False
     row_no = 0
@@ -181,7 +206,7 @@ def _too_long(row: str, known: set[str], limit: int) -> bool:
 
 def _wrap_comment(row: str, limit: int) -> list[str]:
     """A comment line the conversion wrote, wrapped at word boundaries."""
-    indent = row[:len(row) - len(row.lstrip())]
+    indent = row[: len(row) - len(row.lstrip())]
     words = row.strip()[1:].split()
     out, cur = [], ""
     for word in words:
@@ -200,14 +225,23 @@ def _wrap_comment(row: str, limit: int) -> list[str]:
 
 @lru_cache(maxsize=None)
 def _length_in(directory: str) -> int:
-    for name, table in (("ruff.toml", ()), (".ruff.toml", ()), ("pyproject.toml", ("tool", "ruff")), ("pyproject.toml", ("tool", "black"))):
+    for name, table in (
+        ("ruff.toml", ()),
+        (".ruff.toml", ()),
+        ("pyproject.toml", ("tool", "ruff")),
+        ("pyproject.toml", ("tool", "black")),
+    ):
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
             continue
         doc = read_toml(path)
         for key in table:
             doc = doc.get(key) if isinstance(doc, dict) else None
-        value = doc.get("line-length", doc.get("line_length")) if isinstance(doc, dict) else None
+        value = (
+            doc.get("line-length", doc.get("line_length"))
+            if isinstance(doc, dict)
+            else None
+        )
         if isinstance(value, int) and value > 0:
             return value
     parent = os.path.dirname(directory)

@@ -4,12 +4,21 @@ black would, and the delimiter split of a bracket's contents at its highest-prio
 
 from __future__ import annotations
 
-from ddpify.formatting.leaves import COMMA, DOT, CannotSplit, Leaf, Line, _operand, _one_sequence
+from ddpify.formatting.leaves import (
+    COMMA,
+    DOT,
+    CannotSplit,
+    Leaf,
+    Line,
+    _operand,
+    _one_sequence,
+)
+
 
 def _transform(line: Line, limit: int, force: bool = False) -> list[Line]:
     if not line.explode and not line.magic_comma() and line.fits(limit):
         return [line]
-    for split in ((_delimiter_split, _rhs) if line.inside else (_rhs,)):
+    for split in (_delimiter_split, _rhs) if line.inside else (_rhs,):
         try:
             return _run(split, line, limit, force)
         except CannotSplit:
@@ -25,7 +34,13 @@ def _run(split, line: Line, limit: int, force: bool) -> list[Line]:
         if part.text() == text:
             raise CannotSplit("unchanged")
         result.extend(_transform(part, limit, force))
-    if force or split is not _rhs or not invisible or any(x.value for x in invisible) or result[0].fits(limit):
+    if (
+        force
+        or split is not _rhs
+        or not invisible
+        or any(x.value for x in invisible)
+        or result[0].fits(limit)
+    ):
         return result
     # the optional parentheses were left out and the first line is still too long: try with them
     second = _run(split, _clone(line), limit, True)
@@ -91,7 +106,11 @@ def _trailers_to_omit(line: Line, limit: int):
             if leaf is opening:
                 opening = None
             elif leaf.bracket == "close":
-                if prev is not None and prev.value == "," and not _one_sequence(leaves, leaf):
+                if (
+                    prev is not None
+                    and prev.value == ","
+                    and not _one_sequence(leaves, leaf)
+                ):
                     break
                 inner.add(id(leaf))
         elif leaf.bracket == "close":
@@ -103,7 +122,11 @@ def _trailers_to_omit(line: Line, limit: int):
                 omit |= inner
                 inner.clear()
                 yield frozenset(omit)
-            if prev is not None and prev.value == "," and not _one_sequence(leaves, leaf):
+            if (
+                prev is not None
+                and prev.value == ","
+                and not _one_sequence(leaves, leaf)
+            ):
                 break
             if leaf.value:
                 opening, closing = leaf.opening, leaf
@@ -132,7 +155,10 @@ def _first_rhs(line: Line, omit) -> tuple[Line, Line, Line, Leaf, Leaf]:
     if body:
         trailing = body[-1].value == ","
         delims = b.delimiters()
-        top = max((p for k, p in delims.items() if not (trailing and k == id(body[-1]))), default=0)
+        top = max(
+            (p for k, p in delims.items() if not (trailing and k == id(body[-1]))),
+            default=0,
+        )
         atom = not opening.value or not _operand(head[-2] if len(head) > 1 else None)
         b.explode = top == COMMA and (trailing or atom)
     return h, b, t, opening, closing
@@ -142,7 +168,9 @@ def _right_hand_split(line: Line, limit: int, omit, force: bool) -> list[Line]:
     return _omitting_optional_parens(_first_rhs(line, omit), line, limit, omit, force)
 
 
-def _omitting_optional_parens(rhs, line: Line, limit: int, omit, force: bool) -> list[Line]:
+def _omitting_optional_parens(
+    rhs, line: Line, limit: int, omit, force: bool
+) -> list[Line]:
     head, body, tail, opening, closing = rhs
     if not force and not opening.value and not closing.value and _can_omit(rhs, limit):
         omit = frozenset({id(closing), *omit})
@@ -160,9 +188,15 @@ def _omitting_optional_parens(rhs, line: Line, limit: int, omit, force: bool) ->
         opening.value, closing.value = "(", ")"
         if not all(part.fits(limit) for part in (head, body, tail) if part.leaves):
             opening.value = closing.value = ""
-            closing.comment, body.leaves[0].comment = closing.comment or body.leaves[0].comment, ""
+            closing.comment, body.leaves[0].comment = (
+                closing.comment or body.leaves[0].comment,
+                "",
+            )
             raise CannotSplit("parentheses would not help")
-    opening.value, closing.value = opening.value or "(", closing.value or ")"  # black's ensure_visible
+    opening.value, closing.value = (
+        opening.value or "(",
+        closing.value or ")",
+    )  # black's ensure_visible
     return [part for part in (head, body, tail) if part.leaves]
 
 
@@ -181,7 +215,11 @@ def _can_omit(rhs, limit: int) -> bool:
         return True
     leaves = body.leaves
     first, second = leaves[0], leaves[1]
-    if first.bracket == "open" and second.bracket != "close" and _can_omit_opening(body, first, limit):
+    if (
+        first.bracket == "open"
+        and second.bracket != "close"
+        and _can_omit_opening(body, first, limit)
+    ):
         return True
     last = leaves[-1]
     subscript = last.value == "]" and _operand(_before(leaves, last.opening))
@@ -223,7 +261,11 @@ def _prefer_oop(oop, rhs, limit: int) -> bool:
     head = rhs[0].leaves
     if not (len(head) >= 2 and head[-2].value == "="):
         return True
-    if not any(x.bracket for x in head[:-1]) or len(rhs[0].text()) > limit - 1 or rhs[0].magic_comma():
+    if (
+        not any(x.bracket for x in head[:-1])
+        or len(rhs[0].text()) > limit - 1
+        or rhs[0].magic_comma()
+    ):
         return True
     equals = [x.value for x in head].count("=")
     if equals > 1 and equals > [x.value for x in oop[0].leaves].count("="):

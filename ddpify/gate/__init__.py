@@ -30,7 +30,9 @@ from ddpify.gate.program import Program
 __all__ = ["Violation", "check", "check_program"]
 
 
-def check_program(output: str, path: str = "", notes: frozenset[str] | set[str] = frozenset()) -> list[Violation]:
+def check_program(
+    output: str, path: str = "", notes: frozenset[str] | set[str] = frozenset()
+) -> list[Violation]:
     """Every violation of the converted program `output` (a file, or a merged project)."""
     try:
         p = Program(output)
@@ -46,13 +48,20 @@ def check_program(output: str, path: str = "", notes: frozenset[str] | set[str] 
     return out
 
 
-def check(source: str, output: str, path: str = "", notes: frozenset[str] | set[str] = frozenset()) -> list[Finding]:
+def check(
+    source: str,
+    output: str,
+    path: str = "",
+    notes: frozenset[str] | set[str] = frozenset(),
+) -> list[Finding]:
     """The violations as blocking findings at the lines of `source` they come from."""
     violations = check_program(output, path, notes)
     if not violations:
         return []
     back = line_map(source, output)
-    skipped = skipped_lines(source)  # `# ddpify: off`/`skip`: the user keeps those lines as they are
+    skipped = skipped_lines(
+        source
+    )  # `# ddpify: off`/`skip`: the user keeps those lines as they are
     found = []
     for v in violations:
         line = getattr(v.node, "lineno", 1)
@@ -63,8 +72,17 @@ def check(source: str, output: str, path: str = "", notes: frozenset[str] | set[
             orig = _nearest(back, line)
         if orig in skipped:
             continue
-        found.append(Finding(orig, col, v.code, v.message + " (ddpify's own check of the converted program; "
-                             "convert this part by hand, or restructure it as the message says)", False, "blocking"))
+        found.append(
+            Finding(
+                orig,
+                col,
+                v.code,
+                v.message + " (ddpify's own check of the converted program; "
+                "convert this part by hand, or restructure it as the message says)",
+                False,
+                "blocking",
+            )
+        )
     return sorted(set(found))
 
 
@@ -72,7 +90,9 @@ def line_map(source: str, output: str) -> dict[int, int]:
     """Output line -> source line, for the lines the conversion kept."""
     a, b = source.splitlines(), output.splitlines()
     out: dict[int, int] = {}
-    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+    for block in difflib.SequenceMatcher(
+        None, a, b, autojunk=False
+    ).get_matching_blocks():
         for k in range(block.size):
             out[block.b + k + 1] = block.a + k + 1
     return out
@@ -100,8 +120,17 @@ def example_findings(d) -> list[str]:
     d = Path(d)
     if (d / "output.py").exists():
         found = check_program((d / "output.py").read_text(), str(d / "output.py"))
-        return [f"output.py:{v.node.lineno}:{v.node.col_offset + 1}: {v.code} [blocking] {v.message}" for v in found]
+        return [
+            f"output.py:{v.node.lineno}:{v.node.col_offset + 1}: {v.code} [blocking] {v.message}"
+            for v in found
+        ]
     entry = d / "output" / (d / "entry.txt").read_text().strip()
-    read = {os.path.realpath(d / "output" / n): (d / "output" / n).read_text() for n in (d / "read.txt").read_text().split()}
+    read = {
+        os.path.realpath(d / "output" / n): (d / "output" / n).read_text()
+        for n in (d / "read.txt").read_text().split()
+    }
     found = modules.check(str(entry), project_root(str(entry)), read)
-    return [f"{os.path.relpath(p, d / 'output')}:{line}:{col}: DDP155 [blocking] {msg}" for p, line, col, msg in found]
+    return [
+        f"{os.path.relpath(p, d / 'output')}:{line}:{col}: DDP155 [blocking] {msg}"
+        for p, line, col, msg in found
+    ]

@@ -13,8 +13,13 @@ from ddpify.gate.common import Violation
 from ddpify.gate.shards import is_loader, sharded
 from ddpify.rules import declare
 
-declare("DDP154", "invariant-every-caller", "a helper the conversion changes would fail for one of its callers: "
-        "not converted", severity="blocking", tool="gate")
+declare(
+    "DDP154",
+    "invariant-every-caller",
+    "a helper the conversion changes would fail for one of its callers: not converted",
+    severity="blocking",
+    tool="gate",
+)
 
 
 def _checked(p: Program, call: ast.Call) -> bool:
@@ -44,10 +49,21 @@ def check(p: Program) -> list[Violation]:
         if _checked(p, call):
             continue
         for o in p.origins(holder):
-            if o.path or not isinstance(o.node, ast.Call) or not is_loader(p, o.node) or sharded(p, o.node):
+            if (
+                o.path
+                or not isinstance(o.node, ast.Call)
+                or not is_loader(p, o.node)
+                or sharded(p, o.node)
+            ):
                 continue
-            out.append(Violation(call, "DDP154", f"every caller: `{ast.unparse(call.func)}(...)` would also run on the "
-                                 f"loader built at line {o.node.lineno}, which has no distributed sampler "
-                                 "(AttributeError when that call runs)"))
+            out.append(
+                Violation(
+                    call,
+                    "DDP154",
+                    f"every caller: `{ast.unparse(call.func)}(...)` would also run on the "
+                    f"loader built at line {o.node.lineno}, which has no distributed sampler "
+                    "(AttributeError when that call runs)",
+                )
+            )
             break
     return out

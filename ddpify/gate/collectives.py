@@ -14,22 +14,49 @@ from ddpify.gate.program import Program
 from ddpify.gate.sync import is_ddp
 from ddpify.rules import declare
 
-declare("DDP157", "invariant-no-collective-on-rank0", "the output would run a collective (a DDP forward, a backward, "
-        "a step, a torch.distributed call) on rank 0 alone, where it waits for the other ranks forever: not converted",
-        severity="blocking", tool="gate")
+declare(
+    "DDP157",
+    "invariant-no-collective-on-rank0",
+    "the output would run a collective (a DDP forward, a backward, "
+    "a step, a torch.distributed call) on rank 0 alone, where it waits for the other ranks forever: not converted",
+    severity="blocking",
+    tool="gate",
+)
 
-COMMUNICATES = frozenset({"all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor", "reduce",
-                          "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
-                          "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
-                          "monitored_barrier", "send", "recv"})
+COMMUNICATES = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "barrier",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce",
+        "gather",
+        "scatter",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "broadcast_object_list",
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+        "monitored_barrier",
+        "send",
+        "recv",
+    }
+)
 
 
 class _Collectives:
     def __init__(self, p: Program) -> None:
         self.p = p
         self.cache: dict[int, ast.Call | None] = {}
-        self.wrappers = {ast.unparse(t) for c in p.calls if is_ddp(p, c)
-                         for t in getattr(p.parent.get(c), "targets", [])}
+        self.wrappers = {
+            ast.unparse(t)
+            for c in p.calls
+            if is_ddp(p, c)
+            for t in getattr(p.parent.get(c), "targets", [])
+        }
 
     def direct(self, call: ast.Call) -> bool:
         p = self.p
@@ -37,7 +64,11 @@ class _Collectives:
         last = p.last(call)
         if name.startswith("torch.distributed.") and last in COMMUNICATES:
             return True
-        if isinstance(call.func, ast.Attribute) and last in ("backward", "step") and not call.args:
+        if (
+            isinstance(call.func, ast.Attribute)
+            and last in ("backward", "step")
+            and not call.args
+        ):
             return True
         return ast.unparse(call.func) in self.wrappers
 
@@ -54,7 +85,11 @@ class _Collectives:
             if self.direct(sub):
                 found = sub
                 break
-            if depth < 6 and any(self.first(f, depth + 1) is not None for f in self.p.callees(sub) if f is not node):
+            if depth < 6 and any(
+                self.first(f, depth + 1) is not None
+                for f in self.p.callees(sub)
+                if f is not node
+            ):
                 found = sub
                 break
         self.cache[key] = found
@@ -69,7 +104,9 @@ def _branches(node: ast.If, ranks: set[str]) -> list[tuple[bool, list[ast.stmt]]
     return [(verdict, node.body), (not verdict, node.orelse)]
 
 
-def _paired(p: Program, guard: ast.If, zero: bool, hit: ast.Call, ranks: set[str]) -> bool:
+def _paired(
+    p: Program, guard: ast.If, zero: bool, hit: ast.Call, ranks: set[str]
+) -> bool:
     """The other ranks reach the same collective in the opposite branch, or under the opposite
     test in the same block (rank 0 prepares data between `if RANK != 0: dist.barrier()` and
     `if RANK == 0: dist.barrier()`): every rank calls it once."""
@@ -82,7 +119,11 @@ def _paired(p: Program, guard: ast.If, zero: bool, hit: ast.Call, ranks: set[str
             siblings = [s for s in block if isinstance(s, ast.If)]
     for other in siblings:
         for theirs, stmts in _branches(other, ranks):
-            if theirs != zero and any(isinstance(c, ast.Call) and ast.unparse(c.func) == what for s in stmts for c in ast.walk(s)):
+            if theirs != zero and any(
+                isinstance(c, ast.Call) and ast.unparse(c.func) == what
+                for s in stmts
+                for c in ast.walk(s)
+            ):
                 return True
     return False
 
@@ -95,13 +136,27 @@ def check(p: Program) -> list[Violation]:
         if not isinstance(node, ast.If):
             continue
         fn = p.function_of(node)
-        if fn is not None and fn.name in ("ddp_setup", "rank0_value", "rank0_seed", "rank0_decides", "rank_batches"):
+        if fn is not None and fn.name in (
+            "ddp_setup",
+            "rank0_value",
+            "rank0_seed",
+            "rank0_decides",
+            "rank_batches",
+        ):
             continue
         for zero, stmts in _branches(node, ranks):
-            hit = next((h for h in (coll.first(s) for s in stmts) if h is not None), None)
+            hit = next(
+                (h for h in (coll.first(s) for s in stmts) if h is not None), None
+            )
             if hit is not None and not _paired(p, node, zero, hit, ranks):
-                out.append(Violation(hit, "DDP157", f"no collective on one rank: `{ast.unparse(hit.func)}(...)` runs "
-                                     "under a test that holds on some ranks only, and the others never reach it, so "
-                                     "those ranks would wait for them until the timeout"))
+                out.append(
+                    Violation(
+                        hit,
+                        "DDP157",
+                        f"no collective on one rank: `{ast.unparse(hit.func)}(...)` runs "
+                        "under a test that holds on some ranks only, and the others never reach it, so "
+                        "those ranks would wait for them until the timeout",
+                    )
+                )
                 break
     return out

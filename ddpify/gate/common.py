@@ -11,7 +11,9 @@ from ddpify.gate.program import Program
 
 # the generated names (renamed DDP_RANK, ... where the script had its own)
 RANK_RE = re.compile(r"""os\.environ\.get\(\s*["']RANK["']""")
-DISTRIBUTED_SAMPLERS = re.compile(r"Distributed\w*Sampler|RankShard|rank_share|rank_batches|rank_rows|num_replicas")
+DISTRIBUTED_SAMPLERS = re.compile(
+    r"Distributed\w*Sampler|RankShard|rank_share|rank_batches|rank_rows|num_replicas"
+)
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,11 @@ def rank_names(p: Program) -> set[str]:
     """Names the output binds to the global rank (`RANK = int(os.environ.get("RANK", 0))`)."""
     out = set()
     for node in p.tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             if RANK_RE.search(ast.unparse(node.value)):
                 out.add(node.targets[0].id)
     return out or {"RANK"}
@@ -41,7 +47,14 @@ def _test_rank0(test: ast.AST, ranks: set[str]) -> bool | None:
                 return True
             if isinstance(op, (ast.NotEq, ast.IsNot)):
                 return False
-        if left in ranks and right == "0" and isinstance(op, ast.Gt) or left in ranks and right == "1" and isinstance(op, ast.Lt):
+        if (
+            left in ranks
+            and right == "0"
+            and isinstance(op, ast.Gt)
+            or left in ranks
+            and right == "1"
+            and isinstance(op, ast.Lt)
+        ):
             return False if isinstance(op, ast.Gt) else True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         if isinstance(test.operand, ast.Name) and test.operand.id in ranks:
@@ -61,20 +74,35 @@ def on_rank0(p: Program, node: ast.AST, ranks: set[str], depth: int = 0) -> bool
     for anc in p.ancestors(node):
         if isinstance(anc, (ast.If, ast.IfExp, ast.While)):
             verdict = _test_rank0(anc.test, ranks)
-            in_body = any(p.inside(child, b) for b in (anc.body if isinstance(anc.body, list) else [anc.body]))
-            in_else = any(p.inside(child, b) for b in (anc.orelse if isinstance(anc.orelse, list) else [anc.orelse]))
+            in_body = any(
+                p.inside(child, b)
+                for b in (anc.body if isinstance(anc.body, list) else [anc.body])
+            )
+            in_else = any(
+                p.inside(child, b)
+                for b in (anc.orelse if isinstance(anc.orelse, list) else [anc.orelse])
+            )
             if verdict is True and in_body or verdict is False and in_else:
                 return True
         if isinstance(anc, ast.BoolOp) and isinstance(anc.op, ast.And):
-            idx = next((i for i, v in enumerate(anc.values) if p.inside(child, v)), None)
-            if idx is not None and any(_test_rank0(v, ranks) is True for v in anc.values[:idx]):
+            idx = next(
+                (i for i, v in enumerate(anc.values) if p.inside(child, v)), None
+            )
+            if idx is not None and any(
+                _test_rank0(v, ranks) is True for v in anc.values[:idx]
+            ):
                 return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if depth >= 5:
                 return False
             callers = p.callers(anc)
             if not callers:
-                return not p.passed_as_value(anc) and anc.name not in ("forward", "__getitem__", "__iter__", "__len__")
+                return not p.passed_as_value(anc) and anc.name not in (
+                    "forward",
+                    "__getitem__",
+                    "__iter__",
+                    "__len__",
+                )
             return all(on_rank0(p, c, ranks, depth + 1) for c in callers)
         if isinstance(anc, ast.Lambda):
             return False

@@ -16,8 +16,14 @@ from ddpify.gate.program import Program
 from ddpify.gate.sync import is_ddp
 from ddpify.rules import declare
 
-declare("DDP153", "invariant-lifetime", "the output would train outside the process group's lifetime on a path "
-        "its entry runs (set-up missing, after training, or teardown before it): not converted", severity="blocking", tool="gate")
+declare(
+    "DDP153",
+    "invariant-lifetime",
+    "the output would train outside the process group's lifetime on a path "
+    "its entry runs (set-up missing, after training, or teardown before it): not converted",
+    severity="blocking",
+    tool="gate",
+)
 
 MARK = re.compile(r"__ddpify_(begin|end)_(\d+)__$")
 
@@ -37,7 +43,11 @@ def entry_statements(p: Program) -> list[ast.stmt]:
 
 def main_guard(stmts: list[ast.stmt]) -> ast.If | None:
     for s in stmts:
-        if isinstance(s, ast.If) and "__name__" in ast.unparse(s.test) and "__main__" in ast.unparse(s.test):
+        if (
+            isinstance(s, ast.If)
+            and "__name__" in ast.unparse(s.test)
+            and "__main__" in ast.unparse(s.test)
+        ):
             return s
     return None
 
@@ -57,7 +67,9 @@ class _Reach:
                     root = _root_name(dec)
                     if root:
                         self.registered.setdefault(root, []).append(fn)
-                    for box in self._stores_into(root):  # COMMANDS[f.__name__] = f: COMMANDS[name]() runs it
+                    for box in self._stores_into(
+                        root
+                    ):  # COMMANDS[f.__name__] = f: COMMANDS[name]() runs it
                         self.registered.setdefault(box, []).append(fn)
 
     def _stores_into(self, name: str | None) -> set[str]:
@@ -68,10 +80,24 @@ class _Reach:
             if not params:
                 continue
             for sub in ast.walk(d):
-                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == params[0]:
-                    out |= {_root_name(t) for t in sub.targets if isinstance(t, ast.Subscript) and _root_name(t)}
-                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("append", "add", "setdefault", "__setitem__"):
-                    if any(isinstance(a, ast.Name) and a.id == params[0] for a in sub.args) and _root_name(sub.func.value):
+                if (
+                    isinstance(sub, ast.Assign)
+                    and isinstance(sub.value, ast.Name)
+                    and sub.value.id == params[0]
+                ):
+                    out |= {
+                        _root_name(t)
+                        for t in sub.targets
+                        if isinstance(t, ast.Subscript) and _root_name(t)
+                    }
+                elif (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr in ("append", "add", "setdefault", "__setitem__")
+                ):
+                    if any(
+                        isinstance(a, ast.Name) and a.id == params[0] for a in sub.args
+                    ) and _root_name(sub.func.value):
                         out.add(_root_name(sub.func.value))
         return out
 
@@ -82,16 +108,38 @@ class _Reach:
             if isinstance(sub, ast.Call):
                 fns += p.callees(sub)
                 root = _root_name(sub.func)
-                if root and not isinstance(sub.func, ast.Name) or root in self.registered and isinstance(sub.func, ast.Name):
+                if (
+                    root
+                    and not isinstance(sub.func, ast.Name)
+                    or root in self.registered
+                    and isinstance(sub.func, ast.Name)
+                ):
                     fns += self.registered.get(root, [])
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in p.functions:
+            elif (
+                isinstance(sub, ast.Name)
+                and isinstance(sub.ctx, ast.Load)
+                and sub.id in p.functions
+            ):
                 par = p.parent.get(sub)
-                if not (isinstance(par, ast.Call) and par.func is sub):  # fire.Fire(main): run by the library
+                if not (
+                    isinstance(par, ast.Call) and par.func is sub
+                ):  # fire.Fire(main): run by the library
                     fns += [f for f in p.functions[sub.id] if p.class_of(f) is None]
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in p.classes:
+            elif (
+                isinstance(sub, ast.Name)
+                and isinstance(sub.ctx, ast.Load)
+                and sub.id in p.classes
+            ):
                 par = p.parent.get(sub)
-                if not (isinstance(par, ast.Call) and par.func is sub):  # fire.Fire(Trainer): any method
-                    fns += [f for c in p.classes[sub.id] for f in c.body if isinstance(f, ast.FunctionDef)]
+                if not (
+                    isinstance(par, ast.Call) and par.func is sub
+                ):  # fire.Fire(Trainer): any method
+                    fns += [
+                        f
+                        for c in p.classes[sub.id]
+                        for f in c.body
+                        if isinstance(f, ast.FunctionDef)
+                    ]
         return fns
 
     def has(self, node: ast.AST, what: str, depth: int = 0) -> bool:
@@ -99,17 +147,29 @@ class _Reach:
         if key in self.cache:
             return self.cache[key]
         self.cache[key] = False
-        found = any(self._is(c, what) for c in ast.walk(node) if isinstance(c, ast.Call))
+        found = any(
+            self._is(c, what) for c in ast.walk(node) if isinstance(c, ast.Call)
+        )
         if not found and depth < 6:
-            found = any(self.has(f, what, depth + 1) for f in self._functions_in(node) if f is not node)
+            found = any(
+                self.has(f, what, depth + 1)
+                for f in self._functions_in(node)
+                if f is not node
+            )
         self.cache[key] = found
         return found
 
     def _is(self, call: ast.Call, what: str) -> bool:
         last = self.p.last(call)
-        if what == "train":  # also what needs the group to exist: a DDP wrapper, a distributed sampler
-            return (last == "backward" and isinstance(call.func, ast.Attribute)
-                    or last in ("DistributedSampler", "DistributedDataParallel") or is_ddp(self.p, call))
+        if (
+            what == "train"
+        ):  # also what needs the group to exist: a DDP wrapper, a distributed sampler
+            return (
+                last == "backward"
+                and isinstance(call.func, ast.Attribute)
+                or last in ("DistributedSampler", "DistributedDataParallel")
+                or is_ddp(self.p, call)
+            )
         if what == "setup":
             return last == "init_process_group"
         return last == "destroy_process_group"
@@ -122,7 +182,9 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _check_path(p: Program, reach: _Reach, stmts: list[ast.stmt], depth: int = 0) -> tuple[ast.AST, str] | None:
+def _check_path(
+    p: Program, reach: _Reach, stmts: list[ast.stmt], depth: int = 0
+) -> tuple[ast.AST, str] | None:
     """(where, what is wrong) on this path, or None."""
     trains = [i for i, s in enumerate(stmts) if reach.has(s, "train")]
     if not trains:
@@ -131,18 +193,28 @@ def _check_path(p: Program, reach: _Reach, stmts: list[ast.stmt], depth: int = 0
     destroys = [i for i, s in enumerate(stmts) if reach.has(s, "destroy")]
     first, last = trains[0], trains[-1]
     if not setups or setups[0] > first:
-        return stmts[first], "the process group is not set up before this statement trains"
+        return stmts[
+            first
+        ], "the process group is not set up before this statement trains"
     early = [d for d in destroys if setups[0] <= d < last or d < first]
     if early and early[0] != first:
-        return stmts[early[0]], "the process group is destroyed here, before training that follows"
+        return stmts[
+            early[0]
+        ], "the process group is destroyed here, before training that follows"
     if not any(d >= last for d in destroys):
-        return stmts[last], "the process group is not destroyed after this statement trains"
+        return stmts[
+            last
+        ], "the process group is not destroyed after this statement trains"
     if (setups[0] == first or early) and first == last and depth < 5:
-        inner = _inner(p, stmts[first])  # one statement sets up, trains and tears down: read it
+        inner = _inner(
+            p, stmts[first]
+        )  # one statement sets up, trains and tears down: read it
         if inner is not None:
             return _check_path(p, reach, inner, depth + 1)
     if early:
-        return stmts[early[0]], "the process group is destroyed here, before training that follows"
+        return stmts[
+            early[0]
+        ], "the process group is destroyed here, before training that follows"
     return None
 
 
@@ -161,15 +233,31 @@ def check(p: Program, path: str = "") -> list[Violation]:
     if not p.backwards():
         return []
     stmts = entry_statements(p)
-    top = [s for s in stmts if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))]
+    top = [
+        s
+        for s in stmts
+        if not isinstance(
+            s,
+            (
+                ast.FunctionDef,
+                ast.AsyncFunctionDef,
+                ast.ClassDef,
+                ast.Import,
+                ast.ImportFrom,
+            ),
+        )
+    ]
     guard = main_guard(stmts)
     base = [s for s in top if s is not guard]
     paths: list[tuple[str, list[ast.stmt]]] = []
     if guard is not None:  # in source order: code after the block runs after it
         inlined = [x for s in top for x in (list(guard.body) if s is guard else [s])]
-        paths.append(("the `if __name__ == \"__main__\":` block", inlined))
+        paths.append(('the `if __name__ == "__main__":` block', inlined))
     for name in console_functions(path):
-        fn = next((s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == name), None)
+        fn = next(
+            (s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == name),
+            None,
+        )
         if fn is not None:
             paths.append((f"the console script's `{name}()`", base + list(fn.body)))
     if not paths:
@@ -185,6 +273,12 @@ def check(p: Program, path: str = "") -> list[Violation]:
             out.append(Violation(bad[0], "DDP153", f"lifetime: on {what}, {bad[1]}"))
     if not trained:
         bw = p.backwards()[0]
-        out.append(Violation(bw, "DDP153", "lifetime: no path the entry runs reaches this training step between "
-                             "the process group's set-up and its teardown"))
+        out.append(
+            Violation(
+                bw,
+                "DDP153",
+                "lifetime: no path the entry runs reaches this training step between "
+                "the process group's set-up and its teardown",
+            )
+        )
     return out

@@ -17,8 +17,23 @@ from dataclasses import dataclass, field
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)
 # methods that hand back the object they are called on (a module moved, a loader wrapped)
-SAME_OBJECT = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
-                         "requires_grad_", "share_memory", "to_empty", "apply"})
+SAME_OBJECT = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "half",
+        "double",
+        "bfloat16",
+        "train",
+        "eval",
+        "requires_grad_",
+        "share_memory",
+        "to_empty",
+        "apply",
+    }
+)
 MAX_DEPTH = 8
 
 
@@ -36,15 +51,23 @@ class Program:
     text: str
     tree: ast.Module = field(init=False)
     parent: dict[ast.AST, ast.AST] = field(init=False, default_factory=dict)
-    functions: dict[str, list[ast.FunctionDef]] = field(init=False, default_factory=dict)
+    functions: dict[str, list[ast.FunctionDef]] = field(
+        init=False, default_factory=dict
+    )
     classes: dict[str, list[ast.ClassDef]] = field(init=False, default_factory=dict)
     calls: list[ast.Call] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.tree = ast.parse(self.text)
-        self._assigned: dict[tuple[int, str], list[tuple[ast.AST, tuple[int | str, ...]]]] = {}
-        self._attrs: dict[tuple[int, str], list[ast.AST]] = {}  # (class, attr) -> values of self.attr
-        self._imports: dict[tuple[int, str], str] = {}  # (scope, name) -> qualified name
+        self._assigned: dict[
+            tuple[int, str], list[tuple[ast.AST, tuple[int | str, ...]]]
+        ] = {}
+        self._attrs: dict[
+            tuple[int, str], list[ast.AST]
+        ] = {}  # (class, attr) -> values of self.attr
+        self._imports: dict[
+            tuple[int, str], str
+        ] = {}  # (scope, name) -> qualified name
         self._trains: dict[int, bool] = {}
         for node in ast.walk(self.tree):
             for child in ast.iter_child_nodes(node):
@@ -56,8 +79,12 @@ class Program:
                 self.classes.setdefault(node.name, []).append(node)
             elif isinstance(node, ast.Call):
                 self.calls.append(node)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif (
+                isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+            ):
+                targets = (
+                    node.targets if isinstance(node, ast.Assign) else [node.target]
+                )
                 for t in targets:
                     self._bind(t, node.value, (), node)
             elif isinstance(node, ast.NamedExpr):
@@ -75,18 +102,28 @@ class Program:
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 self._bind(node.optional_vars, node.context_expr, (), self.parent[node])
 
-    def _bind(self, target: ast.AST, value: ast.AST, index: tuple[int | str, ...], at: ast.AST) -> None:
+    def _bind(
+        self, target: ast.AST, value: ast.AST, index: tuple[int | str, ...], at: ast.AST
+    ) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             for i, el in enumerate(target.elts):
                 if isinstance(el, ast.Starred):
                     return
                 self._bind(el, value, index + (i,), at)
         elif isinstance(target, ast.Name):
-            self._assigned.setdefault((id(self.scope(target)), target.id), []).append((value, index, at))
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            self._assigned.setdefault((id(self.scope(target)), target.id), []).append(
+                (value, index, at)
+            )
+        elif (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        ):
             cls = self.class_of(target)
             if cls is not None:
-                self._attrs.setdefault((id(cls), target.attr), []).append(_indexed(value, index))
+                self._attrs.setdefault((id(cls), target.attr), []).append(
+                    _indexed(value, index)
+                )
 
     # -- structure -------------------------------------------------------------------------------
     def scope(self, node: ast.AST) -> ast.AST:
@@ -97,7 +134,9 @@ class Program:
 
     def function_of(self, node: ast.AST) -> ast.FunctionDef | None:
         cur = self.parent.get(node)
-        while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        while cur is not None and not isinstance(
+            cur, (ast.FunctionDef, ast.AsyncFunctionDef)
+        ):
             cur = self.parent.get(cur)
         return cur  # type: ignore[return-value]
 
@@ -142,7 +181,13 @@ class Program:
 
     def last(self, call: ast.Call) -> str:
         f = call.func
-        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return (
+            f.attr
+            if isinstance(f, ast.Attribute)
+            else f.id
+            if isinstance(f, ast.Name)
+            else ""
+        )
 
     def _scopes(self, node: ast.AST):
         scope = self.scope(node)
@@ -169,20 +214,34 @@ class Program:
         for c in self.calls:
             if self.last(c) != fn.name:
                 continue
-            if isinstance(c.func, ast.Name) and cls is not None and self.function_of(fn) is None:
+            if (
+                isinstance(c.func, ast.Name)
+                and cls is not None
+                and self.function_of(fn) is None
+            ):
                 continue  # a plain call does not reach a method
-            if isinstance(c.func, ast.Attribute) and cls is None and not self._module_ref(c.func.value):
+            if (
+                isinstance(c.func, ast.Attribute)
+                and cls is None
+                and not self._module_ref(c.func.value)
+            ):
                 continue  # obj.f() is a method, not the module-level f
             out.append(c)
         return out
 
     def _module_ref(self, expr: ast.AST) -> bool:
-        return isinstance(expr, ast.Name) and (self.is_import(expr) or expr.id.startswith("__ddpify_import_"))
+        return isinstance(expr, ast.Name) and (
+            self.is_import(expr) or expr.id.startswith("__ddpify_import_")
+        )
 
     def passed_as_value(self, fn: ast.FunctionDef) -> bool:
         """fn is handed on as a value (a callback, fire.Fire(main), a decorator's target)."""
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load):
+            if (
+                isinstance(node, ast.Name)
+                and node.id == fn.name
+                and isinstance(node.ctx, ast.Load)
+            ):
                 par = self.parent.get(node)
                 if not (isinstance(par, ast.Call) and par.func is node):
                     return True
@@ -196,13 +255,19 @@ class Program:
         if param not in names:
             return None
         i = names.index(param)
-        if names and names[0] in ("self", "cls") and (isinstance(call.func, ast.Attribute) or self.class_of(fn) is not None):
+        if (
+            names
+            and names[0] in ("self", "cls")
+            and (isinstance(call.func, ast.Attribute) or self.class_of(fn) is not None)
+        ):
             i -= 1
         pos = [a for a in call.args if not isinstance(a, ast.Starred)]
         return pos[i] if 0 <= i < len(pos) else None
 
     # -- values ----------------------------------------------------------------------------------
-    def origins(self, expr: ast.AST, depth: int = 0, seen: set | None = None) -> list[Origin]:
+    def origins(
+        self, expr: ast.AST, depth: int = 0, seen: set | None = None
+    ) -> list[Origin]:
         """What expr may hold, followed through the program (see the module's docstring)."""
         seen = set() if seen is None else seen
         key = id(expr)
@@ -215,7 +280,9 @@ class Program:
         if isinstance(expr, ast.Attribute):
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":
                 cls = self.class_of(expr)
-                values = self._attrs.get((id(cls), expr.attr), []) if cls is not None else []
+                values = (
+                    self._attrs.get((id(cls), expr.attr), []) if cls is not None else []
+                )
                 if values:
                     return [o for v in values for o in self.origins(v, depth + 1, seen)]
             base = self.origins(expr.value, depth + 1, seen)
@@ -235,10 +302,16 @@ class Program:
             out = []
             for o in self.origins(expr.value, depth + 1, seen):
                 el = _element(o.node, key_)
-                out += self.origins(el, depth + 1, seen) if el is not None else [Origin(expr)]
+                out += (
+                    self.origins(el, depth + 1, seen)
+                    if el is not None
+                    else [Origin(expr)]
+                )
             return out or [Origin(expr)]
         if isinstance(expr, ast.IfExp):
-            return self.origins(expr.body, depth + 1, seen) + self.origins(expr.orelse, depth + 1, seen)
+            return self.origins(expr.body, depth + 1, seen) + self.origins(
+                expr.orelse, depth + 1, seen
+            )
         if isinstance(expr, ast.BoolOp):
             return [o for v in expr.values for o in self.origins(v, depth + 1, seen)]
         if isinstance(expr, ast.NamedExpr):
@@ -250,10 +323,16 @@ class Program:
             values = self._assigned.get((id(scope), name.id))
             if values:
                 out = []
-                for value, index, _ in (self._reaching(name, values) if scope is self.scope(name) else values):
+                for value, index, _ in (
+                    self._reaching(name, values)
+                    if scope is self.scope(name)
+                    else values
+                ):
                     out += self._indexed_origins(value, index, depth, seen)
                 return out
-            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and name.id in self.params(scope):
+            if isinstance(
+                scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            ) and name.id in self.params(scope):
                 if isinstance(scope, ast.Lambda):
                     return []
                 out = []
@@ -262,7 +341,9 @@ class Program:
                     if arg is not None:
                         out += self.origins(arg, depth + 1, seen)
                 return out
-            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._binds_in_loop(scope, name.id):
+            if isinstance(
+                scope, (ast.FunctionDef, ast.AsyncFunctionDef)
+            ) and self._binds_in_loop(scope, name.id):
                 return []
         return []
 
@@ -281,28 +362,48 @@ class Program:
             if holder is None or id(holder) in chain or holder is self.tree:
                 start = k  # its block holds the use: every later path passes it
         kept = before[start:]
-        loop = next((a for a in self.ancestors(use) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
+        loop = next(
+            (
+                a
+                for a in self.ancestors(use)
+                if isinstance(a, (ast.For, ast.While, ast.AsyncFor))
+            ),
+            None,
+        )
         if loop is not None:
-            kept += [v for v in values if v[2].lineno >= line and self.inside(v[2], loop)]
+            kept += [
+                v for v in values if v[2].lineno >= line and self.inside(v[2], loop)
+            ]
         return kept
 
     def _binds_in_loop(self, scope: ast.AST, name: str) -> bool:
         for node in ast.walk(scope):
             if isinstance(node, (ast.For, ast.comprehension)) and any(
-                    isinstance(t, ast.Name) and t.id == name for t in ast.walk(node.target)):
+                isinstance(t, ast.Name) and t.id == name for t in ast.walk(node.target)
+            ):
                 return True
         return False
 
-    def _indexed_origins(self, value: ast.AST, index: tuple, depth: int, seen: set) -> list[Origin]:
+    def _indexed_origins(
+        self, value: ast.AST, index: tuple, depth: int, seen: set
+    ) -> list[Origin]:
         if not index:
             return self.origins(value, depth + 1, seen)
         out = []
         for o in self.origins(value, depth + 1, seen):
             el = _element(o.node, index[0])
-            if el is None and isinstance(o.node, ast.Call) and not self.callees(o.node) and isinstance(index[0], int) \
-                    and index[0] < len(o.node.args) and not isinstance(o.node.args[index[0]], ast.Starred):
+            if (
+                el is None
+                and isinstance(o.node, ast.Call)
+                and not self.callees(o.node)
+                and isinstance(index[0], int)
+                and index[0] < len(o.node.args)
+                and not isinstance(o.node.args[index[0]], ast.Starred)
+            ):
                 # `model, opt = amp.initialize(model, opt)`: a library call handing back its arguments
-                out += self._indexed_origins(o.node.args[index[0]], index[1:], depth + 1, seen)
+                out += self._indexed_origins(
+                    o.node.args[index[0]], index[1:], depth + 1, seen
+                )
             elif el is None:
                 out.append(Origin(value))
             else:
@@ -328,7 +429,11 @@ class Program:
             name = self.qualname(b)
             if name.startswith("torch.nn") or name.endswith("Module"):
                 return True
-            if depth < 5 and any(self.is_module_class(c, depth + 1) for c in self.classes.get(name.rsplit(".", 1)[-1], []) if c is not cls):
+            if depth < 5 and any(
+                self.is_module_class(c, depth + 1)
+                for c in self.classes.get(name.rsplit(".", 1)[-1], [])
+                if c is not cls
+            ):
                 return True
         return False
 
@@ -340,7 +445,11 @@ class Program:
         out = []
         for fn in self.callees(call):
             for node in ast.walk(fn):
-                if isinstance(node, ast.Return) and node.value is not None and self.function_of(node) is fn:
+                if (
+                    isinstance(node, ast.Return)
+                    and node.value is not None
+                    and self.function_of(node) is fn
+                ):
                     out += self.origins(node.value, depth + 1, seen)
         return out
 
@@ -349,13 +458,26 @@ class Program:
         name = self.last(call)
         fns = self.functions.get(name, [])
         if isinstance(call.func, ast.Name):
-            return [f for f in fns if self.class_of(f) is None or self.function_of(f) is not None]
-        return [f for f in fns if self.class_of(f) is not None or self._module_ref(call.func.value)]  # type: ignore[attr-defined]
+            return [
+                f
+                for f in fns
+                if self.class_of(f) is None or self.function_of(f) is not None
+            ]
+        return [
+            f
+            for f in fns
+            if self.class_of(f) is not None or self._module_ref(call.func.value)
+        ]  # type: ignore[attr-defined]
 
     # -- training --------------------------------------------------------------------------------
     def backwards(self) -> list[ast.Call]:
-        return [c for c in self.calls if self.last(c) == "backward" and isinstance(c.func, ast.Attribute)
-                or self.call_name(c) == "torch.autograd.backward"]
+        return [
+            c
+            for c in self.calls
+            if self.last(c) == "backward"
+            and isinstance(c.func, ast.Attribute)
+            or self.call_name(c) == "torch.autograd.backward"
+        ]
 
     def trains(self, fn: ast.AST, depth: int = 0) -> bool:
         """fn runs a backward, itself or through functions of the program it calls."""
@@ -366,10 +488,14 @@ class Program:
         found = False
         for node in ast.walk(fn):
             if isinstance(node, ast.Call):
-                if self.last(node) == "backward" and isinstance(node.func, ast.Attribute):
+                if self.last(node) == "backward" and isinstance(
+                    node.func, ast.Attribute
+                ):
                     found = True
                     break
-                if depth < 6 and any(self.trains(g, depth + 1) for g in self.callees(node) if g is not fn):
+                if depth < 6 and any(
+                    self.trains(g, depth + 1) for g in self.callees(node) if g is not fn
+                ):
                     found = True
                     break
         self._trains[key] = found
@@ -395,14 +521,22 @@ def _element(node: ast.AST, key) -> ast.AST | None:
     """The element `key` of a tuple/list literal (an index) or a dict literal (a key)."""
     if key is None:
         return None
-    if isinstance(node, (ast.Tuple, ast.List)) and isinstance(key, int) and -len(node.elts) <= key < len(node.elts):
+    if (
+        isinstance(node, (ast.Tuple, ast.List))
+        and isinstance(key, int)
+        and -len(node.elts) <= key < len(node.elts)
+    ):
         el = node.elts[key]
         return None if isinstance(el, ast.Starred) else el
     if isinstance(node, ast.Dict):
         for k, v in zip(node.keys, node.values):
             if k is not None and _literal(k) == key:
                 return v
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+    ):
         for kw in node.keywords:
             if kw.arg == key:
                 return kw.value

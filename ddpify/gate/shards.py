@@ -15,8 +15,14 @@ from ddpify.gate.common import DISTRIBUTED_SAMPLERS, Violation, mentions
 from ddpify.gate.program import Program
 from ddpify.rules import declare
 
-declare("DDP151", "invariant-shards", "the output would feed a training step from a loader that is not sharded by "
-        "rank (every rank would train on all of the data): not converted", severity="blocking", tool="gate")
+declare(
+    "DDP151",
+    "invariant-shards",
+    "the output would feed a training step from a loader that is not sharded by "
+    "rank (every rank would train on all of the data): not converted",
+    severity="blocking",
+    tool="gate",
+)
 
 
 def is_loader(p: Program, call: ast.Call) -> bool:
@@ -33,18 +39,33 @@ def sharded(p: Program, call: ast.Call) -> bool:
     """The loader splits its data by rank: a distributed sampler (or one that draws a per-rank
     share: num_samples // WORLD_SIZE with a per-rank generator), or a data set that shards."""
     ranks = {"RANK", "WORLD_SIZE", "DDP_RANK", "DDP_WORLD_SIZE"}
-    samplers = [k.value for k in call.keywords if k.arg in ("sampler", "batch_sampler")] + call.args[3:5]
+    samplers = [
+        k.value for k in call.keywords if k.arg in ("sampler", "batch_sampler")
+    ] + call.args[3:5]
     datasets = [k.value for k in call.keywords if k.arg == "dataset"] + call.args[:1]
-    for part in samplers + datasets + p.classes.get(p.last(call), []):  # a subclass passes a sampler up
-        texts = [part] + [o.node for sub in ast.walk(part) if isinstance(sub, ast.Name)
-                          for o in p.origins(sub) if o.node is not sub]
+    for part in (
+        samplers + datasets + p.classes.get(p.last(call), [])
+    ):  # a subclass passes a sampler up
+        texts = [part] + [
+            o.node
+            for sub in ast.walk(part)
+            if isinstance(sub, ast.Name)
+            for o in p.origins(sub)
+            if o.node is not sub
+        ]
         for t in texts:
-            if DISTRIBUTED_SAMPLERS.search(ast.unparse(t)) or part in samplers and mentions(t, ranks):
+            if (
+                DISTRIBUTED_SAMPLERS.search(ast.unparse(t))
+                or part in samplers
+                and mentions(t, ranks)
+            ):
                 return True
     return False
 
 
-def sources(p: Program, expr: ast.AST, depth: int = 0, seen: set | None = None) -> list[ast.Call]:
+def sources(
+    p: Program, expr: ast.AST, depth: int = 0, seen: set | None = None
+) -> list[ast.Call]:
     """The DataLoader calls an iterated expression reaches."""
     seen = set() if seen is None else seen
     if depth > 6 or id(expr) in seen:
@@ -62,15 +83,25 @@ def sources(p: Program, expr: ast.AST, depth: int = 0, seen: set | None = None) 
             fns = p.callees(node)
             if fns:  # cycle(loader), a generator over its argument: what it is handed
                 for fn in fns:
-                    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) and p.function_of(n) is fn for n in ast.walk(fn)):
-                        out += [s for a in node.args for s in sources(p, a, depth + 1, seen)]
+                    if any(
+                        isinstance(n, (ast.Yield, ast.YieldFrom))
+                        and p.function_of(n) is fn
+                        for n in ast.walk(fn)
+                    ):
+                        out += [
+                            s for a in node.args for s in sources(p, a, depth + 1, seen)
+                        ]
                 continue
             if p.last(node) in p.classes:
                 continue  # the script's own batch iterator class: not a DataLoader
             # enumerate(loader), tqdm(loader), zip(a, b), iter(loader), itertools.cycle(loader)
             out += [s for a in node.args for s in sources(p, a, depth + 1, seen)]
         elif isinstance(node, ast.Subscript):
-            out += [s for v in _all_values(p, node.value) for s in sources(p, v, depth + 1, seen)]
+            out += [
+                s
+                for v in _all_values(p, node.value)
+                for s in sources(p, v, depth + 1, seen)
+            ]
         elif isinstance(node, (ast.Dict, ast.List, ast.Tuple)) and depth > 0:
             values = node.values if isinstance(node, ast.Dict) else node.elts
             out += [s for v in values for s in sources(p, v, depth + 1, seen)]
@@ -107,7 +138,12 @@ def training_loops(p: Program) -> list[tuple[ast.AST, ast.AST]]:
                     break
             region = fn if fn is not None else p.tree
             for sub in ast.walk(region):
-                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "next" and sub.args:
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Name)
+                    and sub.func.id == "next"
+                    and sub.args
+                ):
                     if _same_loop(p, sub, node) and _feeds(p, sub, node):
                         out.append((sub.args[0], bw))
             if fn is not None:
@@ -142,7 +178,13 @@ def check(p: Program) -> list[Violation]:
             if id(loader) in done or sharded(p, loader):
                 continue
             done.add(id(loader))
-            out.append(Violation(loader, "DDP151", f"shards: this loader feeds the training step whose backward is at "
-                                 f"line {bw.lineno}, and it is not sharded by rank (no DistributedSampler), so every "
-                                 "rank would train on all of the data"))
+            out.append(
+                Violation(
+                    loader,
+                    "DDP151",
+                    f"shards: this loader feeds the training step whose backward is at "
+                    f"line {bw.lineno}, and it is not sharded by rank (no DistributedSampler), so every "
+                    "rank would train on all of the data",
+                )
+            )
     return out

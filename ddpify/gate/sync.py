@@ -14,18 +14,35 @@ from ddpify.gate.common import Violation
 from ddpify.gate.program import Origin, Program
 from ddpify.rules import declare
 
-declare("DDP150", "invariant-sync", "the output would step an optimizer whose parameters no DistributedDataParallel wrapper "
-        "synchronises (a training forward that bypasses DDP): not converted", severity="blocking", tool="gate")
+declare(
+    "DDP150",
+    "invariant-sync",
+    "the output would step an optimizer whose parameters no DistributedDataParallel wrapper "
+    "synchronises (a training forward that bypasses DDP): not converted",
+    severity="blocking",
+    tool="gate",
+)
 
-DDP_CLASSES = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
-               "apex.parallel.DistributedDataParallel", "torch.nn.parallel.DDP")
-SHARDED = ("torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard")
+DDP_CLASSES = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "apex.parallel.DistributedDataParallel",
+    "torch.nn.parallel.DDP",
+)
+SHARDED = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+)
 PARAM_METHODS = ("parameters", "named_parameters")
 
 
 def is_ddp(p: Program, call: ast.Call) -> bool:
     name = p.call_name(call)
-    return name in DDP_CLASSES or name.startswith(SHARDED) or name.endswith(".DistributedDataParallel")
+    return (
+        name in DDP_CLASSES
+        or name.startswith(SHARDED)
+        or name.endswith(".DistributedDataParallel")
+    )
 
 
 def optimizer_roots(p: Program, call: ast.Call, depth: int = 0) -> list[ast.AST] | None:
@@ -41,14 +58,22 @@ def optimizer_roots(p: Program, call: ast.Call, depth: int = 0) -> list[ast.AST]
             continue
         seen.add(id(node))
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in PARAM_METHODS:
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in PARAM_METHODS
+            ):
                 roots.append(sub.func.value)
                 found = True
             elif isinstance(sub, ast.Call) and depth < 2 and p.callees(sub):
                 # a helper that returns parameters: trainable(model), self.params()
                 for fn in p.callees(sub):
                     for r in ast.walk(fn):
-                        if isinstance(r, ast.Return) and r.value is not None and p.function_of(r) is fn:
+                        if (
+                            isinstance(r, ast.Return)
+                            and r.value is not None
+                            and p.function_of(r) is fn
+                        ):
                             work.append(r.value)
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
                 for o in p.origins(sub):
@@ -71,7 +96,9 @@ def optimizers(p: Program) -> dict[int, tuple[ast.Call, list[ast.AST]]]:
     return out
 
 
-def stepped(p: Program, opts: dict[int, tuple[ast.Call, list[ast.AST]]]) -> dict[int, ast.Call]:
+def stepped(
+    p: Program, opts: dict[int, tuple[ast.Call, list[ast.AST]]]
+) -> dict[int, ast.Call]:
     """Optimizer constructions something steps: opt.step(), scaler.step(opt)."""
     out: dict[int, ast.Call] = {}
     for call in p.calls:
@@ -87,7 +114,11 @@ def stepped(p: Program, opts: dict[int, tuple[ast.Call, list[ast.AST]]]) -> dict
 def held(p: Program, call: ast.Call) -> list[Origin]:
     """What a DDP(...) call holds: its module, and through a program class that wraps a module
     (ForwardTo(model): the model it holds)."""
-    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
+    arg = (
+        call.args[0]
+        if call.args
+        else next((k.value for k in call.keywords if k.arg == "module"), None)
+    )
     if arg is None:
         return []
     return expand(p, p.origins(arg))
@@ -107,11 +138,17 @@ def expand(p: Program, origins: list[Origin], depth: int = 0) -> list[Origin]:
     return out
 
 
-def covered(root: list[Origin], wrapped: list[Origin], made_from: list[Origin] = ()) -> bool | None:
+def covered(
+    root: list[Origin], wrapped: list[Origin], made_from: list[Origin] = ()
+) -> bool | None:
     """True: some wrapper holds the owner (or a module above it); False: every owner is known
     and none is held; None: an owner the source does not show."""
     known = [o for o in root if isinstance(o.node, ast.Call)]
-    if any(w.node is o.node and o.path[: len(w.path)] == w.path for o in list(root) + list(made_from) for w in wrapped):
+    if any(
+        w.node is o.node and o.path[: len(w.path)] == w.path
+        for o in list(root) + list(made_from)
+        for w in wrapped
+    ):
         return True
     if not known or len(known) != len(root):
         return None
@@ -124,33 +161,65 @@ def check(p: Program, notes: set[str]) -> list[Violation]:
     if not steps:
         return []
     ddp_calls = [c for c in p.calls if is_ddp(p, c)]
-    manual = any(p.last(c) == "all_reduce" and ".grad" in ast.unparse(c) for c in p.calls)
+    manual = any(
+        p.last(c) == "all_reduce" and ".grad" in ast.unparse(c) for c in p.calls
+    )
     out: list[Violation] = []
     if not ddp_calls and not manual:
         first = min(steps.values(), key=lambda c: (c.lineno, c.col_offset))
-        return [Violation(first, "DDP150", "sync: this optimizer step would update parameters that no "
-                          "DistributedDataParallel wrapper synchronises (the output wraps no model), so each rank "
-                          "would train its own copy")]
+        return [
+            Violation(
+                first,
+                "DDP150",
+                "sync: this optimizer step would update parameters that no "
+                "DistributedDataParallel wrapper synchronises (the output wraps no model), so each rank "
+                "would train its own copy",
+            )
+        ]
     wrapped = [o for c in ddp_calls for o in held(p, c)]
     for key, step in steps.items():
         call, roots = opts[key]
         if "DDP039" in notes:
             break  # a model left unwrapped on purpose, every parameter frozen
-        verdicts = [covered(p.origins(r), wrapped, expand(p, p.origins(r))) for r in roots]
+        verdicts = [
+            covered(p.origins(r), wrapped, expand(p, p.origins(r))) for r in roots
+        ]
         if verdicts and all(v is False for v in verdicts):
             names = ", ".join(sorted({ast.unparse(r) for r in roots}))
-            out.append(Violation(step, "DDP150", f"sync: the optimizer built at line {call.lineno} steps the parameters "
-                                 f"of {names}, which no DistributedDataParallel wrapper holds, so each rank would train "
-                                 "its own copy"))
+            out.append(
+                Violation(
+                    step,
+                    "DDP150",
+                    f"sync: the optimizer built at line {call.lineno} steps the parameters "
+                    f"of {names}, which no DistributedDataParallel wrapper holds, so each rank would train "
+                    "its own copy",
+                )
+            )
     for c in ddp_calls:
         par = p.parent.get(c)
         if isinstance(par, ast.Assign) and len(par.targets) == 1:
             target = ast.unparse(par.targets[0])
             attr = target.split(".", 1)[1] if target.startswith("self.") else None
             # self.ddp_net is also read as trainer.ddp_net outside the class
-            uses = [n for n in ast.walk(p.tree) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(getattr(n, "ctx", None), ast.Load)
-                    and (ast.unparse(n) == target or attr is not None and isinstance(n, ast.Attribute) and n.attr == attr)]
+            uses = [
+                n
+                for n in ast.walk(p.tree)
+                if isinstance(n, (ast.Name, ast.Attribute))
+                and isinstance(getattr(n, "ctx", None), ast.Load)
+                and (
+                    ast.unparse(n) == target
+                    or attr is not None
+                    and isinstance(n, ast.Attribute)
+                    and n.attr == attr
+                )
+            ]
             if not uses:
-                out.append(Violation(c, "DDP150", f"sync: the wrapper `{target}` is built but never run, so no "
-                                     "training forward goes through DistributedDataParallel"))
+                out.append(
+                    Violation(
+                        c,
+                        "DDP150",
+                        f"sync: the wrapper `{target}` is built but never run, so no "
+                        "training forward goes through DistributedDataParallel",
+                    )
+                )
     return out

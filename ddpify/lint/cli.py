@@ -46,7 +46,9 @@ class FileReport:
         return {
             "path": self.path,
             "status": self.status,
-            "findings": [{**f.to_dict(), "severity": severity(f)} for f in self.findings],
+            "findings": [
+                {**f.to_dict(), "severity": severity(f)} for f in self.findings
+            ],
             "errors": self.errors,
         }
 
@@ -59,7 +61,9 @@ def _read(job, stdin_data: bytes | None) -> str:
 def _check_syntax(text: str, path: str) -> None:
     from ddpify.process import check_syntax
 
-    check_syntax(text, path)  # the converter's message for a syntax error: path:line:col
+    check_syntax(
+        text, path
+    )  # the converter's message for a syntax error: path:line:col
 
 
 def lint_file(job, stdin_data: bytes | None = None) -> FileReport:
@@ -83,10 +87,15 @@ def lint_file(job, stdin_data: bytes | None = None) -> FileReport:
         where = f"{job.path}:{exc.line}:{exc.col}" if exc.line else job.path
         report.errors = [f"{where}: error: {exc.message}"]
     except (RecursionError, MemoryError):
-        report.status, report.errors = "error", [f"{job.path}: error: the code is too deeply nested to lint"]
+        report.status, report.errors = (
+            "error",
+            [f"{job.path}: error: the code is too deeply nested to lint"],
+        )
     except Exception as exc:  # a lint bug must not stop the other files
         report.status = "error"
-        report.errors = [f"{job.path}: error: internal error ({type(exc).__name__}: {exc}); please report this bug"]
+        report.errors = [
+            f"{job.path}: error: internal error ({type(exc).__name__}: {exc}); please report this bug"
+        ]
     return report
 
 
@@ -99,9 +108,13 @@ def lint_projects(entries: list) -> list[FileReport]:
     reports: list[FileReport] = []
     seen: set[str] = set()
     for job in entries:
+
         def read(p: str) -> str:
             text = fileio.decode_source(fileio.read_bytes(p)).text
-            _check_syntax(text, p if os.path.realpath(p) != os.path.realpath(job.path) else job.path)
+            _check_syntax(
+                text,
+                p if os.path.realpath(p) != os.path.realpath(job.path) else job.path,
+            )
             return text
 
         try:
@@ -110,7 +123,15 @@ def lint_projects(entries: list) -> list[FileReport]:
             reports.append(FileReport(job.path, "error", errors=[exc.format(job.path)]))
             continue
         except (ConversionError, SyntaxError, OSError, UnicodeDecodeError) as exc:
-            reports.append(FileReport(job.path, "error", errors=[f"{job.path}: error: project mode: {getattr(exc, 'message', None) or exc}"]))
+            reports.append(
+                FileReport(
+                    job.path,
+                    "error",
+                    errors=[
+                        f"{job.path}: error: project mode: {getattr(exc, 'message', None) or exc}"
+                    ],
+                )
+            )
             continue
         for k, r in enumerate(results):
             real = os.path.realpath(r.path)
@@ -132,7 +153,10 @@ def summary(reports: list[FileReport]) -> str:
     notes = sum(1 for r in reports for f in r.findings if not f.blocking)
     failed = sum(1 for r in reports if r.status == "error")
     checked = sum(1 for r in reports if r.status == "checked")
-    parts = [f"{errors} error{'' if errors == 1 else 's'}", f"{notes} note{'' if notes == 1 else 's'}"]
+    parts = [
+        f"{errors} error{'' if errors == 1 else 's'}",
+        f"{notes} note{'' if notes == 1 else 's'}",
+    ]
     tail = f" in {len(reports)} file{'' if len(reports) == 1 else 's'} ({checked} distributed)"
     if failed:
         tail += f"; {failed} file{'' if failed == 1 else 's'} could not be linted"
@@ -141,22 +165,69 @@ def summary(reports: list[FileReport]) -> str:
 
 @click.command(name="lint", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
-@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="json: one JSON document on stdout with every file's findings (code, severity, line, col); "
-                   "github: annotations (workflow commands); sarif: SARIF 2.1.0 (code scanning); rdjson: reviewdog "
-                   "diagnostics; gitlab: a code quality report.")
+@click.option(
+    "--output-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one JSON document on stdout with every file's findings (code, severity, line, col); "
+    "github: annotations (workflow commands); sarif: SARIF 2.1.0 (code scanning); rdjson: reviewdog "
+    "diagnostics; gitlab: a code quality report.",
+)
 @click.option("--json", "json_flag", is_flag=True, help="Same as --output-format json.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors (no notes, no summary).")
-@click.option("--ignore", "ignore", multiple=True, metavar="CODES", help="Never report these codes (comma-separated; adds to [tool.ddpify] ignore).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).")
-@click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
-@click.option("--stdin-filename", default=None, metavar="PATH", help="Name of the file read from stdin (messages, config lookup).")
-@click.option("--no-project", is_flag=True, help="Lint each file on its own (no project mode for entry scripts that import local modules).")
-@click.option("--explain", metavar="CODE", default=None, help="Explain a code (DDP210, or `all` for lint's table) and exit.")
-@click.version_option(__version__, prog_name="ddpify lint", message="%(prog)s %(version)s")
-def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, quiet: bool, ignore: tuple[str, ...],
-                 exclude: tuple[str, ...], force_exclude: bool, stdin_filename: str | None, no_project: bool,
-                 explain: str | None) -> None:
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only errors (no notes, no summary)."
+)
+@click.option(
+    "--ignore",
+    "ignore",
+    multiple=True,
+    metavar="CODES",
+    help="Never report these codes (comma-separated; adds to [tool.ddpify] ignore).",
+)
+@click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Skip matching paths when recursing (adds to [tool.ddpify] exclude).",
+)
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    help="Apply excludes to files named on the command line too.",
+)
+@click.option(
+    "--stdin-filename",
+    default=None,
+    metavar="PATH",
+    help="Name of the file read from stdin (messages, config lookup).",
+)
+@click.option(
+    "--no-project",
+    is_flag=True,
+    help="Lint each file on its own (no project mode for entry scripts that import local modules).",
+)
+@click.option(
+    "--explain",
+    metavar="CODE",
+    default=None,
+    help="Explain a code (DDP210, or `all` for lint's table) and exit.",
+)
+@click.version_option(
+    __version__, prog_name="ddpify lint", message="%(prog)s %(version)s"
+)
+def lint_command(
+    paths: tuple[str, ...],
+    output_format: str,
+    json_flag: bool,
+    quiet: bool,
+    ignore: tuple[str, ...],
+    exclude: tuple[str, ...],
+    force_exclude: bool,
+    stdin_filename: str | None,
+    no_project: bool,
+    explain: str | None,
+) -> None:
     """Find DDP bugs in distributed PyTorch scripts (hangs, ranks that train different models,
     checkpoints that do not load) without running them. Changes nothing.
 
@@ -172,13 +243,21 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
     if json_flag:
         output_format = "json"
     if not paths:
-        if output_format in REVIEW_FORMATS:  # an empty report: a CI step with no changed file still has one
+        if (
+            output_format in REVIEW_FORMATS
+        ):  # an empty report: a CI step with no changed file still has one
             click.echo(render(output_format, [], "lint"), nl=False)
         sys.exit(0)
-    as_json = output_format != "text"  # machine output on stdout: no warnings or summary
+    as_json = (
+        output_format != "text"
+    )  # machine output on stdout: no warnings or summary
     find_config.cache_clear()
-    codes = tuple(c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip())
-    jobs, warns = collect(paths, exclude, force_exclude, stdin_filename, {"ignore": codes or None})
+    codes = tuple(
+        c.strip().upper() for raw in ignore for c in raw.split(",") if c.strip()
+    )
+    jobs, warns = collect(
+        paths, exclude, force_exclude, stdin_filename, {"ignore": codes or None}
+    )
     for w in warns:
         if not quiet and not as_json:
             click.echo(w, err=True)
@@ -186,14 +265,29 @@ def lint_command(paths: tuple[str, ...], output_format: str, json_flag: bool, qu
     if not no_project:
         groups, jobs = split_projects(jobs, explicit=paths)
         entries = [g[0] for g in groups]
-    stdin_data = sys.stdin.buffer.read() if any(j.stdin and not j.passthrough for j in jobs) else None
-    reports = [lint_file(j, stdin_data) for j in jobs if not j.passthrough] + (lint_projects(entries) if entries else [])
+    stdin_data = (
+        sys.stdin.buffer.read()
+        if any(j.stdin and not j.passthrough for j in jobs)
+        else None
+    )
+    reports = [lint_file(j, stdin_data) for j in jobs if not j.passthrough] + (
+        lint_projects(entries) if entries else []
+    )
     reports.sort(key=lambda r: (r.path != "-" and r.path != stdin_filename, r.path))
     if output_format in REVIEW_FORMATS:
-        results = [FileResult(r.path, list(r.findings), [parse_error(r.path, t) for t in r.errors]) for r in reports]
+        results = [
+            FileResult(
+                r.path, list(r.findings), [parse_error(r.path, t) for t in r.errors]
+            )
+            for r in reports
+        ]
         click.echo(render(output_format, results, "lint"), nl=False)
     elif as_json:
-        doc = {"version": __version__, "files": [r.to_dict() for r in reports], "summary": summary(reports)}
+        doc = {
+            "version": __version__,
+            "files": [r.to_dict() for r in reports],
+            "summary": summary(reports),
+        }
         click.echo(json.dumps(doc, indent=2))
     else:
         for r in reports:
@@ -221,5 +315,8 @@ def _explain(code: str) -> None:
     try:
         click.echo(rules.explain(code.strip()), nl=False)
     except KeyError:
-        raise click.BadParameter(f"no such code {code!r} (`ddpify lint --explain all` lists lint's)", param_hint="--explain") from None
+        raise click.BadParameter(
+            f"no such code {code!r} (`ddpify lint --explain all` lists lint's)",
+            param_hint="--explain",
+        ) from None
     sys.exit(0)

@@ -13,17 +13,47 @@ from ddpify.analysis.tree import code, dotted
 
 # torch.distributed calls every rank of the group must make (point-to-point send/recv are not)
 COLLECTIVES = {
-    "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "_all_gather_base", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast", "broadcast_object_list",
-    "barrier", "monitored_barrier", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
-    "all_to_all_single", "new_group", "new_subgroups", "init_process_group",
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "new_group",
+    "new_subgroups",
+    "init_process_group",
 }
-STATE_DICT_GATHERS = ("torch.distributed.checkpoint.state_dict.get_state_dict", "torch.distributed.checkpoint.state_dict.get_model_state_dict",
-                      "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict", "torch.distributed.checkpoint.save",
-                      "torch.distributed.checkpoint.save_state_dict", "torch.distributed.checkpoint.load",
-                      "torch.distributed.fsdp.FullyShardedDataParallel.full_optim_state_dict",
-                      "torch.distributed.fsdp.FullyShardedDataParallel.optim_state_dict")
-ACCELERATE_COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes", "wait_for_everyone", "get_state_dict"}
+STATE_DICT_GATHERS = (
+    "torch.distributed.checkpoint.state_dict.get_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_model_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict",
+    "torch.distributed.checkpoint.save",
+    "torch.distributed.checkpoint.save_state_dict",
+    "torch.distributed.checkpoint.load",
+    "torch.distributed.fsdp.FullyShardedDataParallel.full_optim_state_dict",
+    "torch.distributed.fsdp.FullyShardedDataParallel.optim_state_dict",
+)
+ACCELERATE_COLLECTIVES = {
+    "gather",
+    "gather_for_metrics",
+    "reduce",
+    "pad_across_processes",
+    "wait_for_everyone",
+    "get_state_dict",
+}
 
 
 class CollectivesMixin:
@@ -46,7 +76,11 @@ class CollectivesMixin:
                 par = self.a.parent.get(c)
                 if isinstance(par, cst.Assign):
                     t = par.targets[0].target
-                    first = t.elements[0].value if isinstance(t, (cst.Tuple, cst.List)) and t.elements else t
+                    first = (
+                        t.elements[0].value
+                        if isinstance(t, (cst.Tuple, cst.List)) and t.elements
+                        else t
+                    )
                     if dotted(first):
                         out.add(dotted(first))
         return out
@@ -63,7 +97,7 @@ class CollectivesMixin:
                 start = k + 1
                 break
         calls: list[cst.Call] = []
-        for s in body[start: idx + 1]:
+        for s in body[start : idx + 1]:
             calls += a.findall(s, m.Call())
         for c in list(calls):
             callee = self.own_call(c) or ""
@@ -77,7 +111,11 @@ class CollectivesMixin:
         """backward() calls of a loss computed by a DDP model's forward: DDP all-reduces there."""
         if not self.ddp_wraps:
             return set()
-        return {id(s.backward) for s in self.a.steps if any(self.wrapper(c.func) is not None for c in self.step_calls(s))}
+        return {
+            id(s.backward)
+            for s in self.a.steps
+            if any(self.wrapper(c.func) is not None for c in self.step_calls(s))
+        }
 
     def collective(self, call: cst.Call) -> str | None:
         """What the call does that every rank must do too (None: nothing)."""
@@ -86,7 +124,11 @@ class CollectivesMixin:
             return f"{code(call.func)}() (DDP all-reduces the gradients there)"
         qs = a.qualified(call.func)
         for q in qs:
-            if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in COLLECTIVES and ".rpc." not in q:
+            if (
+                q.startswith("torch.distributed.")
+                and q.rsplit(".", 1)[-1] in COLLECTIVES
+                and ".rpc." not in q
+            ):
                 return f"{dotted(call.func) or q}()"
             if q in STATE_DICT_GATHERS:
                 return f"{dotted(call.func) or q}() (it gathers the sharded state on every rank)"
@@ -98,7 +140,11 @@ class CollectivesMixin:
                 return f"{base}.{meth}()"
             if base in self.engines and meth == "save_checkpoint":
                 return f"{base}.save_checkpoint() (DeepSpeed saves from every rank)"
-            if meth == "state_dict" and (w := self.wrapper(func.value)) is not None and w.kind == "fsdp":
+            if (
+                meth == "state_dict"
+                and (w := self.wrapper(func.value)) is not None
+                and w.kind == "fsdp"
+            ):
                 return f"{base}.state_dict() of the FSDP model (it gathers the shards from every rank)"
         w = self.wrapper(func)
         if w is not None and w.kind == "ddp":
@@ -132,7 +178,11 @@ class CollectivesMixin:
                 for fn in defs:
                     for c in a.findall(fn, m.Call()):
                         callee = self.own_call(c)
-                        if callee in found and callee != name and not self.reach.rank_conditions(c):
+                        if (
+                            callee in found
+                            and callee != name
+                            and not self.reach.rank_conditions(c)
+                        ):
                             found[name] = (c, found[callee][1])
                             changed = True
                             break
@@ -163,7 +213,11 @@ class CollectivesMixin:
         for c in a.calls:
             fn = a.function_of(c)
             what = self.collective(c)
-            if fn is not None and what is not None and not what.startswith("the forward"):
+            if (
+                fn is not None
+                and what is not None
+                and not what.startswith("the forward")
+            ):
                 names.add(fn.name.value)
         changed = True
         while changed:  # through the functions that call them
@@ -182,14 +236,28 @@ class CollectivesMixin:
         a = self.a
         cur = a.parent.get(node)
         while cur is not None:
-            if isinstance(cur, cst.With) and any(self._no_grad_item(i.item) for i in cur.items):
+            if isinstance(cur, cst.With) and any(
+                self._no_grad_item(i.item) for i in cur.items
+            ):
                 return True
             if isinstance(cur, cst.FunctionDef):
-                decorators = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in cur.decorators]
-                if any(a.qualified(d) & {"torch.no_grad", "torch.inference_mode"} for d in decorators):
+                decorators = [
+                    d.decorator.func
+                    if isinstance(d.decorator, cst.Call)
+                    else d.decorator
+                    for d in cur.decorators
+                ]
+                if any(
+                    a.qualified(d) & {"torch.no_grad", "torch.inference_mode"}
+                    for d in decorators
+                ):
                     return True
                 calls = [c for c in a.callers(cur) if a.function_of(c) is not cur]
-                return bool(calls) and depth < 3 and all(self.no_grad(c, depth + 1) for c in calls)
+                return (
+                    bool(calls)
+                    and depth < 3
+                    and all(self.no_grad(c, depth + 1) for c in calls)
+                )
             cur = a.parent.get(cur)
         return False
 
@@ -199,7 +267,9 @@ class CollectivesMixin:
         qs = self.a.qualified(item.func)
         if qs & {"torch.no_grad", "torch.inference_mode"}:
             return True
-        if qs & {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"} and item.args:
+        if (
+            qs & {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
+            and item.args
+        ):
             return m.matches(item.args[0].value, m.Name("False"))
         return False
-

@@ -16,15 +16,52 @@ import ddpify.match as m
 from ddpify.analysis.tree import call_args, code, dotted
 from ddpify.lint.values import UNK
 
-GLOBAL_SEEDERS = {"random.seed": "random", "numpy.random.seed": "numpy", "torch.manual_seed": "torch",
-                  "torch.random.manual_seed": "torch"}
-GENERATORS = ("random.Random", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator")
+GLOBAL_SEEDERS = {
+    "random.seed": "random",
+    "numpy.random.seed": "numpy",
+    "torch.manual_seed": "torch",
+    "torch.random.manual_seed": "torch",
+}
+GENERATORS = (
+    "random.Random",
+    "numpy.random.default_rng",
+    "numpy.random.RandomState",
+    "numpy.random.Generator",
+)
 # draws from the global generators of each module
-DRAWS = {"random": "random.", "numpy": "numpy.random.", "torch": ("torch.rand", "torch.randn", "torch.randint", "torch.randperm",
-                                                                    "torch.multinomial", "torch.bernoulli", "torch.normal")}
-NOT_A_COUNT = {"device", "map_location", "non_blocking", "dtype", "disable", "desc", "position", "leave", "pin_memory",
-               "pin_memory_device", "generator", "worker_init_fn", "persistent_workers", "num_workers"}
-EVEN = ("torch.utils.data.distributed.DistributedSampler", "torch.utils.data.DistributedSampler")
+DRAWS = {
+    "random": "random.",
+    "numpy": "numpy.random.",
+    "torch": (
+        "torch.rand",
+        "torch.randn",
+        "torch.randint",
+        "torch.randperm",
+        "torch.multinomial",
+        "torch.bernoulli",
+        "torch.normal",
+    ),
+}
+NOT_A_COUNT = {
+    "device",
+    "map_location",
+    "non_blocking",
+    "dtype",
+    "disable",
+    "desc",
+    "position",
+    "leave",
+    "pin_memory",
+    "pin_memory_device",
+    "generator",
+    "worker_init_fn",
+    "persistent_workers",
+    "num_workers",
+}
+EVEN = (
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+)
 
 
 class DerivedMixin:
@@ -36,7 +73,13 @@ class DerivedMixin:
             for q in qs:
                 if q in GLOBAL_SEEDERS:
                     pos, kw = call_args(c)
-                    seed = pos[0].value if pos else kw["seed"].value if "seed" in kw else None
+                    seed = (
+                        pos[0].value
+                        if pos
+                        else kw["seed"].value
+                        if "seed" in kw
+                        else None
+                    )
                     if seed is not None and self.ranks.reads_rank(seed):
                         out.setdefault(GLOBAL_SEEDERS[q], c)
         return out
@@ -50,13 +93,22 @@ class DerivedMixin:
         for c, qs in self.qualified_calls:
             pos, kw = call_args(c)
             if qs & set(GENERATORS):
-                seed = pos[0].value if pos else kw["seed"].value if "seed" in kw else None
+                seed = (
+                    pos[0].value if pos else kw["seed"].value if "seed" in kw else None
+                )
                 target = a._assign_target(c)
                 if seed is not None and target and self.ranks.reads_rank(seed):
                     out[target] = c
-            elif isinstance(c.func, cst.Attribute) and c.func.attr.value == "manual_seed" and pos and self.ranks.reads_rank(pos[0].value):
+            elif (
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "manual_seed"
+                and pos
+                and self.ranks.reads_rank(pos[0].value)
+            ):
                 base = c.func.value
-                name = dotted(base) or (a._assign_target(c) if isinstance(base, cst.Call) else None)
+                name = dotted(base) or (
+                    a._assign_target(c) if isinstance(base, cst.Call) else None
+                )
                 if name and not (a.qualified(c.func) & set(GLOBAL_SEEDERS)):
                     out[name] = c
         return out
@@ -68,16 +120,29 @@ class DerivedMixin:
         gen = kw.get("generator")
         if gen is not None:
             name = dotted(gen.value)
-            return f"a draw from {name}, seeded per rank" if name in self.per_rank_generators else None
+            return (
+                f"a draw from {name}, seeded per rank"
+                if name in self.per_rank_generators
+                else None
+            )
         for module, seeder in self.per_rank_seeded.items():
             prefixes = DRAWS[module]
             if any(q.startswith(prefixes) for q in qs):
                 return f"a random draw after `{code(seeder)}` (a seed of its own on each rank)"
-        if isinstance(call.func, cst.Attribute) and dotted(call.func.value) in self.per_rank_generators:
+        if (
+            isinstance(call.func, cst.Attribute)
+            and dotted(call.func.value) in self.per_rank_generators
+        ):
             return f"a draw from {dotted(call.func.value)}, seeded per rank"
         return None
 
-    def rank_derived(self, node: cst.CSTNode | None, depth: int = 0, seen: set[int] | None = None, length: bool = False) -> str | None:
+    def rank_derived(
+        self,
+        node: cst.CSTNode | None,
+        depth: int = 0,
+        seen: set[int] | None = None,
+        length: bool = False,
+    ) -> str | None:
         """Why node's value differs from rank to rank by construction (None: not seen to). With
         length=True, why its *length* may: a random draw then counts only where it decides what
         is kept (a filter's condition), not where it only fills values."""
@@ -89,13 +154,26 @@ class DerivedMixin:
             return None
         seen.add(id(node))
         even = [c for c in a.findall(node, m.Call()) if a.qualified(c.func) & set(EVEN)]
-        inside_even = {id(x) for c in even for x in a.findall(c, m.Name() | m.Attribute() | m.Call())}
+        inside_even = {
+            id(x)
+            for c in even
+            for x in a.findall(c, m.Name() | m.Attribute() | m.Call())
+        }
         if length:  # where a value sits or how it is shown is not how many there are
             for arg in a.findall(node, m.Arg()):
                 call = a.parent.get(arg)
-                placement = isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
-                if placement or (arg.keyword is not None and arg.keyword.value in NOT_A_COUNT):
-                    inside_even |= {id(x) for x in a.findall(arg, m.Name() | m.Attribute() | m.Call())}
+                placement = (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value in ("to", "cuda")
+                )
+                if placement or (
+                    arg.keyword is not None and arg.keyword.value in NOT_A_COUNT
+                ):
+                    inside_even |= {
+                        id(x)
+                        for x in a.findall(arg, m.Name() | m.Attribute() | m.Call())
+                    }
         for sub in [node, *a.findall(node, m.Name() | m.Attribute() | m.Call())]:
             if id(sub) in inside_even:
                 continue  # DistributedSampler(..., rank=rank) gives every rank as many samples
@@ -109,7 +187,9 @@ class DerivedMixin:
                         if a.class_of(fn) is None or callee != "__init__":
                             for r in a.findall(fn, m.Return()):
                                 if r.value is not None and a.function_of(r) is fn:
-                                    why = self.rank_derived(r.value, depth + 1, seen, length)
+                                    why = self.rank_derived(
+                                        r.value, depth + 1, seen, length
+                                    )
                                     if why:
                                         return f"{callee}() returns {why}"
                     cls = a.classes.get(callee)
@@ -124,7 +204,12 @@ class DerivedMixin:
                     if length and all(isinstance(x, bool) for x in v if x is not UNK):
                         continue  # a rank-0 test (logging, a progress bar), not a count
                     return f"`{code(sub)}` is the rank"
-                if isinstance(sub, cst.Attribute) and sub.value is not None and isinstance(sub.value, cst.Name) and sub.value.value == "self":
+                if (
+                    isinstance(sub, cst.Attribute)
+                    and sub.value is not None
+                    and isinstance(sub.value, cst.Name)
+                    and sub.value.value == "self"
+                ):
                     for v in self._self_values(sub):
                         why = self.rank_derived(v, depth + 1, seen, length)
                         if why:
@@ -132,21 +217,40 @@ class DerivedMixin:
                     continue
                 if isinstance(sub, cst.Name):
                     fn = a.function_of(sub)
-                    values = a._local_values(fn, sub.value) if fn is not None and a._is_local(fn, sub.value) else a._local_values(None, sub.value)
+                    values = (
+                        a._local_values(fn, sub.value)
+                        if fn is not None and a._is_local(fn, sub.value)
+                        else a._local_values(None, sub.value)
+                    )
                     for v in values[:6]:
-                        if self.order(v) > self.order(sub) and a.function_of(v) is fn and a.enclosing_loop(sub) is None:
+                        if (
+                            self.order(v) > self.order(sub)
+                            and a.function_of(v) is fn
+                            and a.enclosing_loop(sub) is None
+                        ):
                             continue
                         why = self.rank_derived(v, depth + 1, seen, length)
                         if why:
                             return why
-                    param = next((p for p in fn.params.params if p.name.value == sub.value), None) if fn is not None else None
+                    param = (
+                        next(
+                            (p for p in fn.params.params if p.name.value == sub.value),
+                            None,
+                        )
+                        if fn is not None
+                        else None
+                    )
                     if param is not None and depth < 6:
                         for c in a.callers(fn)[:6]:
                             try:
                                 arg = a.argument_for(c, fn, sub.value)
                             except ValueError:
                                 arg = None
-                            why = self.rank_derived(arg, depth + 1, seen, length) if arg is not None else None
+                            why = (
+                                self.rank_derived(arg, depth + 1, seen, length)
+                                if arg is not None
+                                else None
+                            )
                             if why:
                                 return why
         return None
@@ -155,8 +259,12 @@ class DerivedMixin:
         """node sits in a condition that decides what is kept: a comprehension's `if`, an `if` test."""
         a = self.a
         child, cur = node, a.parent.get(node)
-        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.SimpleStatementLine)):
-            if isinstance(cur, cst.CompIf) or (isinstance(cur, (cst.If, cst.IfExp, cst.While)) and child is cur.test):
+        while cur is not None and not isinstance(
+            cur, (cst.FunctionDef, cst.SimpleStatementLine)
+        ):
+            if isinstance(cur, cst.CompIf) or (
+                isinstance(cur, (cst.If, cst.IfExp, cst.While)) and child is cur.test
+            ):
                 return True
             child, cur = cur, a.parent.get(cur)
         return False
@@ -165,14 +273,21 @@ class DerivedMixin:
         a = self.a
         d = dotted(node)
         cls = a.class_of(node)
-        return [asg.value for asg in a.assigns if isinstance(asg, cst.Assign) and a.class_of(asg) is cls
-                and any(dotted(t.target) == d for t in asg.targets)]
+        return [
+            asg.value
+            for asg in a.assigns
+            if isinstance(asg, cst.Assign)
+            and a.class_of(asg) is cls
+            and any(dotted(t.target) == d for t in asg.targets)
+        ]
 
     def _class_draws(self, cls: cst.ClassDef) -> str | None:
         """A class of the script whose constructor computes from a rank it is handed (its
         parameters are followed to the arguments of its calls) or draws per-rank randomness."""
         a = self.a
-        init = next((f for f in a.functions.get("__init__", []) if a.class_of(f) is cls), None)
+        init = next(
+            (f for f in a.functions.get("__init__", []) if a.class_of(f) is cls), None
+        )
         if init is None:
             return None
         for asg in a.findall(init, m.Assign()):

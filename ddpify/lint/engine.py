@@ -19,8 +19,23 @@ from ddpify.options import Options
 from ddpify.result import ConversionError
 
 # A file that names none of these is not distributed: no analysis needed to say so.
-WORDS = ("distributed", "DistributedDataParallel", "DDP", "local_rank", "local-rank", "LOCAL_RANK", "RANK", "spawn",
-         "accelerate", "deepspeed", "horovod", "lightning", "fsdp", "FSDP", "torchrun")
+WORDS = (
+    "distributed",
+    "DistributedDataParallel",
+    "DDP",
+    "local_rank",
+    "local-rank",
+    "LOCAL_RANK",
+    "RANK",
+    "spawn",
+    "accelerate",
+    "deepspeed",
+    "horovod",
+    "lightning",
+    "fsdp",
+    "FSDP",
+    "torchrun",
+)
 
 
 @dataclass
@@ -46,7 +61,9 @@ class Context:
         self.findings: list[Finding] = []
         self._seen: set[tuple[int, int, str]] = set()
 
-    def report(self, node: cst.CSTNode | None, code: str, message: str, severity: str = "") -> None:
+    def report(
+        self, node: cst.CSTNode | None, code: str, message: str, severity: str = ""
+    ) -> None:
         line, col = self.a.line_col(node) if node is not None else (1, 1)
         if (line, col, code) in self._seen:
             return
@@ -61,7 +78,9 @@ def parse(text: str) -> cst.Module:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
-        raise ConversionError(f"cannot parse: {msg}", e.raw_line, e.raw_column + 1) from None
+        raise ConversionError(
+            f"cannot parse: {msg}", e.raw_line, e.raw_column + 1
+        ) from None
     except RecursionError:
         raise ConversionError("cannot parse: nesting too deep") from None
 
@@ -90,7 +109,9 @@ def _kept(findings: list[Finding], text: str, options: Options) -> list[Finding]
     return out
 
 
-def lint_source(text: str, options: Options | None = None, path: str = "<stdin>") -> LintResult:
+def lint_source(
+    text: str, options: Options | None = None, path: str = "<stdin>"
+) -> LintResult:
     """Lint one script. Raises ConversionError (with line and column) when it does not parse."""
     options = options or Options()
     if not text.strip():
@@ -116,18 +137,27 @@ MAX_PROJECT_CHARS = 400_000
 
 
 def _within_budget(files: list) -> list:
-    if len(files) <= MAX_PROJECT_FILES and sum(len(f.text) for f in files) <= MAX_PROJECT_CHARS:
+    if (
+        len(files) <= MAX_PROJECT_FILES
+        and sum(len(f.text) for f in files) <= MAX_PROJECT_CHARS
+    ):
         return files
     entry, direct = files[0], set(files[0].deps)
     kept, size = [entry], len(entry.text)
     for f in files[1:]:
-        if os.path.realpath(f.path) in {os.path.realpath(d) for d in direct} and len(kept) < MAX_PROJECT_FILES and size + len(f.text) <= MAX_PROJECT_CHARS:
+        if (
+            os.path.realpath(f.path) in {os.path.realpath(d) for d in direct}
+            and len(kept) < MAX_PROJECT_FILES
+            and size + len(f.text) <= MAX_PROJECT_CHARS
+        ):
             kept.append(f)
             size += len(f.text)
     return [entry] + [f for f in files[1:] if f in kept]
 
 
-def lint_project(entry: str, options: Options | None = None, read=None) -> list[LintResult]:
+def lint_project(
+    entry: str, options: Options | None = None, read=None
+) -> list[LintResult]:
     """Lint an entry script and the local modules it imports as one program (the training loop
     may live in a trainer module, the wrap in the entry): the files are merged as for a
     conversion (ddpify/merge.py) and each finding goes back to its file and line."""
@@ -145,12 +175,22 @@ def lint_project(entry: str, options: Options | None = None, read=None) -> list[
         gc.disable()
         try:
             module = parse(merged.text)
-            status, findings = run_rules(Analysis(module, merged.text), merged.text, options)
+            status, findings = run_rules(
+                Analysis(module, merged.text), merged.text, options
+            )
         finally:
             if enabled:
                 gc.enable()
         for f in findings:
             index, line = where(merged, f.line)
-            per_file[index].append(Finding(line, f.col, f.code, f.message, f.fixed, f.severity))
-    return [LintResult(os.path.realpath(mod.path) if k else entry, status, sorted(set(_kept(fs, mod.text, options))))
-            for k, (mod, fs) in enumerate(zip(files, per_file))]
+            per_file[index].append(
+                Finding(line, f.col, f.code, f.message, f.fixed, f.severity)
+            )
+    return [
+        LintResult(
+            os.path.realpath(mod.path) if k else entry,
+            status,
+            sorted(set(_kept(fs, mod.text, options))),
+        )
+        for k, (mod, fs) in enumerate(zip(files, per_file))
+    ]

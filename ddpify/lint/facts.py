@@ -17,7 +17,10 @@ from ddpify.lint.ranks import Ranks
 from ddpify.lint.reach import Reach
 from ddpify.lint.wrappers import Wrap, WrappersMixin
 
-SAMPLER_NAMES = ("torch.utils.data.distributed.DistributedSampler", "torch.utils.data.DistributedSampler")
+SAMPLER_NAMES = (
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+)
 FRAMEWORKS = {
     "accelerate": ("accelerate.",),
     "lightning": ("lightning.", "pytorch_lightning.", "lightning_fabric."),
@@ -25,7 +28,9 @@ FRAMEWORKS = {
     "horovod": ("horovod.",),
     "xla": ("torch_xla.",),
     "colossalai": ("colossalai.",),
-    "rpc": ("torch.distributed.rpc.",),  # parameter servers and pipelines over RPC: not DDP's rules
+    "rpc": (
+        "torch.distributed.rpc.",
+    ),  # parameter servers and pipelines over RPC: not DDP's rules
 }
 
 
@@ -59,21 +64,38 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
         a = self.a
         if a.distributed_api is not None or a.legacy_api is not None or self.framework:
             return True
-        return any(any(q.startswith("torch.distributed.") for q in qs) for _, qs in self.qualified_calls) or bool(self.samplers)
+        return any(
+            any(q.startswith("torch.distributed.") for q in qs)
+            for _, qs in self.qualified_calls
+        ) or bool(self.samplers)
 
     @cached_property
     def samplers(self) -> list[cst.Call]:
-        return [c for c, qs in self.qualified_calls if qs & set(SAMPLER_NAMES) or (dotted(c.func) or "").endswith("DistributedSampler")]
+        return [
+            c
+            for c, qs in self.qualified_calls
+            if qs & set(SAMPLER_NAMES)
+            or (dotted(c.func) or "").endswith("DistributedSampler")
+        ]
 
     @cached_property
     def spawned(self) -> set[int]:
         """Functions mp.spawn starts (one process a rank); empty where it is not used."""
         out: set[int] = set()
         for c in self.a.calls:
-            if self.a.is_call(c, "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+            if self.a.is_call(
+                c,
+                "torch.multiprocessing.spawn",
+                "torch.multiprocessing.start_processes",
+            ):
                 pos, kw = call_args(c)
                 target = pos[0].value if pos else kw["fn"].value if "fn" in kw else None
-                for f in self.a.functions.get(((dotted(target) if target is not None else None) or "").rsplit(".", 1)[-1], []):
+                for f in self.a.functions.get(
+                    ((dotted(target) if target is not None else None) or "").rsplit(
+                        ".", 1
+                    )[-1],
+                    [],
+                ):
                     out.add(id(f))
         return out
 
@@ -89,7 +111,11 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
             return None
         if "." in d and not d.startswith(("self.", "cls.")) and not a._local_module(d):
             head = d.split(".", 1)[0]
-            if any(b != "<value>" and not b.startswith("__ddpify_import_") for names in a.bindings.values() for b in names.get(head, ())):
+            if any(
+                b != "<value>" and not b.startswith("__ddpify_import_")
+                for names in a.bindings.values()
+                for b in names.get(head, ())
+            ):
                 return None  # through an imported module: not the script's function
         return last
 
@@ -106,7 +132,9 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
         child, cur = x, self.a.parent.get(x)
         while cur is not None:
             if isinstance(cur, (cst.If, cst.IfExp)):
-                sides[id(cur)] = 1 if child is cur.body else 2 if child is cur.orelse else 0
+                sides[id(cur)] = (
+                    1 if child is cur.body else 2 if child is cur.orelse else 0
+                )
             child, cur = cur, self.a.parent.get(cur)
         child, cur = y, self.a.parent.get(y)
         while cur is not None:
@@ -117,7 +145,9 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
             child, cur = cur, self.a.parent.get(cur)
         return False
 
-    def sources(self, expr: cst.BaseExpression | None, depth: int = 0) -> list[cst.BaseExpression]:
+    def sources(
+        self, expr: cst.BaseExpression | None, depth: int = 0
+    ) -> list[cst.BaseExpression]:
         """The expressions a value may come from: itself, or through the names it is assigned
         to in scope, a function's parameters (the callers' arguments), `self` attributes of the
         class and both arms of `x if c else y`."""
@@ -125,7 +155,9 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
         if expr is None or depth > 4:
             return []
         if isinstance(expr, cst.IfExp):
-            return self.sources(expr.body, depth + 1) + self.sources(expr.orelse, depth + 1)
+            return self.sources(expr.body, depth + 1) + self.sources(
+                expr.orelse, depth + 1
+            )
         d = dotted(expr)
         if d is None or d in ("None", "True", "False"):
             return [expr]
@@ -133,10 +165,19 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
         values: list[cst.BaseExpression] = []
         if d.startswith("self.") and d.count(".") == 1:
             cls = a.class_of(expr)
-            values = [asg.value for asg in a.assigns if isinstance(asg, cst.Assign) and a.class_of(asg) is cls
-                      and any(dotted(t.target) == d for t in asg.targets)]
+            values = [
+                asg.value
+                for asg in a.assigns
+                if isinstance(asg, cst.Assign)
+                and a.class_of(asg) is cls
+                and any(dotted(t.target) == d for t in asg.targets)
+            ]
         elif "." not in d:
-            param = next((p for p in fn.params.params if p.name.value == d), None) if fn is not None else None
+            param = (
+                next((p for p in fn.params.params if p.name.value == d), None)
+                if fn is not None
+                else None
+            )
             if param is not None:
                 for call in a.callers(fn)[:8]:
                     try:
@@ -148,7 +189,11 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
                 if not values and param.default is not None:
                     values.append(param.default)
             else:
-                values = a._local_values(fn, d) if fn is not None and a._is_local(fn, d) else a._local_values(None, d)
+                values = (
+                    a._local_values(fn, d)
+                    if fn is not None and a._is_local(fn, d)
+                    else a._local_values(None, d)
+                )
         if not values:
             return [expr]
         out: list[cst.BaseExpression] = []
@@ -170,7 +215,9 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
             elif x.star == "**":
                 for d in self._dicts(x.value):
                     for el in d.elements:
-                        if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                        if isinstance(el, cst.DictElement) and isinstance(
+                            el.key, cst.SimpleString
+                        ):
                             out[el.key.evaluated_value] = el.value
         return out
 
@@ -183,12 +230,21 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
                     if isinstance(el, cst.StarredDictElement) and depth < 3:
                         found[-1:-1] = self._dicts(el.value, depth + 1)
             elif isinstance(v, cst.Call) and dotted(v.func) == "dict":
-                kws = [cst.DictElement(cst.SimpleString(repr(x.keyword.value)), x.value) for x in v.args if x.keyword is not None]
+                kws = [
+                    cst.DictElement(cst.SimpleString(repr(x.keyword.value)), x.value)
+                    for x in v.args
+                    if x.keyword is not None
+                ]
                 found.append(cst.Dict(kws))
         # train_kwargs.update({...}) in scope
         if isinstance(expr, cst.Name):
             fn = self.a.function_of(expr)
             for c in self.a.calls:
-                if dotted(c.func) == f"{expr.value}.update" and self.a.function_of(c) is fn and c.args and depth < 3:
+                if (
+                    dotted(c.func) == f"{expr.value}.update"
+                    and self.a.function_of(c) is fn
+                    and c.args
+                    and depth < 3
+                ):
                     found += self._dicts(c.args[0].value, depth + 1)
         return found

@@ -20,42 +20,112 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.tree import call_args, dotted
-from ddpify.lint.values import ALL_UNK, N, TRUE, UNK, _binop, _combine, _compare, _leaf, _literal, const, depends, t_and, t_not, t_or, truth
+from ddpify.lint.values import (
+    ALL_UNK,
+    N,
+    TRUE,
+    UNK,
+    _binop,
+    _combine,
+    _compare,
+    _leaf,
+    _literal,
+    const,
+    depends,
+    t_and,
+    t_not,
+    t_or,
+    truth,
+)
 
 ENV = {
-    "RANK": "g", "LOCAL_RANK": "l", "GROUP_RANK": "n", "NODE_RANK": "n", "WORLD_SIZE": "W", "LOCAL_WORLD_SIZE": "LW",
-    "SLURM_PROCID": "g", "SLURM_LOCALID": "l", "SLURM_NODEID": "n", "SLURM_NTASKS": "W",
-    "OMPI_COMM_WORLD_RANK": "g", "OMPI_COMM_WORLD_LOCAL_RANK": "l", "OMPI_COMM_WORLD_SIZE": "W",
-    "PMI_RANK": "g", "MPI_LOCALRANKID": "l",
+    "RANK": "g",
+    "LOCAL_RANK": "l",
+    "GROUP_RANK": "n",
+    "NODE_RANK": "n",
+    "WORLD_SIZE": "W",
+    "LOCAL_WORLD_SIZE": "LW",
+    "SLURM_PROCID": "g",
+    "SLURM_LOCALID": "l",
+    "SLURM_NODEID": "n",
+    "SLURM_NTASKS": "W",
+    "OMPI_COMM_WORLD_RANK": "g",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "l",
+    "OMPI_COMM_WORLD_SIZE": "W",
+    "PMI_RANK": "g",
+    "MPI_LOCALRANKID": "l",
 }
-LAUNCHER_ENV = set(ENV) | {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"}
+LAUNCHER_ENV = set(ENV) | {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+}
 # functions (qualified) and attributes (last part) that give a rank, a world size or a rank test
 API_CALLS = {
-    "torch.distributed.get_rank": "g", "torch.distributed.get_global_rank": "g", "torch.distributed.get_node_local_rank": "l",
-    "torch.distributed.get_world_size": "W", "torch.cuda.device_count": "LW", "torch.accelerator.device_count": "LW",
-    "horovod.torch.rank": "g", "horovod.torch.local_rank": "l", "horovod.torch.size": "W",
-    "torch_xla.core.xla_model.get_ordinal": "g", "torch_xla.core.xla_model.is_master_ordinal": "main",
+    "torch.distributed.get_rank": "g",
+    "torch.distributed.get_global_rank": "g",
+    "torch.distributed.get_node_local_rank": "l",
+    "torch.distributed.get_world_size": "W",
+    "torch.cuda.device_count": "LW",
+    "torch.accelerator.device_count": "LW",
+    "horovod.torch.rank": "g",
+    "horovod.torch.local_rank": "l",
+    "horovod.torch.size": "W",
+    "torch_xla.core.xla_model.get_ordinal": "g",
+    "torch_xla.core.xla_model.is_master_ordinal": "main",
     # under a launcher the group exists: `not dist.is_initialized() or dist.get_rank() == 0`
-    "torch.distributed.is_initialized": "true", "torch.distributed.is_available": "true",
+    "torch.distributed.is_initialized": "true",
+    "torch.distributed.is_available": "true",
 }
-METHOD_CALLS = {"is_world_process_zero": "main", "is_local_process_zero": "local_main", "is_main_process": "main",
-                "is_local_main_process": "local_main"}
+METHOD_CALLS = {
+    "is_world_process_zero": "main",
+    "is_local_process_zero": "local_main",
+    "is_main_process": "main",
+    "is_local_main_process": "local_main",
+}
 API_ATTRS = {
-    "is_main_process": "main", "is_local_main_process": "local_main", "is_global_zero": "main",
-    "process_index": "g", "local_process_index": "l", "global_rank": "g", "num_processes": "W",
+    "is_main_process": "main",
+    "is_local_main_process": "local_main",
+    "is_global_zero": "main",
+    "process_index": "g",
+    "local_process_index": "l",
+    "global_rank": "g",
+    "num_processes": "W",
 }
 # names judged by their spelling when no value is found for them
-LOCAL_NAME = re.compile(r"^(local_?rank|lrank|local_rank_id|local_process_index|ddp_local_rank|gpu_?rank)$", re.I)
-GLOBAL_NAME = re.compile(r"^(rank|global_?rank|world_rank|ddp_rank|proc_rank|process_rank|process_index|rank_id|my_rank|dist_rank)$", re.I)
-MAIN_NAME = re.compile(r"^(is_)?(master|main)(_process|_proc|_rank|_node)?$|^is_(rank_?0|rank_?zero|global_zero|primary|chief|root)$|^(rank_?zero|rank0)$", re.I)
+LOCAL_NAME = re.compile(
+    r"^(local_?rank|lrank|local_rank_id|local_process_index|ddp_local_rank|gpu_?rank)$",
+    re.I,
+)
+GLOBAL_NAME = re.compile(
+    r"^(rank|global_?rank|world_rank|ddp_rank|proc_rank|process_rank|process_index|rank_id|my_rank|dist_rank)$",
+    re.I,
+)
+MAIN_NAME = re.compile(
+    r"^(is_)?(master|main)(_process|_proc|_rank|_node)?$|^is_(rank_?0|rank_?zero|global_zero|primary|chief|root)$|^(rank_?zero|rank0)$",
+    re.I,
+)
 LOCAL_MAIN_NAME = re.compile(r"^(is_)?local_(master|main)(_process)?$", re.I)
-WORLD_NAME = re.compile(r"^(world_?size|num_processes|n_?procs|nprocs|ddp_world_size|num_replicas)$", re.I)
-LOCAL_WORLD_NAME = re.compile(r"^(n_?gpus?(_per_node)?|num_gpus|gpus_per_node|nproc_per_node|local_world_size|ngpus_per_node|gpu_count|n_devices)$", re.I)
-MAIN_FUNC = re.compile(r"^(is_)?(main_process|master|main|rank_?0|rank_?zero|master_process|global_zero|primary)$|^is_(dist_)?(main|master)(_process)?$", re.I)
+WORLD_NAME = re.compile(
+    r"^(world_?size|num_processes|n_?procs|nprocs|ddp_world_size|num_replicas)$", re.I
+)
+LOCAL_WORLD_NAME = re.compile(
+    r"^(n_?gpus?(_per_node)?|num_gpus|gpus_per_node|nproc_per_node|local_world_size|ngpus_per_node|gpu_count|n_devices)$",
+    re.I,
+)
+MAIN_FUNC = re.compile(
+    r"^(is_)?(main_process|master|main|rank_?0|rank_?zero|master_process|global_zero|primary)$|^is_(dist_)?(main|master)(_process)?$",
+    re.I,
+)
 LOCAL_MAIN_FUNC = re.compile(r"^is_local_(main|master)(_process)?$", re.I)
-RANK_FUNC = {"get_rank": "g", "get_global_rank": "g", "get_local_rank": "l", "get_world_size": "W", "get_local_size": "LW"}
-
-
+RANK_FUNC = {
+    "get_rank": "g",
+    "get_global_rank": "g",
+    "get_local_rank": "l",
+    "get_world_size": "W",
+    "get_local_size": "LW",
+}
 
 
 class Ranks:
@@ -86,7 +156,13 @@ class Ranks:
         v = self.values(node)
         if not depends(v):
             return None
-        return "local" if v[0] is not UNK and v[0] is v[2] or (v[0] is not UNK and v[2] is not UNK and v[0] == v[2]) else "global"
+        return (
+            "local"
+            if v[0] is not UNK
+            and v[0] is v[2]
+            or (v[0] is not UNK and v[2] is not UNK and v[0] == v[2])
+            else "global"
+        )
 
     def test(self, node: cst.CSTNode) -> tuple:
         return truth(self.values(node))
@@ -102,7 +178,11 @@ class Ranks:
 
     # -- evaluation ---------------------------------------------------------------------------
     def _eval(self, node: cst.CSTNode) -> tuple:
-        lit = _literal(node) if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)) else UNK
+        lit = (
+            _literal(node)
+            if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString))
+            else UNK
+        )
         if lit is not UNK:
             return const(lit)
         if isinstance(node, cst.Name):
@@ -120,7 +200,11 @@ class Ranks:
             return ALL_UNK
         if isinstance(node, cst.BooleanOperation):
             left, right = truth(self.values(node.left)), truth(self.values(node.right))
-            return t_and(left, right) if isinstance(node.operator, cst.And) else t_or(left, right)
+            return (
+                t_and(left, right)
+                if isinstance(node.operator, cst.And)
+                else t_or(left, right)
+            )
         if isinstance(node, cst.Comparison):
             env = self._in_environ(node)
             if env is not None:
@@ -129,7 +213,9 @@ class Ranks:
             result = TRUE
             for target in node.comparisons:
                 right = self.values(target.comparator)
-                step = tuple(_compare(target.operator, x, y) for x, y in zip(left, right))
+                step = tuple(
+                    _compare(target.operator, x, y) for x, y in zip(left, right)
+                )
                 result = t_and(result, truth(step))
                 left = right
             return result
@@ -137,10 +223,19 @@ class Ranks:
             x, y = self.values(node.left), self.values(node.right)
             return tuple(_binop(node.operator, p, q) for p, q in zip(x, y))
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
-            items = [self.values(e.value) for e in node.elements if not isinstance(e, cst.StarredElement)]
+            items = [
+                self.values(e.value)
+                for e in node.elements
+                if not isinstance(e, cst.StarredElement)
+            ]
             if len(items) != len(node.elements):
                 return ALL_UNK
-            return tuple(UNK if any(it[i] is UNK for it in items) else tuple(it[i] for it in items) for i in range(N))
+            return tuple(
+                UNK
+                if any(it[i] is UNK for it in items)
+                else tuple(it[i] for it in items)
+                for i in range(N)
+            )
         if isinstance(node, cst.IfExp):
             test = truth(self.values(node.test))
             body, orelse = self.values(node.body), self.values(node.orelse)
@@ -160,15 +255,29 @@ class Ranks:
         if isinstance(node, cst.Call):
             return self._call(node)
         if isinstance(node, (cst.FormattedString,)):
-            parts = [self.values(p.expression) for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
-            return ALL_UNK if not any(depends(p) for p in parts) else tuple(UNK if i else "0" for i in range(N))
+            parts = [
+                self.values(p.expression)
+                for p in node.parts
+                if isinstance(p, cst.FormattedStringExpression)
+            ]
+            return (
+                ALL_UNK
+                if not any(depends(p) for p in parts)
+                else tuple(UNK if i else "0" for i in range(N))
+            )
         return ALL_UNK
 
     def _in_environ(self, node: cst.Comparison) -> tuple | None:
         """`"LOCAL_RANK" in os.environ`: true under a launcher (torchrun sets these)."""
-        if len(node.comparisons) != 1 or dotted(node.comparisons[0].comparator) != "os.environ":
+        if (
+            len(node.comparisons) != 1
+            or dotted(node.comparisons[0].comparator) != "os.environ"
+        ):
             return None
-        if not isinstance(node.left, cst.SimpleString) or (node.left.evaluated_value or "") not in LAUNCHER_ENV:
+        if (
+            not isinstance(node.left, cst.SimpleString)
+            or (node.left.evaluated_value or "") not in LAUNCHER_ENV
+        ):
             return None
         return const(isinstance(node.comparisons[0].operator, cst.In))
 
@@ -177,7 +286,11 @@ class Ranks:
             kind = ENV.get(key.evaluated_value or "")
             if kind is not None:
                 v = _leaf(kind)
-                return tuple(str(x) for x in v) if kind in ("g", "l", "n", "W", "LW") else v
+                return (
+                    tuple(str(x) for x in v)
+                    if kind in ("g", "l", "n", "W", "LW")
+                    else v
+                )
         return ALL_UNK
 
     def _subscript(self, node: cst.Subscript) -> tuple:
@@ -186,15 +299,26 @@ class Ranks:
         key = node.slice[0].slice.value
         if dotted(node.value) == "os.environ":
             return self._env(key)
-        if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str):
+        if not isinstance(key, cst.SimpleString) or not isinstance(
+            key.evaluated_value, str
+        ):
             return ALL_UNK
         # cfg["local_rank"] = args.local_rank somewhere; else judged by the key, like a name
         text = f"{dotted(node.value)}[{key.value}]"
         options = []
         for asg in self.a.assigns:
-            if isinstance(asg, cst.Assign) and len(asg.targets) == 1 and isinstance(asg.targets[0].target, cst.Subscript):
+            if (
+                isinstance(asg, cst.Assign)
+                and len(asg.targets) == 1
+                and isinstance(asg.targets[0].target, cst.Subscript)
+            ):
                 t = asg.targets[0].target
-                if len(t.slice) == 1 and isinstance(t.slice[0].slice, cst.Index) and f"{dotted(t.value)}[{getattr(t.slice[0].slice.value, 'value', '')}]" == text:
+                if (
+                    len(t.slice) == 1
+                    and isinstance(t.slice[0].slice, cst.Index)
+                    and f"{dotted(t.value)}[{getattr(t.slice[0].slice.value, 'value', '')}]"
+                    == text
+                ):
                     options.append(self.values(asg.value))
         got = _combine(options) if options else ALL_UNK
         if depends(got) or (options and all(x is not UNK for x in got)):
@@ -207,7 +331,12 @@ class Ranks:
         d = dotted(func) or ""
         last = d.rsplit(".", 1)[-1]
         pos, kw = call_args(call)
-        if isinstance(func, cst.Name) and func.value in ("int", "float", "bool", "str") and pos and not self._bound(func):
+        if (
+            isinstance(func, cst.Name)
+            and func.value in ("int", "float", "bool", "str")
+            and pos
+            and not self._bound(func)
+        ):
             v = self.values(pos[0].value)
             conv = {"int": int, "float": float, "bool": bool, "str": str}[func.value]
             out = []
@@ -235,17 +364,25 @@ class Ranks:
         if last in RANK_FUNC and not pos:
             return _leaf(RANK_FUNC[last])
         if MAIN_FUNC.match(last) and (not pos or not fns):
-            return _leaf("main")  # is_main_process(), utils.is_primary(args) of another module
+            return _leaf(
+                "main"
+            )  # is_main_process(), utils.is_primary(args) of another module
         if LOCAL_MAIN_FUNC.match(last) and not pos:
             return _leaf("local_main")
         return ALL_UNK
 
     def _returns(self, fn: cst.FunctionDef) -> tuple:
-        values = [self.values(r.value) for r in self.a.findall(fn, m.Return()) if r.value is not None and self.a.function_of(r) is fn]
+        values = [
+            self.values(r.value)
+            for r in self.a.findall(fn, m.Return())
+            if r.value is not None and self.a.function_of(r) is fn
+        ]
         return _combine(values) if values else ALL_UNK
 
     def _bound(self, name: cst.Name) -> bool:
-        return any(name.value in names for names in self.a.bindings.values()) and name.value not in ("int", "float", "bool", "str")
+        return any(
+            name.value in names for names in self.a.bindings.values()
+        ) and name.value not in ("int", "float", "bool", "str")
 
     def _name(self, node: cst.CSTNode) -> tuple:
         a = self.a
@@ -271,7 +408,11 @@ class Ranks:
             if param is not None:
                 options = self._param_values(fn, param)
             else:
-                values = a._local_values(fn, d) if fn is not None and a._is_local(fn, d) else []
+                values = (
+                    a._local_values(fn, d)
+                    if fn is not None and a._is_local(fn, d)
+                    else []
+                )
                 if not values:
                     values = a._local_values(None, d) + self._global_writes(d)
                 options = [self.values(v) for v in values]
@@ -333,7 +474,11 @@ class Ranks:
         if self._spawn_index(fn, param):
             return [_leaf("l")]
         out = []
-        if fn.name.value == "__init__" or a.class_of(fn) is None or name not in ("self", "cls"):
+        if (
+            fn.name.value == "__init__"
+            or a.class_of(fn) is None
+            or name not in ("self", "cls")
+        ):
             for call in a.callers(fn)[:8]:
                 try:
                     arg = a.argument_for(call, fn, name)
@@ -354,9 +499,15 @@ class Ranks:
         if self._spawned is None:
             self._spawned = set()
             for c in self.a.calls:
-                if self.a.is_call(c, "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+                if self.a.is_call(
+                    c,
+                    "torch.multiprocessing.spawn",
+                    "torch.multiprocessing.start_processes",
+                ):
                     pos, kw = call_args(c)
-                    target = pos[0].value if pos else kw["fn"].value if "fn" in kw else None
+                    target = (
+                        pos[0].value if pos else kw["fn"].value if "fn" in kw else None
+                    )
                     name = dotted(target) if target is not None else None
                     for f in self.a.functions.get((name or "").rsplit(".", 1)[-1], []):
                         self._spawned.add(id(f))

@@ -41,7 +41,9 @@ class Reach:
         a = self.a
         out: list[tuple[cst.BaseExpression, bool]] = []
         child, cur = node, a.parent.get(node)
-        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        while cur is not None and not isinstance(
+            cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+        ):
             if isinstance(cur, (cst.IndentedBlock, cst.Module)):
                 return out + self._exits_before(cur, child) + self._block(cur)
             self._step(cur, child, out)
@@ -58,7 +60,9 @@ class Reach:
             out.append((cur.left, isinstance(cur.operator, cst.And)))
 
     @staticmethod
-    def _exits_before(block: cst.CSTNode, stmt: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    def _exits_before(
+        block: cst.CSTNode, stmt: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, bool]]:
         out = []
         for s in block.body:  # type: ignore[attr-defined]
             if s is stmt:
@@ -76,7 +80,9 @@ class Reach:
         a = self.a
         out: list[tuple[cst.BaseExpression, bool]] = []
         child, cur = block, a.parent.get(block)
-        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        while cur is not None and not isinstance(
+            cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+        ):
             if isinstance(cur, (cst.IndentedBlock, cst.Module)):
                 out += self._exits_before(cur, child) + self._block(cur)
                 break
@@ -93,9 +99,15 @@ class Reach:
             result = t_and(result, t if taken else t_not(t))
         return result
 
-    def rank_conditions(self, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    def rank_conditions(
+        self, node: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, bool]]:
         """The conditions around node (within its function) whose test depends on the rank."""
-        return [(test, taken) for test, taken in self.conditions(node) if self.ranks.depends(test)]
+        return [
+            (test, taken)
+            for test, taken in self.conditions(node)
+            if self.ranks.depends(test)
+        ]
 
     def divergent(self, node: cst.CSTNode) -> bool:
         """node runs on some ranks and not on others, by a condition within its function."""
@@ -120,13 +132,23 @@ class Reach:
         self._fn[key] = TRUE  # a recursive call does not narrow it
         a = self.a
         calls = [c for c in a.callers(fn) if a.function_of(c) is not fn]
-        if not calls and a.class_of(fn) is not None:  # Trainer(...).fit(): a method called on any receiver
-            calls = [c for c in a.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == fn.name.value and a.function_of(c) is not fn]
+        if (
+            not calls and a.class_of(fn) is not None
+        ):  # Trainer(...).fit(): a method called on any receiver
+            calls = [
+                c
+                for c in a.calls
+                if isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == fn.name.value
+                and a.function_of(c) is not fn
+            ]
         if self.facts is not None and self.facts.spawned:
             if id(fn) in self.facts.spawned:
                 self._fn[key] = TRUE
                 return TRUE
-            calls = [c for c in calls if a.function_of(c) is not None]  # the parent's module-level code is one process
+            calls = [
+                c for c in calls if a.function_of(c) is not None
+            ]  # the parent's module-level code is one process
         if not calls:
             if self.facts is not None and self.facts.spawned:
                 got: tuple | None = None

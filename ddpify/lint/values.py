@@ -23,11 +23,14 @@ class Sym(tuple):
     where the known part differs."""
 
     __slots__ = ()
+
+
 # (global rank, local rank, node rank) of the three processes each value is computed for
 SCENARIOS = ((0, 0, 0), (1, 1, 0), (4, 0, 1))
 WORLD, LOCAL_WORLD = 8, 4
 N = len(SCENARIOS)
 ALL_UNK = (UNK,) * N
+
 
 def _leaf(kind: str) -> tuple:
     if kind == "g":
@@ -56,7 +59,9 @@ def const(value) -> tuple:
 def depends(values: tuple) -> bool:
     """The entries differ (an unknown entry beside a known one counts as different)."""
     first = values[0]
-    return any(v is not first and (v is UNK or first is UNK or v != first) for v in values[1:])
+    return any(
+        v is not first and (v is UNK or first is UNK or v != first) for v in values[1:]
+    )
 
 
 def truth(values: tuple) -> tuple:
@@ -77,11 +82,17 @@ def t_not(t: tuple) -> tuple:
 
 
 def t_and(x: tuple, y: tuple) -> tuple:
-    return tuple(False if (a is False or b is False) else UNK if (a is UNK or b is UNK) else True for a, b in zip(x, y))
+    return tuple(
+        False if (a is False or b is False) else UNK if (a is UNK or b is UNK) else True
+        for a, b in zip(x, y)
+    )
 
 
 def t_or(x: tuple, y: tuple) -> tuple:
-    return tuple(True if (a is True or b is True) else UNK if (a is UNK or b is UNK) else False for a, b in zip(x, y))
+    return tuple(
+        True if (a is True or b is True) else UNK if (a is UNK or b is UNK) else False
+        for a, b in zip(x, y)
+    )
 
 
 TRUE = const(True)
@@ -101,15 +112,29 @@ def _literal(node: cst.BaseExpression):
 
 
 def _binop(op: cst.BaseBinaryOp, x, y):
-    if isinstance(op, cst.Modulo) and x == 0 and x is not UNK and not isinstance(x, str):
+    if (
+        isinstance(op, cst.Modulo)
+        and x == 0
+        and x is not UNK
+        and not isinstance(x, str)
+    ):
         return 0  # 0 % n
-    if isinstance(op, cst.Multiply) and ((x == 0 and x is not UNK) or (y == 0 and y is not UNK)):
+    if isinstance(op, cst.Multiply) and (
+        (x == 0 and x is not UNK) or (y == 0 and y is not UNK)
+    ):
         return 0
     if x is UNK or y is UNK or isinstance(x, Sym) or isinstance(y, Sym):
         known = y if x is UNK or isinstance(x, Sym) else x
         if known is UNK:
             return UNK
-        return Sym((type(op).__name__, x if isinstance(x, Sym) else None, y if isinstance(y, Sym) else None, known if not isinstance(known, Sym) else None))
+        return Sym(
+            (
+                type(op).__name__,
+                x if isinstance(x, Sym) else None,
+                y if isinstance(y, Sym) else None,
+                known if not isinstance(known, Sym) else None,
+            )
+        )
     try:
         if isinstance(op, cst.Add):
             return x + y

@@ -13,17 +13,52 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.tree import call_args, dotted
 
-DDP_NAMES = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
-             "torch.nn.DistributedDataParallel", "apex.parallel.DistributedDataParallel")
-FSDP_NAMES = ("torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
-              "torch.distributed._composable.fsdp.fully_shard", "torch.distributed.fsdp.FullyShardedDataParallel.FullyShardedDataParallel")
-BUFFER_LAYERS = re.compile(r"^(BatchNorm[123]d|SyncBatchNorm|InstanceNorm[123]d|LazyBatchNorm[123]d)$")
+DDP_NAMES = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DistributedDataParallel",
+    "apex.parallel.DistributedDataParallel",
+)
+FSDP_NAMES = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+    "torch.distributed.fsdp.FullyShardedDataParallel.FullyShardedDataParallel",
+)
+BUFFER_LAYERS = re.compile(
+    r"^(BatchNorm[123]d|SyncBatchNorm|InstanceNorm[123]d|LazyBatchNorm[123]d)$"
+)
 # torchvision constructors of models that hold BatchNorm layers (buffers DDP broadcasts each forward)
-BN_MODELS = re.compile(r"^(resnet|resnext|wide_resnet|densenet|efficientnet|mobilenet|mnasnet|shufflenet|regnet|inception|googlenet|vgg\d+_bn|convnext)", re.I)
+BN_MODELS = re.compile(
+    r"^(resnet|resnext|wide_resnet|densenet|efficientnet|mobilenet|mnasnet|shufflenet|regnet|inception|googlenet|vgg\d+_bn|convnext)",
+    re.I,
+)
 # method names that are not a forward pass (on a model or its wrapper)
-NOT_FORWARD = {"parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "zero_grad", "to", "cuda", "cpu",
-               "modules", "named_modules", "children", "buffers", "named_buffers", "apply", "requires_grad_", "half", "float",
-               "register_forward_hook", "register_buffer", "no_sync", "join"}
+NOT_FORWARD = {
+    "parameters",
+    "named_parameters",
+    "state_dict",
+    "load_state_dict",
+    "train",
+    "eval",
+    "zero_grad",
+    "to",
+    "cuda",
+    "cpu",
+    "modules",
+    "named_modules",
+    "children",
+    "buffers",
+    "named_buffers",
+    "apply",
+    "requires_grad_",
+    "half",
+    "float",
+    "register_forward_hook",
+    "register_buffer",
+    "no_sync",
+    "join",
+}
 
 
 @dataclass
@@ -42,11 +77,19 @@ class WrappersMixin:
         a = self.a
         out: list[Wrap] = []
         for call, qs in self.qualified_calls:
-            kind = "ddp" if qs & set(DDP_NAMES) else "fsdp" if qs & set(FSDP_NAMES) else None
+            kind = (
+                "ddp"
+                if qs & set(DDP_NAMES)
+                else "fsdp"
+                if qs & set(FSDP_NAMES)
+                else None
+            )
             if kind is None:
                 continue
             pos, kw = call_args(call)
-            inner_node = pos[0].value if pos else kw["module"].value if "module" in kw else None
+            inner_node = (
+                pos[0].value if pos else kw["module"].value if "module" in kw else None
+            )
             inner = dotted(inner_node) if inner_node is not None else None
             stmt = a.statement(call)
             target = a._assign_target(call)
@@ -55,12 +98,25 @@ class WrappersMixin:
             fn = a.function_of(call)
             values = [call]
             if target and fn is not None and "." not in target:
-                values += [r.value for r in a.findall(fn, m.Return()) if r.value is not None and dotted(r.value) == target]
+                values += [
+                    r.value
+                    for r in a.findall(fn, m.Return())
+                    if r.value is not None and dotted(r.value) == target
+                ]
             for v in values:
                 for name, caller_fn in a.returned_as(v):
                     for c in a.calls:
-                        if a.function_of(c) is caller_fn and a._assign_target(c) == name and (dotted(c.func) or "").rsplit(".", 1)[-1] == fn.name.value:
-                            out.append(Wrap(call, a.statement(c), inner, name, kind, inner_node))
+                        if (
+                            a.function_of(c) is caller_fn
+                            and a._assign_target(c) == name
+                            and (dotted(c.func) or "").rsplit(".", 1)[-1]
+                            == fn.name.value
+                        ):
+                            out.append(
+                                Wrap(
+                                    call, a.statement(c), inner, name, kind, inner_node
+                                )
+                            )
         return out
 
     @cached_property
@@ -71,9 +127,14 @@ class WrappersMixin:
         """The wrapped model is trained: an optimizer takes its parameters, or a training step
         runs its forward."""
         a = self.a
-        if any(n and (n in a.models or n.split(".")[0] in a.models) for n in (w.inner, w.target)):
+        if any(
+            n and (n in a.models or n.split(".")[0] in a.models)
+            for n in (w.inner, w.target)
+        ):
             return True
-        return any(self.wrapper(c.func) is w for s in a.steps for c in self.step_calls(s))
+        return any(
+            self.wrapper(c.func) is w for s in a.steps for c in self.step_calls(s)
+        )
 
     def wrapper(self, node: cst.CSTNode | None, depth: int = 0) -> Wrap | None:
         """The wrap whose wrapper `node` holds where it is (None: not a wrapper, or the plain
@@ -91,9 +152,15 @@ class WrappersMixin:
 
     def _wrapper(self, node: cst.CSTNode, depth: int) -> Wrap | None:
         a = self.a
-        if isinstance(node, cst.IfExp):  # `model.module if ddp else model`: the plain module
+        if isinstance(
+            node, cst.IfExp
+        ):  # `model.module if ddp else model`: the plain module
             w = self.wrapper(node.body, depth + 1)
-            return w if w is not None and self.wrapper(node.orelse, depth + 1) is not None else None
+            return (
+                w
+                if w is not None and self.wrapper(node.orelse, depth + 1) is not None
+                else None
+            )
         if isinstance(node, cst.Call) and any(w.call is node for w in self.wraps):
             return next(w for w in self.wraps if w.call is node)
         d = dotted(node)
@@ -112,7 +179,9 @@ class WrappersMixin:
                 continue  # a local of another function
             if "." not in d and wfn is not None:
                 continue  # a local of the wrap's function
-            if d.startswith("self.") and (fn is None or wfn is None or a.class_of(fn) is not a.class_of(wfn)):
+            if d.startswith("self.") and (
+                fn is None or wfn is None or a.class_of(fn) is not a.class_of(wfn)
+            ):
                 continue
             if fn is not None and self._only_before(fn, w):
                 continue
@@ -143,8 +212,14 @@ class WrappersMixin:
         a = self.a
         lo, hi = a._subtree_end(start), self.order(node)
         for asg in a.assigns:
-            if isinstance(asg, cst.Assign) and a.function_of(asg) is fn and lo <= self.order(asg) < hi:
-                if any(dotted(t.target) == name for t in asg.targets) and not any(w.call is asg.value for w in self.wraps):
+            if (
+                isinstance(asg, cst.Assign)
+                and a.function_of(asg) is fn
+                and lo <= self.order(asg) < hi
+            ):
+                if any(dotted(t.target) == name for t in asg.targets) and not any(
+                    w.call is asg.value for w in self.wraps
+                ):
                     return True
         return False
 
@@ -180,7 +255,9 @@ class WrappersMixin:
                 return w
         return None
 
-    def model_call(self, name: str | None, at: cst.CSTNode, depth: int = 0) -> cst.Call | None:
+    def model_call(
+        self, name: str | None, at: cst.CSTNode, depth: int = 0
+    ) -> cst.Call | None:
         """The call that builds the module named `name` (`model = Net(...).to(device)` gives
         `Net(...)`), followed through plain renames."""
         if not name or depth > 3:
@@ -188,14 +265,28 @@ class WrappersMixin:
         a = self.a
         fn = a.function_of(at)
         for asg in a.assigns:
-            if not (isinstance(asg, cst.Assign) and any(dotted(t.target) == name for t in asg.targets)):
+            if not (
+                isinstance(asg, cst.Assign)
+                and any(dotted(t.target) == name for t in asg.targets)
+            ):
                 continue
-            if not ("." in name or a.function_of(asg) is fn or a.function_of(asg) is None):
+            if not (
+                "." in name or a.function_of(asg) is fn or a.function_of(asg) is None
+            ):
                 continue
             base = asg.value
-            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in ("to", "cuda", "float", "half", "cpu", "bfloat16"):
+            while (
+                isinstance(base, cst.Call)
+                and isinstance(base.func, cst.Attribute)
+                and base.func.attr.value
+                in ("to", "cuda", "float", "half", "cpu", "bfloat16")
+            ):
                 base = base.func.value
-            if isinstance(base, cst.Call) and not any(w.call is base for w in self.wraps) and dotted(base.func):
+            if (
+                isinstance(base, cst.Call)
+                and not any(w.call is base for w in self.wraps)
+                and dotted(base.func)
+            ):
                 return base
             if dotted(base) and dotted(base) != name:
                 got = self.model_call(dotted(base), at, depth + 1)
@@ -206,13 +297,20 @@ class WrappersMixin:
     def wrapped_call(self, w: Wrap) -> cst.Call | None:
         """The call that builds the module a wrap wraps: `DDP(Net().cuda())` or `model = Net()`."""
         base = w.inner_node
-        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in ("to", "cuda", "float", "half", "cpu", "bfloat16"):
+        while (
+            isinstance(base, cst.Call)
+            and isinstance(base.func, cst.Attribute)
+            and base.func.attr.value
+            in ("to", "cuda", "float", "half", "cpu", "bfloat16")
+        ):
             base = base.func.value
         if isinstance(base, cst.Call) and dotted(base.func):
             return base
         return self.model_call(dotted(base) if base is not None else w.inner, w.stmt)
 
-    def model_class(self, name: str | None, at: cst.CSTNode, call: cst.Call | None = None) -> cst.ClassDef | str | None:
+    def model_class(
+        self, name: str | None, at: cst.CSTNode, call: cst.Call | None = None
+    ) -> cst.ClassDef | str | None:
         """The class of the script that builds the module named `name` (or, for a library
         model, the constructor's dotted name)."""
         call = call or self.model_call(name, at)
@@ -225,7 +323,9 @@ class WrappersMixin:
         """Whether the wrapped model has buffers DDP broadcasts at each forward: "yes", "maybe"
         (only under a condition, or the class is not in this program) or "no"."""
         _, kw = call_args(wrap.call)
-        if "broadcast_buffers" in kw and m.matches(kw["broadcast_buffers"].value, m.Name("False")):
+        if "broadcast_buffers" in kw and m.matches(
+            kw["broadcast_buffers"].value, m.Name("False")
+        ):
             return "no"
         call = self.wrapped_call(wrap)
         return self._call_buffers(call, set()) if call is not None else "maybe"
@@ -241,12 +341,20 @@ class WrappersMixin:
         if BN_MODELS.match(name) or name == "convert_sync_batchnorm":
             return "yes"
         inner = [c for c in a.findall(call, m.Call()) if c is not call]
-        if any(BUFFER_LAYERS.match((dotted(c.func) or "").rsplit(".", 1)[-1]) and not _track_stats_off(c) for c in inner):
+        if any(
+            BUFFER_LAYERS.match((dotted(c.func) or "").rsplit(".", 1)[-1])
+            and not _track_stats_off(c)
+            for c in inner
+        ):
             return "yes"
         if depth < 3 and name in a.functions and id(call) not in seen:
             seen.add(id(call))
-            verdicts = [self._call_buffers(r.value, seen, depth + 1) for fn in a.functions[name][:2]
-                        for r in a.findall(fn, m.Return()) if isinstance(r.value, cst.Call)]
+            verdicts = [
+                self._call_buffers(r.value, seen, depth + 1)
+                for fn in a.functions[name][:2]
+                for r in a.findall(fn, m.Return())
+                if isinstance(r.value, cst.Call)
+            ]
             if "yes" in verdicts:
                 return "yes"
         return "maybe"
@@ -259,11 +367,17 @@ class WrappersMixin:
         verdict = "no"
         for c in a.findall(cls, m.Call()):
             name = (dotted(c.func) or "").rsplit(".", 1)[-1]
-            if BUFFER_LAYERS.match(name) or BN_MODELS.match(name) and any(q.startswith("torchvision.") for q in a.qualified(c.func)):
+            if (
+                BUFFER_LAYERS.match(name)
+                or BN_MODELS.match(name)
+                and any(q.startswith("torchvision.") for q in a.qualified(c.func))
+            ):
                 if not _track_stats_off(c):
                     return "yes"
             elif name == "register_buffer":
-                if a.ancestor(c, cst.If) is not None and _inside_class(a, a.ancestor(c, cst.If), cls):
+                if a.ancestor(c, cst.If) is not None and _inside_class(
+                    a, a.ancestor(c, cst.If), cls
+                ):
                     verdict = "maybe"
                 else:
                     return "yes"
@@ -278,7 +392,9 @@ class WrappersMixin:
 
 def _track_stats_off(call: cst.Call) -> bool:
     _, kw = call_args(call)
-    return "track_running_stats" in kw and m.matches(kw["track_running_stats"].value, m.Name("False"))
+    return "track_running_stats" in kw and m.matches(
+        kw["track_running_stats"].value, m.Name("False")
+    )
 
 
 def _inside_class(a, node: cst.CSTNode, cls: cst.ClassDef) -> bool:
@@ -288,4 +404,3 @@ def _inside_class(a, node: cst.CSTNode, cls: cst.ClassDef) -> bool:
             return True
         cur = a.parent.get(cur)
     return False
-

@@ -8,12 +8,29 @@ report). `text` and `json` stay with each CLI.
 
 from __future__ import annotations
 
-from ddpify.report.common import TOOL_NAME, FileError, FileResult, level, parse_error, rule_level
+from ddpify.report.common import (
+    TOOL_NAME,
+    FileError,
+    FileResult,
+    level,
+    parse_error,
+    rule_level,
+)
 
 # --output-format choices of both commands; the review formats are rendered here.
 FORMATS = ("text", "json", "github", "sarif", "rdjson", "gitlab")
 REVIEW_FORMATS = ("github", "sarif", "rdjson", "gitlab")
-__all__ = ["FORMATS", "REVIEW_FORMATS", "TOOL_NAME", "FileError", "FileResult", "level", "parse_error", "render", "rule_level"]
+__all__ = [
+    "FORMATS",
+    "REVIEW_FORMATS",
+    "TOOL_NAME",
+    "FileError",
+    "FileResult",
+    "level",
+    "parse_error",
+    "render",
+    "rule_level",
+]
 
 
 def render(fmt: str, results: list[FileResult], tool: str) -> str:

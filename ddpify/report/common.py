@@ -54,14 +54,14 @@ _WHERE = re.compile(r"^:(?P<line>\d+)(?::(?P<col>\d+))?")
 
 def parse_error(path: str, text: str) -> FileError:
     """A formatted error line ("path:line:col: error: message") as a FileError."""
-    rest = text[len(path):] if text.startswith(path) else text
+    rest = text[len(path) :] if text.startswith(path) else text
     line = col = 0
     mo = _WHERE.match(rest)
     if mo:
         line, col = int(mo["line"]), int(mo["col"] or 0)
-        rest = rest[mo.end():]
+        rest = rest[mo.end() :]
     for head in (": error: ", ": "):
         if rest.startswith(head):
-            rest = rest[len(head):]
+            rest = rest[len(head) :]
             break
     return FileError(rest.strip() or text, line, col)

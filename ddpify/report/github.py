@@ -23,7 +23,11 @@ def escape_property(text: str) -> str:
 
 def command(name: str, message: str, **props: object) -> str:
     """`::name k=v,k=v::message`; properties whose value is None or 0 are left out."""
-    shown = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items() if v not in (None, 0, ""))
+    shown = ",".join(
+        f"{k}={escape_property(str(v))}"
+        for k, v in props.items()
+        if v not in (None, 0, "")
+    )
     return f"::{name}{' ' + shown if shown else ''}::{escape_data(message)}"
 
 
@@ -31,7 +35,25 @@ def render(results: list[FileResult], tool: str) -> str:
     lines = []
     for r in results:
         for e in r.errors:
-            lines.append(command("error", e.message, file=r.path, line=e.line, col=e.col, title=f"{TOOL_NAME} error"))
+            lines.append(
+                command(
+                    "error",
+                    e.message,
+                    file=r.path,
+                    line=e.line,
+                    col=e.col,
+                    title=f"{TOOL_NAME} error",
+                )
+            )
         for f in r.findings:
-            lines.append(command(COMMANDS[level(f)], f.message, file=r.path, line=f.line, col=f.col, title=f.code))
+            lines.append(
+                command(
+                    COMMANDS[level(f)],
+                    f.message,
+                    file=r.path,
+                    line=f.line,
+                    col=f.col,
+                    title=f.code,
+                )
+            )
     return "".join(line + "\n" for line in lines)

@@ -27,23 +27,27 @@ def document(results: list[FileResult], tool: str) -> list[dict]:
         path = r.path.replace("\\", "/")
         for f in r.findings:
             k = seen[(f.code, f.message)] = seen.get((f.code, f.message), -1) + 1
-            out.append({
-                "type": "issue",
-                "description": f"{f.code} {f.message}",
-                "check_name": f.code,
-                "fingerprint": _fingerprint(tool, path, f.code, f.message, k),
-                "severity": SEVERITY[level(f)],
-                "location": {"path": path, "lines": {"begin": max(1, f.line)}},
-            })
+            out.append(
+                {
+                    "type": "issue",
+                    "description": f"{f.code} {f.message}",
+                    "check_name": f.code,
+                    "fingerprint": _fingerprint(tool, path, f.code, f.message, k),
+                    "severity": SEVERITY[level(f)],
+                    "location": {"path": path, "lines": {"begin": max(1, f.line)}},
+                }
+            )
         for e in r.errors:
-            out.append({
-                "type": "issue",
-                "description": f"{TOOL_NAME}: {e.message}",
-                "check_name": f"{TOOL_NAME}-error",
-                "fingerprint": _fingerprint(tool, path, "error", e.message),
-                "severity": "blocker",
-                "location": {"path": path, "lines": {"begin": max(1, e.line)}},
-            })
+            out.append(
+                {
+                    "type": "issue",
+                    "description": f"{TOOL_NAME}: {e.message}",
+                    "check_name": f"{TOOL_NAME}-error",
+                    "fingerprint": _fingerprint(tool, path, "error", e.message),
+                    "severity": "blocker",
+                    "location": {"path": path, "lines": {"begin": max(1, e.line)}},
+                }
+            )
     return out
 
 

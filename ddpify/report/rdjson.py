@@ -28,7 +28,9 @@ SEVERITY = {"error": "ERROR", "warning": "WARNING", "note": "INFO"}
 
 @dataclass(frozen=True)
 class Hunk:
-    start: tuple[int, int]  # (line, column) of the original, 1-based, column in UTF-8 bytes
+    start: tuple[
+        int, int
+    ]  # (line, column) of the original, 1-based, column in UTF-8 bytes
     end: tuple[int, int]  # exclusive
     text: str  # what replaces [start, end)
     first: int  # the original lines the hunk replaces: first..last (last < first: an insertion)
@@ -59,19 +61,31 @@ def hunks(original: str, converted: str) -> list[Hunk]:
     def eol(i: int) -> str:  # the newline of line i (1-based)
         return _eol(a[i - 1])
 
-    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    ops = [
+        op
+        for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+        if op[0] != "equal"
+    ]
     spans: list[list] = []  # [start offset, end offset, text, first line, last line]
-    claimed: set[int] = set()  # unchanged lines an insertion's or deletion's comment covers
+    claimed: set[int] = (
+        set()
+    )  # unchanged lines an insertion's or deletion's comment covers
     for _, i1, i2, j1, j2 in reversed(ops):
         new = "".join(b[j1:j2])
         if i2 > i1 and new and new.endswith(eol(i2)):
             # a replacement: from the start of its first line to the end of its last, newline left
-            lo, hi, text = starts[i1], starts[i2] - len(eol(i2)), new[: len(new) - len(eol(i2))]
+            lo, hi, text = (
+                starts[i1],
+                starts[i2] - len(eol(i2)),
+                new[: len(new) - len(eol(i2))],
+            )
         elif i2 < len(a) and i2 + 1 not in claimed:
             # from the start of its first line to the start of the unchanged line after it
             lo, hi, text = starts[i1], starts[i2], new
             claimed.add(i2 + 1)
-        elif i1 > 0 and i1 not in claimed and (eol(i1) + new).endswith(eol(max(i1, i2))):
+        elif (
+            i1 > 0 and i1 not in claimed and (eol(i1) + new).endswith(eol(max(i1, i2)))
+        ):
             # from the end of the unchanged line before it to the end of its last line
             last = eol(max(i1, i2))
             lo, hi = starts[i1] - len(eol(i1)), starts[max(i1, i2)] - len(last)
@@ -86,11 +100,14 @@ def hunks(original: str, converted: str) -> list[Hunk]:
     for h in spans:
         if merged and _line_of(original, h[0]) <= _line_of(original, merged[-1][1]):
             m = merged[-1]
-            m[2] += original[m[1]:h[0]] + h[2]
+            m[2] += original[m[1] : h[0]] + h[2]
             m[1], m[4] = h[1], h[4]
         else:
             merged.append(h)
-    return [Hunk(_at(original, lo), _at(original, hi), text, first, last) for lo, hi, text, first, last in merged]
+    return [
+        Hunk(_at(original, lo), _at(original, hi), text, first, last)
+        for lo, hi, text, first, last in merged
+    ]
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -125,10 +142,18 @@ def diagnostics(result: FileResult) -> list[dict]:
     source = {"name": TOOL_NAME}
     out = []
     pending = list(result.findings)
-    if result.original is not None and result.converted is not None and result.original != result.converted:
+    if (
+        result.original is not None
+        and result.converted is not None
+        and result.original != result.converted
+    ):
         for h in hunks(result.original, result.converted):
             # the findings a hunk carries out: on its lines, or for an insertion on the lines around it
-            span = range(h.first, h.last + 1) if h.last >= h.first else range(h.first - 1, h.first + 1)
+            span = (
+                range(h.first, h.last + 1)
+                if h.last >= h.first
+                else range(h.first - 1, h.first + 1)
+            )
             carried = [f for f in pending if f.fixed and f.line in span]
             pending = [f for f in pending if f not in carried]
             if carried:
@@ -150,18 +175,34 @@ def diagnostics(result: FileResult) -> list[dict]:
     if text is None and pending:
         text = _read(result.path)
     for f in pending:
-        out.append({
-            "message": f.message,
-            "location": {"path": result.path, "range": {"start": _position(f.line, byte_column(text, f.line, f.col))}},
-            "severity": SEVERITY[level(f)],
-            "source": source,
-            "code": {"value": f.code},
-        })
+        out.append(
+            {
+                "message": f.message,
+                "location": {
+                    "path": result.path,
+                    "range": {
+                        "start": _position(f.line, byte_column(text, f.line, f.col))
+                    },
+                },
+                "severity": SEVERITY[level(f)],
+                "source": source,
+                "code": {"value": f.code},
+            }
+        )
     for e in result.errors:
         loc: dict = {"path": result.path}
         if e.line:
-            loc["range"] = {"start": {"line": e.line, **({"column": e.col} if e.col else {})}}
-        out.append({"message": e.message, "location": loc, "severity": "ERROR", "source": source})
+            loc["range"] = {
+                "start": {"line": e.line, **({"column": e.col} if e.col else {})}
+            }
+        out.append(
+            {
+                "message": e.message,
+                "location": loc,
+                "severity": "ERROR",
+                "source": source,
+            }
+        )
     return out
 
 
@@ -175,8 +216,10 @@ def _read(path: str) -> str | None:
 
 
 def document(results: list[FileResult], tool: str) -> dict:
-    return {"source": {"name": TOOL_NAME if tool == "convert" else f"{TOOL_NAME} lint"},
-            "diagnostics": [d for r in results for d in diagnostics(r)]}
+    return {
+        "source": {"name": TOOL_NAME if tool == "convert" else f"{TOOL_NAME} lint"},
+        "diagnostics": [d for r in results for d in diagnostics(r)],
+    }
 
 
 def render(results: list[FileResult], tool: str) -> str:

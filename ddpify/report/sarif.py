@@ -37,10 +37,15 @@ def rule_descriptor(code: str) -> dict:
         "id": rule.code,
         "name": rule.title,
         "shortDescription": {"text": rule.message},
-        "fullDescription": {"text": f"{rule.message} (severity: {rule.severity}{', ddpify fixes it' if rule.fix else ''})"},
+        "fullDescription": {
+            "text": f"{rule.message} (severity: {rule.severity}{', ddpify fixes it' if rule.fix else ''})"
+        },
         "help": {"text": rules.explain(rule.code)},
         "defaultConfiguration": {"level": rule_level(rule)},
-        "properties": {"tool": rule.tool, **({"verifyCheck": rule.check} if rule.check else {})},
+        "properties": {
+            "tool": rule.tool,
+            **({"verifyCheck": rule.check} if rule.check else {}),
+        },
     }
 
 
@@ -67,26 +72,43 @@ def document(results: list[FileResult], tool: str) -> dict:
     notifications = []
     for r in results:
         for f in r.findings:
-            out.append({
-                "ruleId": f.code,
-                "ruleIndex": index[f.code],
-                "level": level(f),
-                "message": {"text": f.message},
-                "locations": [_location(r.path, f.line, f.col)],
-                "properties": {"severity": f.severity, "fixed": f.fixed},
-            })
+            out.append(
+                {
+                    "ruleId": f.code,
+                    "ruleIndex": index[f.code],
+                    "level": level(f),
+                    "message": {"text": f.message},
+                    "locations": [_location(r.path, f.line, f.col)],
+                    "properties": {"severity": f.severity, "fixed": f.fixed},
+                }
+            )
         for e in r.errors:
-            notifications.append({"level": "error", "message": {"text": e.message}, "locations": [_location(r.path, e.line, e.col)]})
+            notifications.append(
+                {
+                    "level": "error",
+                    "message": {"text": e.message},
+                    "locations": [_location(r.path, e.line, e.col)],
+                }
+            )
     name = TOOL_NAME if tool == "convert" else f"{TOOL_NAME} lint"
     run = {
-        "tool": {"driver": {
-            "name": name,
-            "version": __version__,
-            "semanticVersion": __version__,
-            "rules": [rule_descriptor(c) for c in codes],
-        }},
-        "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
-        "originalUriBaseIds": {SRCROOT: {"uri": Path(os.getcwd()).as_uri().rstrip("/") + "/"}},
+        "tool": {
+            "driver": {
+                "name": name,
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [rule_descriptor(c) for c in codes],
+            }
+        },
+        "invocations": [
+            {
+                "executionSuccessful": not notifications,
+                "toolExecutionNotifications": notifications,
+            }
+        ],
+        "originalUriBaseIds": {
+            SRCROOT: {"uri": Path(os.getcwd()).as_uri().rstrip("/") + "/"}
+        },
         "columnKind": "unicodeCodePoints",
         "results": out,
     }

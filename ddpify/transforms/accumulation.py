@@ -11,7 +11,13 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP050", "accumulation-no-sync", "gradient-accumulation micro-steps run under model.no_sync()", fix=True, check="params-in-sync")
+declare(
+    "DDP050",
+    "accumulation-no-sync",
+    "gradient-accumulation micro-steps run under model.no_sync()",
+    fix=True,
+    check="params-in-sync",
+)
 
 
 class AccumulationTransform(Transform):
@@ -23,7 +29,11 @@ class AccumulationTransform(Transform):
             return  # apex's DistributedDataParallel has no no_sync()
         for step in a.steps:
             test = step.accumulation_test
-            if test is None or step.forward_first is None or not ctx.editable(step.stmt):
+            if (
+                test is None
+                or step.forward_first is None
+                or not ctx.editable(step.stmt)
+            ):
                 continue
             if a.manual_update_in(step.tail) is not None:
                 continue  # `if opt: opt.step() else: <update by hand>`: every iteration updates
@@ -40,9 +50,16 @@ class AccumulationTransform(Transform):
             if len(wrappers) != 1:
                 continue
             ctxlib = ctx.name("contextlib")
-            header = ctx.expr(f"{ctxlib}.nullcontext() if {code(test)} else {wrappers[0]}.no_sync()")
+            header = ctx.expr(
+                f"{ctxlib}.nullcontext() if {code(test)} else {wrappers[0]}.no_sync()"
+            )
             ctx.edits.wraps.append((step.forward_first, step.stmt, header))
-            ctx.finding(step.stmt, "DDP050", f"micro-steps that do not step the optimizer run under {wrappers[0]}.no_sync(): one all-reduce per optimizer step", True)
+            ctx.finding(
+                step.stmt,
+                "DDP050",
+                f"micro-steps that do not step the optimizer run under {wrappers[0]}.no_sync(): one all-reduce per optimizer step",
+                True,
+            )
 
     @staticmethod
     def _wrappers(ctx: Context, step) -> list[str]:
@@ -60,6 +77,9 @@ class AccumulationTransform(Transform):
                     if w not in out:
                         out.append(w)
             for tf, param in r.holder_forwards:  # type: ignore[attr-defined]
-                if any(tf.call is s or _inside(a, tf.call, s) for s in region) and param not in out:
+                if (
+                    any(tf.call is s or _inside(a, tf.call, s) for s in region)
+                    and param not in out
+                ):
                     out.append(param)
         return out

@@ -14,7 +14,13 @@ from ddpify.analysis import _flatten_targets, code, dotted
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP044", "amp-probability-loss", "loss on probabilities (binary_cross_entropy, BCELoss): no autocast for its step (bf16/fp16 round probabilities to 0 or 1); with --amp bf16/fp16 it runs in float32 with autocast off (in_float32); --amp apex O1 bans it (said, not changed)", fix=True, check="loss")
+declare(
+    "DDP044",
+    "amp-probability-loss",
+    "loss on probabilities (binary_cross_entropy, BCELoss): no autocast for its step (bf16/fp16 round probabilities to 0 or 1); with --amp bf16/fp16 it runs in float32 with autocast off (in_float32); --amp apex O1 bans it (said, not changed)",
+    fix=True,
+    check="loss",
+)
 
 # The one table of ops autocast refuses on CUDA ("unsafe to autocast"): functions, and loss
 # modules whose instances are called as functions. Both take probabilities: under bf16/fp16
@@ -23,19 +29,51 @@ declare("DDP044", "amp-probability-loss", "loss on probabilities (binary_cross_e
 # Never switch to the _with_logits form: it takes logits, not probabilities.
 UNSAFE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 UNSAFE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"})
-IN_FLOAT32 = "in_float32"  # the generated helper (launch.py) that runs one op with autocast off
+IN_FLOAT32 = (
+    "in_float32"  # the generated helper (launch.py) that runs one op with autocast off
+)
 
 # Sparse tensors: autocast casts a sparse product's operands to bf16/fp16, which the sparse
 # kernels lack on GPUs ("addmm_sparse_cuda" not implemented for 'BFloat16'). A sparse tensor is
 # made in one place (a data-loading helper) and used in another (the model's forward, as `adj @ x`
 # too): any of these in the program keeps mixed precision out.
-SPARSE_FUNCTIONS = frozenset({
-    "torch.spmm", "torch.hspmm", "torch.smm", "torch.sspaddmm", "torch.sparse_coo_tensor", "torch.sparse_csr_tensor",
-    "torch.sparse_csc_tensor", "torch.sparse_bsr_tensor", "torch.sparse_bsc_tensor", "torch.sparse_compressed_tensor",
-})
-SPARSE_PREFIXES = ("torch.sparse.", "torch.cuda.sparse.")  # torch.sparse.mm, torch.sparse.FloatTensor
-SPARSE_LAYOUTS = frozenset({"torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc"})
-SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc"})
+SPARSE_FUNCTIONS = frozenset(
+    {
+        "torch.spmm",
+        "torch.hspmm",
+        "torch.smm",
+        "torch.sspaddmm",
+        "torch.sparse_coo_tensor",
+        "torch.sparse_csr_tensor",
+        "torch.sparse_csc_tensor",
+        "torch.sparse_bsr_tensor",
+        "torch.sparse_bsc_tensor",
+        "torch.sparse_compressed_tensor",
+    }
+)
+SPARSE_PREFIXES = (
+    "torch.sparse.",
+    "torch.cuda.sparse.",
+)  # torch.sparse.mm, torch.sparse.FloatTensor
+SPARSE_LAYOUTS = frozenset(
+    {
+        "torch.sparse_coo",
+        "torch.sparse_csr",
+        "torch.sparse_csc",
+        "torch.sparse_bsr",
+        "torch.sparse_bsc",
+    }
+)
+SPARSE_METHODS = frozenset(
+    {
+        "to_sparse",
+        "to_sparse_coo",
+        "to_sparse_csr",
+        "to_sparse_csc",
+        "to_sparse_bsr",
+        "to_sparse_bsc",
+    }
+)
 
 
 def sparse_use(a, first: list[cst.CSTNode] = ()) -> tuple[cst.Call, str] | None:
@@ -46,10 +84,17 @@ def sparse_use(a, first: list[cst.CSTNode] = ()) -> tuple[cst.Call, str] | None:
         for q in a.qualified(call.func):
             if q in SPARSE_FUNCTIONS or q.startswith(SPARSE_PREFIXES):
                 return call, q
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value in SPARSE_METHODS:
+        if (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in SPARSE_METHODS
+        ):
             return call, f".{call.func.attr.value}()"
         for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == "layout" and a.qualified(arg.value) & SPARSE_LAYOUTS:
+            if (
+                arg.keyword is not None
+                and arg.keyword.value == "layout"
+                and a.qualified(arg.value) & SPARSE_LAYOUTS
+            ):
                 return call, f"layout={code(arg.value).strip()}"
     return None
 
@@ -84,10 +129,21 @@ class UnsafeOps:
             value = getattr(asg, "value", None)
             if not isinstance(value, cst.Call):
                 continue
-            cls = next((q.rsplit(".", 1)[-1] for q in a.qualified(value.func) if q in UNSAFE_MODULES), None)
+            cls = next(
+                (
+                    q.rsplit(".", 1)[-1]
+                    for q in a.qualified(value.func)
+                    if q in UNSAFE_MODULES
+                ),
+                None,
+            )
             if cls is None:
                 continue
-            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
+            targets = (
+                [t.target for t in asg.targets]
+                if isinstance(asg, cst.Assign)
+                else [asg.target]
+            )
             for t in targets:
                 if dotted(t):
                     instances[dotted(t)] = cls
@@ -145,12 +201,22 @@ def plan_float32(ctx, found: list[tuple[cst.Call, str]], done: set[int]) -> None
         if id(call) in done or not ctx.editable(ctx.a.statement(call)):
             continue
         done.add(id(call))
-        ctx.edits.replace(call, lambda n: n.with_changes(func=cst.Call(func=cst.Name(IN_FLOAT32), args=[cst.Arg(n.func)])))
+        ctx.edits.replace(
+            call,
+            lambda n: n.with_changes(
+                func=cst.Call(func=cst.Name(IN_FLOAT32), args=[cst.Arg(n.func)])
+            ),
+        )
         ctx.helpers.add(IN_FLOAT32)
         amp = ctx.opts.amp
-        ctx.finding(call, "DDP044", f"{what} is unsafe to autocast on GPUs: it runs in float32 with autocast off (in_float32), its arguments "
-                    f"under autocast; --amp {amp}: probabilities computed in {amp} round to exactly 0 or 1 near the ends, which can make "
-                    "this loss diverge (a model that returns logits, with nn.BCEWithLogitsLoss, is the safe form)", True)
+        ctx.finding(
+            call,
+            "DDP044",
+            f"{what} is unsafe to autocast on GPUs: it runs in float32 with autocast off (in_float32), its arguments "
+            f"under autocast; --amp {amp}: probabilities computed in {amp} round to exactly 0 or 1 near the ends, which can make "
+            "this loss diverge (a model that returns logits, with nn.BCEWithLogitsLoss, is the safe form)",
+            True,
+        )
 
 
 # in-place methods that do not change a tensor's values (or not one autograd tracks)
@@ -184,7 +250,9 @@ def _tensor_value(value: cst.BaseExpression | None) -> bool:
     return True
 
 
-def inplace_targets(a, stmt: cst.BaseStatement, produced: dict[str, cst.BaseExpression | None]) -> list[tuple[cst.CSTNode, str]]:
+def inplace_targets(
+    a, stmt: cst.BaseStatement, produced: dict[str, cst.BaseExpression | None]
+) -> list[tuple[cst.CSTNode, str]]:
     """(op, name) for each in-place change, in stmt, of a tensor named in `produced`."""
     out = []
     for call in a.findall(stmt, m.Call(func=m.Attribute())):
@@ -202,7 +270,11 @@ def inplace_targets(a, stmt: cst.BaseStatement, produced: dict[str, cst.BaseExpr
         root = aug.target
         while isinstance(root, cst.Subscript):
             root = root.value
-        if isinstance(root, cst.Name) and root.value in produced and _tensor_value(produced[root.value]):
+        if (
+            isinstance(root, cst.Name)
+            and root.value in produced
+            and _tensor_value(produced[root.value])
+        ):
             out.append((aug, root.value))
     return out
 
@@ -215,7 +287,11 @@ def _helper_inplace(a, stmt: cst.BaseStatement) -> tuple[cst.CSTNode, cst.Call] 
         for fn in a.functions.get(name.rsplit(".", 1)[-1], []) if name else []:
             if fn.name.value == "forward" or fn.name.value in a.forward_functions:
                 continue  # the model's own in-place ops (ReLU(inplace=True), x += residual) are its business
-            own = {p.name.value: None for p in fn.params.params if p.name.value not in ("self", "cls")}
+            own = {
+                p.name.value: None
+                for p in fn.params.params
+                if p.name.value not in ("self", "cls")
+            }
             own.update(_assigned(a, fn))
             found = inplace_targets(a, fn.body, own)
             if found:
@@ -237,7 +313,11 @@ def inplace_split(a, region: list[cst.BaseStatement]):
             if helper is not None:  # the tensors handed to the function go in float32
                 for arg in helper[1].args:
                     n = arg.value.value if isinstance(arg.value, cst.Name) else None
-                    if n in produced and produced[n] is not None and _tensor_value(produced[n]):
+                    if (
+                        n in produced
+                        and produced[n] is not None
+                        and _tensor_value(produced[n])
+                    ):
                         names.append(n)
             for later in region[k:]:
                 for _, name in inplace_targets(a, later, produced):

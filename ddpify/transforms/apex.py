@@ -17,9 +17,27 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP093", "apex-initialize-before-wrap", "amp.initialize before apex's DistributedDataParallel (--amp apex)", fix=True, check="params-in-sync")
-declare("DDP094", "apex-scale-loss", "backward through amp.scale_loss (--amp apex)", fix=True, check="loss")
-declare("DDP095", "apex-amp-state", "amp state saved with the checkpoint and restored after amp.initialize", fix=True, check="saved")
+declare(
+    "DDP093",
+    "apex-initialize-before-wrap",
+    "amp.initialize before apex's DistributedDataParallel (--amp apex)",
+    fix=True,
+    check="params-in-sync",
+)
+declare(
+    "DDP094",
+    "apex-scale-loss",
+    "backward through amp.scale_loss (--amp apex)",
+    fix=True,
+    check="loss",
+)
+declare(
+    "DDP095",
+    "apex-amp-state",
+    "amp state saved with the checkpoint and restored after amp.initialize",
+    fix=True,
+    check="saved",
+)
 
 # The message names the version, the install line and the torch-native way out.
 APEX_VERSION_MSG = (
@@ -38,7 +56,10 @@ def free_name(ctx: Context, want: str, fallback: str) -> str:
 def guard_block(names: dict[str, str], sync_bn: bool) -> list[cst.BaseStatement]:
     """The import guard: fail at start-up, naming the apex version, when apex.amp is gone."""
     amp = "amp" if names["amp"] == "amp" else f"amp as {names['amp']}"
-    imports = [f"    from apex import {amp}\n", f"    from apex.parallel import DistributedDataParallel as {names['ApexDDP']}\n"]
+    imports = [
+        f"    from apex import {amp}\n",
+        f"    from apex.parallel import DistributedDataParallel as {names['ApexDDP']}\n",
+    ]
     if sync_bn:
         imports.append("    from apex.parallel import convert_syncbn_model\n")
     text = (
@@ -67,14 +88,21 @@ class ApexTransform(Transform):
         if not entries:
             return  # wrapping already reported that no model was found
         if a.existing_amp:
-            self._fallback(ctx, entries, "the script already uses torch AMP (autocast/GradScaler); apex amp would scale twice")
+            self._fallback(
+                ctx,
+                entries,
+                "the script already uses torch AMP (autocast/GradScaler); apex amp would scale twice",
+            )
             return
         place = self._placement(ctx, entries)
         if isinstance(place, str):
             self._fallback(ctx, entries, place)
             return
         point, optimizers = place
-        names = {"amp": free_name(ctx, "amp", "apex_amp"), "ApexDDP": free_name(ctx, "ApexDDP", "ApexDistributedDataParallel")}
+        names = {
+            "amp": free_name(ctx, "amp", "apex_amp"),
+            "ApexDDP": free_name(ctx, "ApexDDP", "ApexDistributedDataParallel"),
+        }
         amp = names["amp"]
         steps = [s for s in a.steps if self._scalable(ctx, s)]
         models = [n for n, _, _ in entries]
@@ -88,14 +116,34 @@ class ApexTransform(Transform):
             lhs = f"[{ms}], [{os_}]"
             args = f"[{ms}], [{os_}]"
         extra = f", num_losses={len(steps)}" if len(steps) > 1 else ""
-        ctx.edits.after[point].append(ctx.stmt(f'{lhs} = {amp}.initialize({args}, opt_level="{ctx.opts.opt_level}"{extra})\n'))
+        ctx.edits.after[point].append(
+            ctx.stmt(
+                f'{lhs} = {amp}.initialize({args}, opt_level="{ctx.opts.opt_level}"{extra})\n'
+            )
+        )
         for name in models:
-            ctx.edits.after[point].append(ctx.stmt(f"{ctx.wrappers.get(name, name)} = {names['ApexDDP']}({name})\n"))
-            ctx.wrapped[name] = point  # the training forwards run through the wrapper (routing.py)
+            ctx.edits.after[point].append(
+                ctx.stmt(
+                    f"{ctx.wrappers.get(name, name)} = {names['ApexDDP']}({name})\n"
+                )
+            )
+            ctx.wrapped[name] = (
+                point  # the training forwards run through the wrapper (routing.py)
+            )
         first_bind = entries[0][1]
-        ctx.finding(first_bind, "DDP093", f"amp.initialize({', '.join(models + optimizers)}, opt_level=\"{ctx.opts.opt_level}\") once the optimizer exists, before apex's DistributedDataParallel", True)
+        ctx.finding(
+            first_bind,
+            "DDP093",
+            f'amp.initialize({", ".join(models + optimizers)}, opt_level="{ctx.opts.opt_level}") once the optimizer exists, before apex\'s DistributedDataParallel',
+            True,
+        )
         for name, bind, _ in entries:
-            ctx.finding(bind, "DDP030", f"`{name}` wrapped in apex.parallel.DistributedDataParallel after amp.initialize", True)
+            ctx.finding(
+                bind,
+                "DDP030",
+                f"`{name}` wrapped in apex.parallel.DistributedDataParallel after amp.initialize",
+                True,
+            )
         for i, step in enumerate(steps):
             self._scale_loss(ctx, step, amp, i if len(steps) > 1 else None, optimizers)
         self._checkpoints(ctx, amp, point)
@@ -113,14 +161,31 @@ class ApexTransform(Transform):
         for init in inits:
             stmt = a.statement(init)
             for name, anchor in ctx.wrapped.items():
-                if a.function_of(anchor) is a.function_of(stmt) and a.pos[anchor].end.line < a.pos[stmt].start.line:
-                    ctx.finding(init, "DDP096", f"amp.initialize comes after the point where `{name}` is wrapped (its first use): apex needs it before the DDP wrap; move it next to the model's creation", False)
-        if len(inits) != 1 or any(a.is_call(c, "apex.amp.state_dict", "apex.amp.load_state_dict") for c in a.calls):
+                if (
+                    a.function_of(anchor) is a.function_of(stmt)
+                    and a.pos[anchor].end.line < a.pos[stmt].start.line
+                ):
+                    ctx.finding(
+                        init,
+                        "DDP096",
+                        f"amp.initialize comes after the point where `{name}` is wrapped (its first use): apex needs it before the DDP wrap; move it next to the model's creation",
+                        False,
+                    )
+        if len(inits) != 1 or any(
+            a.is_call(c, "apex.amp.state_dict", "apex.amp.load_state_dict")
+            for c in a.calls
+        ):
             return
         stmt = a.statement(inits[0])
         block = a.block(stmt)
-        if isinstance(block, cst.Module) or isinstance(a.parent.get(block), cst.FunctionDef):
-            amp = code(inits[0].func.value) if isinstance(inits[0].func, cst.Attribute) else "amp"
+        if isinstance(block, cst.Module) or isinstance(
+            a.parent.get(block), cst.FunctionDef
+        ):
+            amp = (
+                code(inits[0].func.value)
+                if isinstance(inits[0].func, cst.Attribute)
+                else "amp"
+            )
             self._checkpoints(ctx, amp, stmt)
 
     @staticmethod
@@ -130,9 +195,14 @@ class ApexTransform(Transform):
         found = unsafe_calls(ctx, [s for step in steps for s in step.block.body])
         if found:
             call, what = found[0]
-            ctx.finding(call, "DDP044", f"--amp apex O1 bans {what} on fp16 inputs (NotImplementedError at the first step): have the model "
-                        "return logits and use nn.BCEWithLogitsLoss, or call amp.register_float_function(torch, \"sigmoid\") before "
-                        "amp.initialize, or convert with --amp none", False)
+            ctx.finding(
+                call,
+                "DDP044",
+                f"--amp apex O1 bans {what} on fp16 inputs (NotImplementedError at the first step): have the model "
+                'return logits and use nn.BCEWithLogitsLoss, or call amp.register_float_function(torch, "sigmoid") before '
+                "amp.initialize, or convert with --amp none",
+                False,
+            )
 
     # -- where amp.initialize goes ------------------------------------------------------
     def _placement(self, ctx: Context, entries):
@@ -151,7 +221,9 @@ class ApexTransform(Transform):
                 opts.append(name)
                 idx.append(found[0])
         if not opts:
-            return "no optimizer is created next to the model; amp.initialize needs both"
+            return (
+                "no optimizer is created next to the model; amp.initialize needs both"
+            )
         if len(opts) < len(a.optimizers):
             missing = ", ".join(n for n in a.optimizers if n not in opts)
             return f"optimizer {missing} is created elsewhere; amp.initialize must see every optimizer at once"
@@ -170,7 +242,11 @@ class ApexTransform(Transform):
             if dotted(c.func) in models:
                 return True
             fname = dotted(c.func)
-            if fname and fname.rsplit(".", 1)[-1] in ctx.a.functions and any(dotted(x.value) in models for x in c.args):
+            if (
+                fname
+                and fname.rsplit(".", 1)[-1] in ctx.a.functions
+                and any(dotted(x.value) in models for x in c.args)
+            ):
                 return True
         return False
 
@@ -180,12 +256,28 @@ class ApexTransform(Transform):
         a = ctx.a
         for name, bind, anchor in entries:
             body = list(a.block(anchor).body)
-            if any(a._assigns(s, o) for s in body[: body.index(anchor) + 1] for o in optimizers):
-                ctx.finding(bind, "DDP096", f"--sync-bn not applied to `{name}`: apex's convert_syncbn_model must run before the optimizer is built; move the optimizer below the model's .to(device)", False)
+            if any(
+                a._assigns(s, o)
+                for s in body[: body.index(anchor) + 1]
+                for o in optimizers
+            ):
+                ctx.finding(
+                    bind,
+                    "DDP096",
+                    f"--sync-bn not applied to `{name}`: apex's convert_syncbn_model must run before the optimizer is built; move the optimizer below the model's .to(device)",
+                    False,
+                )
                 return False
         for name, bind, anchor in entries:
-            ctx.edits.after[anchor].append(ctx.stmt(f"{name} = convert_syncbn_model({name})\n"))
-            ctx.finding(bind, "DDP032", f"BatchNorm layers of `{name}` converted by apex.parallel.convert_syncbn_model (--sync-bn)", True)
+            ctx.edits.after[anchor].append(
+                ctx.stmt(f"{name} = convert_syncbn_model({name})\n")
+            )
+            ctx.finding(
+                bind,
+                "DDP032",
+                f"BatchNorm layers of `{name}` converted by apex.parallel.convert_syncbn_model (--sync-bn)",
+                True,
+            )
         return True
 
     def _fallback(self, ctx: Context, entries, why: str) -> None:
@@ -193,10 +285,28 @@ class ApexTransform(Transform):
         ddp = ctx.name("DDP")
         for name, bind, anchor in entries:
             if ctx.opts.sync_bn:
-                ctx.edits.after[anchor].append(ctx.stmt(f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"))
-            ctx.edits.after[anchor].append(ctx.stmt(f'{ctx.wrappers.get(name, name)} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'))
-            ctx.finding(bind, "DDP030", f"`{name}` wrapped in DistributedDataParallel after it reaches its device", True)
-        ctx.finding(entries[0][1], "DDP096", f"--amp apex not applied: {why}; wrapped in torch's DistributedDataParallel without mixed precision", False)
+                ctx.edits.after[anchor].append(
+                    ctx.stmt(
+                        f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"
+                    )
+                )
+            ctx.edits.after[anchor].append(
+                ctx.stmt(
+                    f'{ctx.wrappers.get(name, name)} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'
+                )
+            )
+            ctx.finding(
+                bind,
+                "DDP030",
+                f"`{name}` wrapped in DistributedDataParallel after it reaches its device",
+                True,
+            )
+        ctx.finding(
+            entries[0][1],
+            "DDP096",
+            f"--amp apex not applied: {why}; wrapped in torch's DistributedDataParallel without mixed precision",
+            False,
+        )
 
     # -- backward -----------------------------------------------------------------------
     def _scalable(self, ctx: Context, step) -> bool:
@@ -208,17 +318,33 @@ class ApexTransform(Transform):
             and stmt.body[0].value is step.backward
         )
         if not ok and ctx.editable(step.stmt):
-            ctx.finding(step.backward, "DDP096", "backward() is not a statement of its own: write `with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` by hand", False)
+            ctx.finding(
+                step.backward,
+                "DDP096",
+                "backward() is not a statement of its own: write `with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` by hand",
+                False,
+            )
         return ok and ctx.editable(stmt)
 
-    def _scale_loss(self, ctx: Context, step, amp: str, loss_id: int | None, optimizers: list[str]) -> None:
+    def _scale_loss(
+        self, ctx: Context, step, amp: str, loss_id: int | None, optimizers: list[str]
+    ) -> None:
         opts: list[str] = []
         # steps after the next backward of the block belong to that loss (GAN-style)
         body = list(step.block.body)
-        later = [body.index(s.stmt) for s in ctx.a.steps if s.block is step.block and body.index(s.stmt) > body.index(step.stmt)]
+        later = [
+            body.index(s.stmt)
+            for s in ctx.a.steps
+            if s.block is step.block and body.index(s.stmt) > body.index(step.stmt)
+        ]
         end = min(later) if later else len(body)
         for c in step.step_calls:
-            if body.index(ctx.a.statement(c) if ctx.a.statement(c) in body else step.stmt) >= end:
+            if (
+                body.index(
+                    ctx.a.statement(c) if ctx.a.statement(c) in body else step.stmt
+                )
+                >= end
+            ):
                 continue
             o = code(c.func.value)
             if o not in opts:
@@ -232,18 +358,31 @@ class ApexTransform(Transform):
             call = node.body[0].value
             loss = code(call.func.value)
             inner = node.with_changes(
-                body=[node.body[0].with_changes(value=call.with_changes(func=call.func.with_changes(value=cst.Name("scaled_loss"))))],
+                body=[
+                    node.body[0].with_changes(
+                        value=call.with_changes(
+                            func=call.func.with_changes(value=cst.Name("scaled_loss"))
+                        )
+                    )
+                ],
                 leading_lines=(),
             )
             header = ctx.expr(f"{amp}.scale_loss({loss}, {opt}{lid})")
             return cst.With(
-                items=[cst.WithItem(header, asname=cst.AsName(cst.Name("scaled_loss")))],
+                items=[
+                    cst.WithItem(header, asname=cst.AsName(cst.Name("scaled_loss")))
+                ],
                 body=cst.IndentedBlock(body=[inner]),
                 leading_lines=node.leading_lines,
             )
 
         ctx.edits.replace(step.stmt, fn)
-        ctx.finding(step.backward, "DDP094", f"backward through amp.scale_loss(loss, {opt}{lid}): apex scales the loss", True)
+        ctx.finding(
+            step.backward,
+            "DDP094",
+            f"backward through amp.scale_loss(loss, {opt}{lid}): apex scales the loss",
+            True,
+        )
 
     # -- checkpoints --------------------------------------------------------------------
     def _checkpoints(self, ctx: Context, amp: str, point: cst.BaseStatement) -> None:
@@ -251,29 +390,72 @@ class ApexTransform(Transform):
         for d in a.findall(a.module, m.Dict()):
             if not ctx.editable(d) or not d.elements:
                 continue
-            keys = [e.key.evaluated_value for e in d.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)]
+            keys = [
+                e.key.evaluated_value
+                for e in d.elements
+                if isinstance(e, cst.DictElement)
+                and isinstance(e.key, cst.SimpleString)
+            ]
             if "amp" in keys:
                 continue
-            if not any(isinstance(e, cst.DictElement) and self._optimizer_state(ctx, e.value) for e in d.elements):
+            if not any(
+                isinstance(e, cst.DictElement) and self._optimizer_state(ctx, e.value)
+                for e in d.elements
+            ):
                 continue
-            ctx.edits.replace(d, lambda n: _append_element(n, cst.DictElement(cst.SimpleString('"amp"'), ctx.expr(f"{amp}.state_dict()"))))
-            ctx.finding(d, "DDP095", "amp.state_dict() saved beside the optimizer's state (loss scale)", True)
+            ctx.edits.replace(
+                d,
+                lambda n: _append_element(
+                    n,
+                    cst.DictElement(
+                        cst.SimpleString('"amp"'), ctx.expr(f"{amp}.state_dict()")
+                    ),
+                ),
+            )
+            ctx.finding(
+                d,
+                "DDP095",
+                "amp.state_dict() saved beside the optimizer's state (loss scale)",
+                True,
+            )
         init_fn, init_line = a.function_of(point), a.pos[point].end.line
         for call in a.calls:
-            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict" and a.is_optimizer_ref(call.func.value)):
+            if not (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "load_state_dict"
+                and a.is_optimizer_ref(call.func.value)
+            ):
                 continue
             pos, _ = call_args(call)
-            if not pos or not isinstance(pos[0].value, cst.Subscript) or dotted(pos[0].value.value) is None:
+            if (
+                not pos
+                or not isinstance(pos[0].value, cst.Subscript)
+                or dotted(pos[0].value.value) is None
+            ):
                 continue
             stmt = a.statement(call)
-            if not ctx.editable(stmt) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
+            if not ctx.editable(stmt) or not isinstance(
+                a.block(stmt), (cst.IndentedBlock, cst.Module)
+            ):
                 continue
             if a.function_of(stmt) is init_fn and a.pos[stmt].start.line <= init_line:
-                ctx.finding(call, "DDP096", "optimizer state restored before amp.initialize: restore model, optimizer and amp state after it", False)
+                ctx.finding(
+                    call,
+                    "DDP096",
+                    "optimizer state restored before amp.initialize: restore model, optimizer and amp state after it",
+                    False,
+                )
                 continue
             ck = dotted(pos[0].value.value)
-            ctx.edits.after[stmt].append(ctx.stmt(f'if "amp" in {ck}:\n    {amp}.load_state_dict({ck}["amp"])\n'))
-            ctx.finding(call, "DDP095", "amp.load_state_dict() restores the loss scale after amp.initialize", True)
+            ctx.edits.after[stmt].append(
+                ctx.stmt(f'if "amp" in {ck}:\n    {amp}.load_state_dict({ck}["amp"])\n')
+            )
+            ctx.finding(
+                call,
+                "DDP095",
+                "amp.load_state_dict() restores the loss scale after amp.initialize",
+                True,
+            )
 
     @staticmethod
     def _optimizer_state(ctx: Context, value: cst.BaseExpression) -> bool:
@@ -289,7 +471,11 @@ def _append_element(d: cst.Dict, new: cst.DictElement) -> cst.Dict:
     """Add `new` last, keeping the dict's one-line or one-entry-per-line layout."""
     els = list(d.elements)
     last = els[-1]
-    sep = els[-2].comma if len(els) > 1 and isinstance(els[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    sep = (
+        els[-2].comma
+        if len(els) > 1 and isinstance(els[-2].comma, cst.Comma)
+        else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    )
     els[-1] = last.with_changes(comma=sep)
     els.append(new.with_changes(comma=last.comma))
     return d.with_changes(elements=els)

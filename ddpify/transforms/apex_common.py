@@ -53,7 +53,10 @@ def also_bound(a: Analysis, node: cst.CSTNode) -> bool:
 
 
 def eq() -> cst.AssignEqual:
-    return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""),
+        whitespace_after=cst.SimpleWhitespace(""),
+    )
 
 
 def module_name(ctx: Context, module: str) -> str:
@@ -65,13 +68,17 @@ def module_name(ctx: Context, module: str) -> str:
     if not ctx.legacy and module in IMPORTS:
         return ctx.name(module)
     if module not in ctx.imports_needed:
-        ctx.imports_needed.append(module)  # legacy.py imports them, before the script's first import
+        ctx.imports_needed.append(
+            module
+        )  # legacy.py imports them, before the script's first import
     return module
 
 
 def first_import(a: Analysis) -> cst.BaseStatement | None:
     for s in a.module.body:
-        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+        if isinstance(s, cst.SimpleStatementLine) and any(
+            isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+        ):
             return s
     return None
 
@@ -81,7 +88,9 @@ def last_import(a: Analysis) -> cst.BaseStatement | None:
     for s in a.module.body:
         if isinstance(s, (cst.FunctionDef, cst.ClassDef)) or s is a.main_guard:
             break
-        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+        if isinstance(s, cst.SimpleStatementLine) and any(
+            isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+        ):
             last = s
     return last
 
@@ -97,7 +106,13 @@ def commas(args: list[cst.Arg], original) -> list[cst.Arg]:
     out = []
     for i, x in enumerate(args):
         if i < len(args) - 1:
-            out.append(x.with_changes(comma=x.comma if isinstance(x.comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+            out.append(
+                x.with_changes(
+                    comma=x.comma
+                    if isinstance(x.comma, cst.Comma)
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
+            )
         else:
             out.append(x.with_changes(comma=tail))
     return out

@@ -21,9 +21,15 @@ CATCHES = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 def plan_imports(ctx: Context, alias_native: dict[str, str], kept: set[str]) -> None:
     a = ctx.a
     left = _left(ctx, kept)
-    plans: dict[cst.SimpleStatementLine, list[cst.BaseStatement] | None] = {}  # None: left as it is
+    plans: dict[
+        cst.SimpleStatementLine, list[cst.BaseStatement] | None
+    ] = {}  # None: left as it is
     for s in a.findall(a.module, m.SimpleStatementLine()):
-        if len(s.body) != 1 or not isinstance(s.body[0], (cst.Import, cst.ImportFrom)) or not ctx.editable(s):
+        if (
+            len(s.body) != 1
+            or not isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+            or not ctx.editable(s)
+        ):
             continue
         plan = _plan_import(ctx, s, s.body[0], left, alias_native)
         if plan is not None:
@@ -37,14 +43,18 @@ def plan_imports(ctx: Context, alias_native: dict[str, str], kept: set[str]) -> 
         if try_ is not None and id(try_) in done:
             continue
         if new:
-            ctx.edits.replace(s, lambda n, new=new: new[0].with_changes(leading_lines=n.leading_lines))
+            ctx.edits.replace(
+                s, lambda n, new=new: new[0].with_changes(leading_lines=n.leading_lines)
+            )
             ctx.edits.after[s].extend(new[1:])
         else:
             ctx.edits.removed.add(s)
     _keep_spacing(ctx)
 
 
-def _plan_import(ctx: Context, s, imp, left: set[str], alias_native: dict[str, str]) -> list[cst.BaseStatement] | None:
+def _plan_import(
+    ctx: Context, s, imp, left: set[str], alias_native: dict[str, str]
+) -> list[cst.BaseStatement] | None:
     """The statements the import becomes (the names it keeps, then fallback-bound names bound to
     their torch replacement), or None where it is not apex's or stays whole."""
     a = ctx.a
@@ -52,9 +62,19 @@ def _plan_import(ctx: Context, s, imp, left: set[str], alias_native: dict[str, s
         if isinstance(imp.names, cst.ImportStar) or imp.module is None or imp.relative:
             return None
         base = dotted(imp.module) or ""
-        items = [(x, x.evaluated_alias or x.evaluated_name, f"{base}.{x.evaluated_name}") for x in imp.names]
+        items = [
+            (x, x.evaluated_alias or x.evaluated_name, f"{base}.{x.evaluated_name}")
+            for x in imp.names
+        ]
     else:
-        items = [(x, x.evaluated_alias or x.evaluated_name.split(".")[0], x.evaluated_name if x.asname else x.evaluated_name.split(".")[0]) for x in imp.names]
+        items = [
+            (
+                x,
+                x.evaluated_alias or x.evaluated_name.split(".")[0],
+                x.evaluated_name if x.asname else x.evaluated_name.split(".")[0],
+            )
+            for x in imp.names
+        ]
     if not any(q == "apex" or q.startswith("apex.") for _, _, q in items):
         return None
     keep, binds = [], []
@@ -70,10 +90,27 @@ def _plan_import(ctx: Context, s, imp, left: set[str], alias_native: dict[str, s
         return None
     out: list[cst.BaseStatement] = []
     if keep:
-        names = [x.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(keep) - 1 else x for i, x in enumerate(keep)]
-        out.append(s.with_changes(body=[imp.with_changes(names=names, rpar=imp.rpar if isinstance(imp, cst.ImportFrom) and len(keep) > 1 else None,
-                                                          lpar=imp.lpar if isinstance(imp, cst.ImportFrom) and len(keep) > 1 else None)
-                                        if isinstance(imp, cst.ImportFrom) else imp.with_changes(names=names)]))
+        names = [
+            x.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(keep) - 1 else x
+            for i, x in enumerate(keep)
+        ]
+        out.append(
+            s.with_changes(
+                body=[
+                    imp.with_changes(
+                        names=names,
+                        rpar=imp.rpar
+                        if isinstance(imp, cst.ImportFrom) and len(keep) > 1
+                        else None,
+                        lpar=imp.lpar
+                        if isinstance(imp, cst.ImportFrom) and len(keep) > 1
+                        else None,
+                    )
+                    if isinstance(imp, cst.ImportFrom)
+                    else imp.with_changes(names=names)
+                ]
+            )
+        )
     return out + binds
 
 
@@ -89,12 +126,24 @@ def _left(ctx: Context, kept: set[str]) -> set[str]:
     out: set[str] = set()
     for node in [*a.attributes, *a.findall(a.module, m.Name())]:
         par = a.parent.get(node)
-        if isinstance(par, cst.Attribute) and par.value is node or a.ancestor(node, cst.Import, cst.ImportFrom) is not None:
+        if (
+            isinstance(par, cst.Attribute)
+            and par.value is node
+            or a.ancestor(node, cst.Import, cst.ImportFrom) is not None
+        ):
             continue
-        if isinstance(node, cst.Name) and isinstance(par, cst.Attribute) and par.attr is node:
+        if (
+            isinstance(node, cst.Name)
+            and isinstance(par, cst.Attribute)
+            and par.attr is node
+        ):
             continue
         q = apex_q(a, node)
-        if q is None or (q.startswith("apex.amp") and q not in kept) or (q in NATIVE and q not in kept):
+        if (
+            q is None
+            or (q.startswith("apex.amp") and q not in kept)
+            or (q in NATIVE and q not in kept)
+        ):
             continue
         if also_bound(a, node) and q in NATIVE:
             continue
@@ -111,7 +160,11 @@ def _fallback_try(a, s) -> cst.Try | None:
     for h in try_.handlers:
         if h.type is None:
             return try_
-        types = [e.value for e in h.type.elements] if isinstance(h.type, cst.Tuple) else [h.type]
+        types = (
+            [e.value for e in h.type.elements]
+            if isinstance(h.type, cst.Tuple)
+            else [h.type]
+        )
         if any((dotted(t) or "").rsplit(".", 1)[-1] in CATCHES for t in types):
             return try_
     return None
@@ -127,7 +180,11 @@ def _collapse(ctx: Context, try_: cst.Try, plans) -> bool:
     for st in try_.body.body:
         if st in plans:
             new = plans[st]
-            if any(isinstance(x, cst.SimpleStatementLine) and isinstance(x.body[0], (cst.Import, cst.ImportFrom)) for x in new):
+            if any(
+                isinstance(x, cst.SimpleStatementLine)
+                and isinstance(x.body[0], (cst.Import, cst.ImportFrom))
+                for x in new
+            ):
                 return False  # an import stays: the handler may still run
             out.extend(new)
             continue
@@ -140,14 +197,23 @@ def _collapse(ctx: Context, try_: cst.Try, plans) -> bool:
         out.extend(try_.orelse.body.body)
     ctx.edits.removed.add(try_)
     if out:
-        out = [x.with_changes(leading_lines=()) if i else x.with_changes(leading_lines=try_.leading_lines) for i, x in enumerate(out)]
+        out = [
+            x.with_changes(leading_lines=())
+            if i
+            else x.with_changes(leading_lines=try_.leading_lines)
+            for i, x in enumerate(out)
+        ]
         ctx.edits.before[try_].extend(out)
     return True
 
 
 def _has_edits(ctx: Context, node: cst.CSTNode) -> bool:
     e = ctx.edits
-    nodes = set(ctx.a.findall(node, m.Call() | m.Name() | m.Attribute() | m.SimpleStatementLine()))
+    nodes = set(
+        ctx.a.findall(
+            node, m.Call() | m.Name() | m.Attribute() | m.SimpleStatementLine()
+        )
+    )
     return any(n in nodes for n in (*e.expr, *e.before, *e.after, *e.removed))
 
 
@@ -159,6 +225,13 @@ def _keep_spacing(ctx: Context) -> None:
         if s not in ctx.edits.removed or not s.leading_lines or s in ctx.edits.before:
             continue
         nxt = body[i + 1]
-        if nxt in ctx.edits.removed or nxt in ctx.edits.before or nxt.leading_lines or nxt in ctx.edits.expr:
+        if (
+            nxt in ctx.edits.removed
+            or nxt in ctx.edits.before
+            or nxt.leading_lines
+            or nxt in ctx.edits.expr
+        ):
             continue
-        ctx.edits.replace(nxt, lambda n, lead=s.leading_lines: n.with_changes(leading_lines=lead))
+        ctx.edits.replace(
+            nxt, lambda n, lead=s.leading_lines: n.with_changes(leading_lines=lead)
+        )

@@ -13,7 +13,11 @@ from ddpify.options import Options
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP098", "skipped-by-directive", "left as written where `# ddpify: skip`/`off` asked (says what was not done)")
+declare(
+    "DDP098",
+    "skipped-by-directive",
+    "left as written where `# ddpify: skip`/`off` asked (says what was not done)",
+)
 
 # Import each generated name needs, and the alias conventionally used for it.
 IMPORTS = {
@@ -21,7 +25,10 @@ IMPORTS = {
     "torch": ("import torch", "torch"),
     "dist": ("import torch.distributed as dist", "dist"),
     "DDP": ("from torch.nn.parallel import DistributedDataParallel as DDP", "DDP"),
-    "DistributedSampler": ("from torch.utils.data.distributed import DistributedSampler", "DistributedSampler"),
+    "DistributedSampler": (
+        "from torch.utils.data.distributed import DistributedSampler",
+        "DistributedSampler",
+    ),
     "contextlib": ("import contextlib", "contextlib"),
     "numpy": ("import numpy as np", "np"),
     "random": ("import random", "random"),
@@ -45,40 +52,88 @@ class Context:
         self.edits = Edits()
         self.findings: list[Finding] = []
         self.imports_needed: list[str] = []
-        self.helpers: set[str] = set()  # generated helper blocks: "amp", "rank0_decides"
-        self.wrapped: dict[str, cst.BaseStatement] = {}  # model name -> statement the DDP wrap follows
-        self.wrap_before: set[str] = set()  # models wrapped before ctx.wrapped's statement (a parameter used at once)
-        self.relocated: set[str] = set()  # models built at import time, wrapped in the function that trains them
-        self.wrappers: dict[str, str] = {}  # model name -> the wrapper's own name there ("ddp_model", "self.ddp_model")
-        self.routes: dict[str, object] = {}  # model name -> its training forwards' Route (ddpify/analysis/routes.py)
-        self.helper_texts: list[str] = []  # generated helper definitions the set-up block ends with
-        self.apex_models: list[tuple[str, cst.BaseStatement, cst.BaseStatement]] = []  # --amp apex: (name, bind, anchor)
-        self.preamble: list[cst.BaseStatement] = []  # statements emitted before the set-up block
-        self.setup_extra: list[cst.BaseStatement] = []  # module-level helpers emitted after the set-up block
-        self.legacy = False  # the legacy planners run (the script keeps its own process group)
-        self.apex_kept: dict[str, str] = {}  # apex name kept with torch.amp -> why (no torch equivalent)
-        self.barrier_stmts: list[cst.CSTNode] = []  # statements a barrier was added around (need the process group)
-        self.after_setup: list[cst.BaseStatement] = []  # statements to run right after ddp_setup()
-        self.setup_before: list[cst.CSTNode] = []  # module-level statements the set-up must precede
+        self.helpers: set[str] = (
+            set()
+        )  # generated helper blocks: "amp", "rank0_decides"
+        self.wrapped: dict[
+            str, cst.BaseStatement
+        ] = {}  # model name -> statement the DDP wrap follows
+        self.wrap_before: set[str] = (
+            set()
+        )  # models wrapped before ctx.wrapped's statement (a parameter used at once)
+        self.relocated: set[str] = (
+            set()
+        )  # models built at import time, wrapped in the function that trains them
+        self.wrappers: dict[
+            str, str
+        ] = {}  # model name -> the wrapper's own name there ("ddp_model", "self.ddp_model")
+        self.routes: dict[
+            str, object
+        ] = {}  # model name -> its training forwards' Route (ddpify/analysis/routes.py)
+        self.helper_texts: list[
+            str
+        ] = []  # generated helper definitions the set-up block ends with
+        self.apex_models: list[
+            tuple[str, cst.BaseStatement, cst.BaseStatement]
+        ] = []  # --amp apex: (name, bind, anchor)
+        self.preamble: list[
+            cst.BaseStatement
+        ] = []  # statements emitted before the set-up block
+        self.setup_extra: list[
+            cst.BaseStatement
+        ] = []  # module-level helpers emitted after the set-up block
+        self.legacy = (
+            False  # the legacy planners run (the script keeps its own process group)
+        )
+        self.apex_kept: dict[
+            str, str
+        ] = {}  # apex name kept with torch.amp -> why (no torch equivalent)
+        self.barrier_stmts: list[
+            cst.CSTNode
+        ] = []  # statements a barrier was added around (need the process group)
+        self.after_setup: list[
+            cst.BaseStatement
+        ] = []  # statements to run right after ddp_setup()
+        self.setup_before: list[
+            cst.CSTNode
+        ] = []  # module-level statements the set-up must precede
         self._alias = self._resolve_aliases()
-        self.effects = Effects(analysis, options.writers)  # which calls write / read files
+        self.effects = Effects(
+            analysis, options.writers
+        )  # which calls write / read files
         # a script that never names a device stays a CPU program (gloo, no device_ids, no AMP);
         # apex needs CUDA, so --amp apex keeps the GPU set-up (and DDP035 where the model stays)
-        self.cpu_only = options.amp != "apex" and devices.device_handling(analysis) is None
-        self.path = "<stdin>"  # the script's path: --optimize reads model classes beside it
-        self._console = options.console  # (region, function) console scripts start; see console()
-        self.model_code: dict[str, object] = {}  # --optimize: model name -> its class code (or why none)
+        self.cpu_only = (
+            options.amp != "apex" and devices.device_handling(analysis) is None
+        )
+        self.path = (
+            "<stdin>"  # the script's path: --optimize reads model classes beside it
+        )
+        self._console = (
+            options.console
+        )  # (region, function) console scripts start; see console()
+        self.model_code: dict[
+            str, object
+        ] = {}  # --optimize: model name -> its class code (or why none)
 
     def console(self) -> list[cst.FunctionDef]:
         """The module-level functions of the program that the project's console scripts start
         (they run without any `if __name__ == "__main__":` block)."""
         from ddpify.analysis.entries import console_functions
 
-        targets = self._console if self._console is not None else tuple((0, f) for f in console_functions(self.path))
+        targets = (
+            self._console
+            if self._console is not None
+            else tuple((0, f) for f in console_functions(self.path))
+        )
         out = []
         for region, name in targets:
             for s in self.a.module.body:
-                if isinstance(s, cst.FunctionDef) and s.name.value == name and self.a.region_of(s) == region:
+                if (
+                    isinstance(s, cst.FunctionDef)
+                    and s.name.value == name
+                    and self.a.region_of(s) == region
+                ):
                     out.append(s)
         return out
 
@@ -92,19 +147,38 @@ class Context:
         # not a name the entry can use
         entry = None
         if self.a.several_files():
-            entry = set().union(*(binds(s) for s in self.a.module.body if self.a.region_of(s) == 0))
+            entry = set().union(
+                *(binds(s) for s in self.a.module.body if self.a.region_of(s) == 0)
+            )
         for name, whats in self.a.bindings.get(None, {}).items():
             if entry is None or name in entry:
                 bound[name] = set(whats)
         self._bound = bound
         # a function's own `dist = ...` (a distance) would hide `dist` where ddpify adds dist.barrier()
-        local = {n for scope, names in self.a.bindings.items() if scope is not None for n in names}
+        local = {
+            n
+            for scope, names in self.a.bindings.items()
+            if scope is not None
+            for n in names
+        }
         for key, (_stmt, alias) in IMPORTS.items():
             full = QUALIFIED[key]
-            existing = [n for n, fulls in bound.items() if full in fulls or (key == "DistributedSampler" and "torch.utils.data.DistributedSampler" in fulls)]
-            if existing and not (existing[0] in local and key not in ("os", "torch", "contextlib")):
+            existing = [
+                n
+                for n, fulls in bound.items()
+                if full in fulls
+                or (
+                    key == "DistributedSampler"
+                    and "torch.utils.data.DistributedSampler" in fulls
+                )
+            ]
+            if existing and not (
+                existing[0] in local and key not in ("os", "torch", "contextlib")
+            ):
                 out[key] = existing[0]
-            elif alias in bound or (alias in local and key not in ("os", "torch", "contextlib")):
+            elif alias in bound or (
+                alias in local and key not in ("os", "torch", "contextlib")
+            ):
                 out[key] = full if key not in ("os", "torch", "contextlib") else alias
             else:
                 out[key] = alias
@@ -143,12 +217,21 @@ class Context:
         cache = Context._snippets
         node = cache.get((kind, text))
         if node is None:
-            if len(cache) >= 4096:  # texts that name the script's variables differ per file
+            if (
+                len(cache) >= 4096
+            ):  # texts that name the script's variables differ per file
                 cache.clear()
             node = cache[(kind, text)] = parse(text)
         return node.with_changes()
 
-    def finding(self, node: cst.CSTNode | None, code: str, message: str, fixed: bool = False, severity: str = "") -> None:
+    def finding(
+        self,
+        node: cst.CSTNode | None,
+        code: str,
+        message: str,
+        fixed: bool = False,
+        severity: str = "",
+    ) -> None:
         """severity "" takes the code's default (findings.BLOCKING)."""
         line, col = self.a.line_col(node) if node is not None else (1, 1)
         self.findings.append(Finding(line, col, code, message, fixed, severity))
@@ -165,9 +248,17 @@ class Context:
             lines.add(self.a.pos.start(body[0]).line)
         return not (lines & skipped)
 
-    def skipped_here(self, node: cst.CSTNode, what: str, blocking: bool = False) -> None:
+    def skipped_here(
+        self, node: cst.CSTNode, what: str, blocking: bool = False
+    ) -> None:
         """Say what `# ddpify: skip`/`off` kept ddpify from doing at node (DDP098)."""
-        self.finding(node, "DDP098", f"not done because of `# ddpify: skip`/`off`: {what}", False, "blocking" if blocking else "note")
+        self.finding(
+            node,
+            "DDP098",
+            f"not done because of `# ddpify: skip`/`off`: {what}",
+            False,
+            "blocking" if blocking else "note",
+        )
 
     def editable(self, node: cst.CSTNode) -> bool:
         """False where the user asked ddpify to keep out (# ddpify: skip / off)."""
@@ -178,8 +269,14 @@ def append_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     """call(..., name=value), keeping the call's layout: the separator its arguments already
     use, a trailing comma if it had one, and the closing parenthesis where it was."""
     args = list(call.args)
-    new = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    new = cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""),
+            whitespace_after=cst.SimpleWhitespace(""),
+        ),
+    )
     if not args:
         return call.with_changes(args=[new])
     last = args[-1]
@@ -194,12 +291,18 @@ def append_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     if isinstance(last.comma, cst.Comma):
         # f(a,\n) keeps its trailing comma and the ")" on its own line.
         new = new.with_changes(comma=last.comma)
-        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=sep))
+        args[-1] = last.with_changes(
+            comma=last.comma.with_changes(whitespace_after=sep)
+        )
     else:
         # The whitespace before ")" belongs to the last argument: it moves to the new one.
         new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
         args[-1] = last.with_changes(
-            comma=cst.Comma(whitespace_after=sep if isinstance(prev, cst.Comma) else cst.SimpleWhitespace(" ")),
+            comma=cst.Comma(
+                whitespace_after=sep
+                if isinstance(prev, cst.Comma)
+                else cst.SimpleWhitespace(" ")
+            ),
             whitespace_after_arg=cst.SimpleWhitespace(""),
         )
     args.append(new)

@@ -29,16 +29,34 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP014", "keep-global-batch-not-applied", "--keep-global-batch could not be applied here: no DataLoader call shows the batch size (random draws, pre-made batches, a batch_sampler, **kwargs), so this batch stays per process; divide it by WORLD_SIZE by hand")
-declare("DDP015", "lr-scaled-linear", "--scale-lr linear: the optimizer's learning rate (lr=, param groups' \"lr\") multiplied by WORLD_SIZE, the linear scaling rule for a global batch of batch_size x WORLD_SIZE", fix=True, check="loss")
-declare("DDP016", "scale-lr-not-applied", "--scale-lr linear could not scale this learning rate (a default lr, **kwargs, param groups built elsewhere, a scheduler or loop that sets the rate itself): multiply it by WORLD_SIZE by hand")
+declare(
+    "DDP014",
+    "keep-global-batch-not-applied",
+    "--keep-global-batch could not be applied here: no DataLoader call shows the batch size (random draws, pre-made batches, a batch_sampler, **kwargs), so this batch stays per process; divide it by WORLD_SIZE by hand",
+)
+declare(
+    "DDP015",
+    "lr-scaled-linear",
+    "--scale-lr linear: the optimizer's learning rate (lr=, param groups' \"lr\") multiplied by WORLD_SIZE, the linear scaling rule for a global batch of batch_size x WORLD_SIZE",
+    fix=True,
+    check="loss",
+)
+declare(
+    "DDP016",
+    "scale-lr-not-applied",
+    "--scale-lr linear could not scale this learning rate (a default lr, **kwargs, param groups built elsewhere, a scheduler or loop that sets the rate itself): multiply it by WORLD_SIZE by hand",
+)
 
 DEFAULT_NOTE = "batch_size is per process: the global batch is now batch_size x WORLD_SIZE (scale the learning rate if you need the old dynamics)"
-KEPT_NOTE = ("--keep-global-batch: batch_size is divided by WORLD_SIZE on each rank (ddp_local_batch), so the global batch "
-             "and the steps per epoch stay the single-process ones; a batch_size that is not a multiple of WORLD_SIZE gives "
-             "each rank batch_size // WORLD_SIZE (at least 1), and rank 0 says so on stderr at run time")
-SCALED_NOTE = ("batch_size is per process: the global batch is now batch_size x WORLD_SIZE, and --scale-lr linear multiplies "
-               "the learning rate by WORLD_SIZE to match (the linear scaling rule)")
+KEPT_NOTE = (
+    "--keep-global-batch: batch_size is divided by WORLD_SIZE on each rank (ddp_local_batch), so the global batch "
+    "and the steps per epoch stay the single-process ones; a batch_size that is not a multiple of WORLD_SIZE gives "
+    "each rank batch_size // WORLD_SIZE (at least 1), and rank 0 says so on stderr at run time"
+)
+SCALED_NOTE = (
+    "batch_size is per process: the global batch is now batch_size x WORLD_SIZE, and --scale-lr linear multiplies "
+    "the learning rate by WORLD_SIZE to match (the linear scaling rule)"
+)
 
 # Emitted in the set-up block (transforms/launch.py formats it: {torch}, {os}, {dist}).
 LOCAL_BATCH = '''\
@@ -67,8 +85,23 @@ SETS_LR = {  # schedulers that set the rate from their own arguments, whatever t
     "CyclicLR": "base_lr and max_lr",
 }
 # expressions that bind tighter than `*`: `value * WORLD_SIZE` needs no parentheses
-_TIGHT = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer, cst.Float, cst.UnaryOperation)
-_LEFT_ASSOC = (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.Power, cst.MatrixMultiply)
+_TIGHT = (
+    cst.Name,
+    cst.Attribute,
+    cst.Subscript,
+    cst.Call,
+    cst.Integer,
+    cst.Float,
+    cst.UnaryOperation,
+)
+_LEFT_ASSOC = (
+    cst.Multiply,
+    cst.Divide,
+    cst.FloorDivide,
+    cst.Modulo,
+    cst.Power,
+    cst.MatrixMultiply,
+)
 
 
 @dataclass
@@ -77,7 +110,9 @@ class Divide:
 
     loader: Loader
     value: cst.BaseExpression  # the batch size the DataLoader call gets
-    reads: list[cst.CSTNode] = field(default_factory=list)  # the same name read in the training loop
+    reads: list[cst.CSTNode] = field(
+        default_factory=list
+    )  # the same name read in the training loop
 
 
 @dataclass
@@ -85,7 +120,9 @@ class Scale:
     """--scale-lr linear at one optimizer construction."""
 
     call: cst.Call
-    values: list[cst.BaseExpression]  # lr= (or the positional lr) and the param groups' "lr"
+    values: list[
+        cst.BaseExpression
+    ]  # lr= (or the positional lr) and the param groups' "lr"
     what: str  # what was scaled, in words
 
 
@@ -134,18 +171,39 @@ def _batches(a: Analysis, plan: Plan) -> None:
                 "random": "batches drawn at random",
                 "range": "slices of pre-loaded tensors",
                 "sequence": "a list of pre-made batches",
-            }.get(src.kind if src is not None else "", "batches made by hand in the training loop")
-            plan.left.append(Left(step.backward, "DDP014", f"--keep-global-batch not applied: no DataLoader hands out this step's batches ({what}), "
-                                  "so ddpify cannot follow their size; each rank still takes whole batches, a global batch of batch x WORLD_SIZE: "
-                                  "divide the batch size by WORLD_SIZE by hand"))
+            }.get(
+                src.kind if src is not None else "",
+                "batches made by hand in the training loop",
+            )
+            plan.left.append(
+                Left(
+                    step.backward,
+                    "DDP014",
+                    f"--keep-global-batch not applied: no DataLoader hands out this step's batches ({what}), "
+                    "so ddpify cannot follow their size; each rank still takes whole batches, a global batch of batch x WORLD_SIZE: "
+                    "divide the batch size by WORLD_SIZE by hand",
+                )
+            )
         return
     for ld in train:
         why, value = _batch_size(ld)
         if value is None:
-            plan.left.append(Left(ld.call, "DDP014", f"--keep-global-batch not applied: {why}; this DataLoader's batches stay per process, "
-                                  "a global batch of batch_size x WORLD_SIZE"))
+            plan.left.append(
+                Left(
+                    ld.call,
+                    "DDP014",
+                    f"--keep-global-batch not applied: {why}; this DataLoader's batches stay per process, "
+                    "a global batch of batch_size x WORLD_SIZE",
+                )
+            )
         elif a.skipped(ld.call):
-            plan.left.append(Left(ld.call, "DDP098", "not done because of `# ddpify: skip`/`off`: --keep-global-batch (batch_size stays per process)"))
+            plan.left.append(
+                Left(
+                    ld.call,
+                    "DDP098",
+                    "not done because of `# ddpify: skip`/`off`: --keep-global-batch (batch_size stays per process)",
+                )
+            )
         else:
             plan.divide.append(Divide(ld, value, _reads_in_training(a, value)))
 
@@ -154,13 +212,28 @@ def _batch_size(ld: Loader) -> tuple[str, cst.BaseExpression | None]:
     """(why not, None), or ("", the batch-size expression of the DataLoader call)."""
     pos, kw = call_args(ld.call)
     if "batch_sampler" in kw or len(pos) > 4:
-        return "the DataLoader gets a batch_sampler, which makes the batches itself", None
-    value = kw["batch_size"].value if "batch_size" in kw else pos[1].value if len(pos) > 1 else None
+        return (
+            "the DataLoader gets a batch_sampler, which makes the batches itself",
+            None,
+        )
+    value = (
+        kw["batch_size"].value
+        if "batch_size" in kw
+        else pos[1].value
+        if len(pos) > 1
+        else None
+    )
     if value is None:
         star = next((x for x in ld.call.args if x.star), None)
         if star is not None:
-            return f"the DataLoader's batch_size may come from {star.star}{code(star.value)}, which ddpify cannot follow", None
-        return "the DataLoader has no batch_size: its batches of 1 (the default) cannot be shared out", None
+            return (
+                f"the DataLoader's batch_size may come from {star.star}{code(star.value)}, which ddpify cannot follow",
+                None,
+            )
+        return (
+            "the DataLoader has no batch_size: its batches of 1 (the default) cannot be shared out",
+            None,
+        )
     if m.matches(value, m.Name("None")):
         return "batch_size=None: the data set makes the batches itself", None
     return "", value
@@ -179,29 +252,59 @@ def _reads_in_training(a: Analysis, value: cst.BaseExpression) -> list[cst.CSTNo
             continue
         for node in a.findall(loop, m.Name() | m.Attribute()):
             par = a.parent.get(node)
-            member = (isinstance(par, cst.Attribute) and par.attr is node) or (isinstance(par, cst.Arg) and par.keyword is node)
-            if dotted(node) == name and not member and node is not value and node not in out:
+            member = (isinstance(par, cst.Attribute) and par.attr is node) or (
+                isinstance(par, cst.Arg) and par.keyword is node
+            )
+            if (
+                dotted(node) == name
+                and not member
+                and node is not value
+                and node not in out
+            ):
                 out.append(node)
     return out
 
 
 def _learning_rates(a: Analysis, plan: Plan) -> None:
-    built = [c for c in a.calls if a._is_optimizer_call(c) and not _built_by_helper(a, c)]
+    built = [
+        c for c in a.calls if a._is_optimizer_call(c) and not _built_by_helper(a, c)
+    ]
     for call in built:
         _optimizer(a, call, plan)
     if not built and a.steps:
-        plan.left.append(Left(a.steps[0].backward, "DDP016", "--scale-lr linear: no optimizer is built here (the parameters are updated "
-                              "by hand, or the optimizer comes from code ddpify cannot follow): multiply the learning rate by WORLD_SIZE by hand"))
+        plan.left.append(
+            Left(
+                a.steps[0].backward,
+                "DDP016",
+                "--scale-lr linear: no optimizer is built here (the parameters are updated "
+                "by hand, or the optimizer comes from code ddpify cannot follow): multiply the learning rate by WORLD_SIZE by hand",
+            )
+        )
     for call in a.calls:
         last = a.call_qualname(call).rsplit(".", 1)[-1]
         if last in SETS_LR:
-            plan.left.append(Left(call, "DDP016", f"--scale-lr linear: {last} sets the learning rate from its own {SETS_LR[last]}, "
-                                  "whatever the optimizer's: multiply those by WORLD_SIZE too"))
+            plan.left.append(
+                Left(
+                    call,
+                    "DDP016",
+                    f"--scale-lr linear: {last} sets the learning rate from its own {SETS_LR[last]}, "
+                    "whatever the optimizer's: multiply those by WORLD_SIZE too",
+                )
+            )
     for asg in a.assigns:
-        if isinstance(asg, cst.Assign) and any(_is_lr_entry(t.target) for t in asg.targets) and not any(
-                _is_lr_entry(n) for n in a.findall(asg.value, m.Subscript())):
-            plan.left.append(Left(asg, "DDP016", "--scale-lr linear: the script sets a learning rate itself here, and that rate is not "
-                                  "scaled: multiply it by WORLD_SIZE"))
+        if (
+            isinstance(asg, cst.Assign)
+            and any(_is_lr_entry(t.target) for t in asg.targets)
+            and not any(_is_lr_entry(n) for n in a.findall(asg.value, m.Subscript()))
+        ):
+            plan.left.append(
+                Left(
+                    asg,
+                    "DDP016",
+                    "--scale-lr linear: the script sets a learning rate itself here, and that rate is not "
+                    "scaled: multiply it by WORLD_SIZE",
+                )
+            )
 
 
 def _built_by_helper(a: Analysis, call: cst.Call) -> bool:
@@ -222,22 +325,41 @@ def _optimizer(a: Analysis, call: cst.Call, plan: Plan) -> None:
     own = [v for g in groups for v in [_group_lr(g)] if v is not None]
     name = a.call_qualname(call).rsplit(".", 1)[-1] or "optimizer"
     if helper is not None:
-        plan.left.append(Left(call, "DDP016", f"--scale-lr linear: the param groups come from `{helper}(...)`, which sets their own \"lr\": "
-                              "those are not scaled; multiply them by WORLD_SIZE there"))
+        plan.left.append(
+            Left(
+                call,
+                "DDP016",
+                f'--scale-lr linear: the param groups come from `{helper}(...)`, which sets their own "lr": '
+                "those are not scaled; multiply them by WORLD_SIZE there",
+            )
+        )
     if not values and (not groups or len(own) < len(groups)):
         star = next((x for x in call.args if x.star == "**"), None)
-        why = (f"its learning rate comes from **{code(star.value)}, which ddpify cannot follow" if star is not None
-               else "it gets no lr= here (its default, or one set where ddpify cannot follow)")
-        plan.left.append(Left(call, "DDP016", f"--scale-lr linear: {name}: {why}; pass lr= explicitly and convert again, or multiply it by WORLD_SIZE by hand"))
+        why = (
+            f"its learning rate comes from **{code(star.value)}, which ddpify cannot follow"
+            if star is not None
+            else "it gets no lr= here (its default, or one set where ddpify cannot follow)"
+        )
+        plan.left.append(
+            Left(
+                call,
+                "DDP016",
+                f"--scale-lr linear: {name}: {why}; pass lr= explicitly and convert again, or multiply it by WORLD_SIZE by hand",
+            )
+        )
     values += own
     if not values or _lambda_parameter(a, call, values):
         return
-    groups_said = f"{len(own)} param groups' \"lr\"" if len(own) > 1 else "1 param group's \"lr\""
+    groups_said = (
+        f'{len(own)} param groups\' "lr"' if len(own) > 1 else '1 param group\'s "lr"'
+    )
     parts = (["lr"] if len(values) > len(own) else []) + ([groups_said] if own else [])
     plan.scale.append(Scale(call, values, " and ".join(parts)))
 
 
-def _lambda_parameter(a: Analysis, call: cst.Call, values: list[cst.BaseExpression]) -> bool:
+def _lambda_parameter(
+    a: Analysis, call: cst.Call, values: list[cst.BaseExpression]
+) -> bool:
     """The construction is a lambda's body and its rate one of the lambda's parameters (a table
     of optimizers, `"adamw": lambda params, lr: AdamW(params, lr=lr)`): the call of the lambda
     hands the rate over, and is scaled there (once)."""
@@ -247,15 +369,26 @@ def _lambda_parameter(a: Analysis, call: cst.Call, values: list[cst.BaseExpressi
     if not isinstance(node, cst.Lambda):
         return False
     params = node.params
-    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
-    return any(isinstance(n, cst.Name) and n.value in names for v in values for n in a.findall(v, m.Name()))
+    names = {
+        p.name.value
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+    }
+    return any(
+        isinstance(n, cst.Name) and n.value in names
+        for v in values
+        for n in a.findall(v, m.Name())
+    )
 
 
-def _groups(a: Analysis, params: cst.BaseExpression | None, near: cst.CSTNode) -> tuple[list[cst.BaseExpression], str | None]:
+def _groups(
+    a: Analysis, params: cst.BaseExpression | None, near: cst.CSTNode
+) -> tuple[list[cst.BaseExpression], str | None]:
     """(the param-group dicts the optimizer gets, the script's function that builds groups with
     their own "lr" where ddpify cannot rewrite them); ([], None) for plain parameters."""
     if isinstance(params, cst.Name):
-        values = a._local_values(a.function_of(near), params.value) or a._local_values(None, params.value)
+        values = a._local_values(a.function_of(near), params.value) or a._local_values(
+            None, params.value
+        )
         if len(values) != 1:
             return [], None
         params = values[0]
@@ -266,7 +399,10 @@ def _groups(a: Analysis, params: cst.BaseExpression | None, near: cst.CSTNode) -
     if isinstance(params, cst.Call):
         name = dotted(params.func)
         for fn in a.functions.get(name.rsplit(".", 1)[-1] if name else "", []):
-            if any(_group_lr(d) is not None for d in a.findall(fn, m.Dict() | m.Call(func=m.Name("dict")))):
+            if any(
+                _group_lr(d) is not None
+                for d in a.findall(fn, m.Dict() | m.Call(func=m.Name("dict")))
+            ):
                 return [], name
     return [], None
 
@@ -279,7 +415,11 @@ def _group_lr(group: cst.CSTNode) -> cst.BaseExpression | None:
     """The "lr" entry of a param group: {"params": ..., "lr": x} or dict(params=..., lr=x)."""
     if isinstance(group, cst.Dict):
         for el in group.elements:
-            if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString) and el.key.evaluated_value == "lr":
+            if (
+                isinstance(el, cst.DictElement)
+                and isinstance(el.key, cst.SimpleString)
+                and el.key.evaluated_value == "lr"
+            ):
                 return el.value
         return None
     if isinstance(group, cst.Call):
@@ -290,7 +430,11 @@ def _group_lr(group: cst.CSTNode) -> cst.BaseExpression | None:
 
 def _is_lr_entry(node: cst.CSTNode) -> bool:
     """group["lr"]"""
-    if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+    if (
+        not isinstance(node, cst.Subscript)
+        or len(node.slice) != 1
+        or not isinstance(node.slice[0].slice, cst.Index)
+    ):
         return False
     key = node.slice[0].slice.value
     return isinstance(key, cst.SimpleString) and key.evaluated_value == "lr"
@@ -299,10 +443,22 @@ def _is_lr_entry(node: cst.CSTNode) -> bool:
 # -- the edits ------------------------------------------------------------------------
 def times_world_size(node: cst.BaseExpression) -> cst.BaseExpression:
     """node * WORLD_SIZE, in parentheses where node binds looser than `*`."""
-    tight = isinstance(node, _TIGHT) or bool(getattr(node, "lpar", ())) or (
-        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _LEFT_ASSOC))
-    left = node if tight else node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.BinaryOperation(left=left, operator=cst.Multiply(), right=cst.Name("WORLD_SIZE"))
+    tight = (
+        isinstance(node, _TIGHT)
+        or bool(getattr(node, "lpar", ()))
+        or (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, _LEFT_ASSOC)
+        )
+    )
+    left = (
+        node
+        if tight
+        else node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    )
+    return cst.BinaryOperation(
+        left=left, operator=cst.Multiply(), right=cst.Name("WORLD_SIZE")
+    )
 
 
 def local_batch(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -321,12 +477,20 @@ class BatchScaleTransform(Transform):
             ctx.helper_texts.append(LOCAL_BATCH)
         for s in plan.scale:
             if not ctx.editable(s.call):
-                ctx.skipped_here(s.call, "--scale-lr linear (the learning rate stays the single-process one)")
+                ctx.skipped_here(
+                    s.call,
+                    "--scale-lr linear (the learning rate stays the single-process one)",
+                )
                 continue
             for value in s.values:
                 ctx.edits.replace(value, times_world_size)
-            ctx.finding(s.call, "DDP015", f"--scale-lr linear: {s.what} multiplied by WORLD_SIZE, the linear scaling rule for the "
-                        "global batch of batch_size x WORLD_SIZE", True)
+            ctx.finding(
+                s.call,
+                "DDP015",
+                f"--scale-lr linear: {s.what} multiplied by WORLD_SIZE, the linear scaling rule for the "
+                "global batch of batch_size x WORLD_SIZE",
+                True,
+            )
         for left in plan.left:
             ctx.finding(left.node, left.code, left.message, False)
 
@@ -340,14 +504,25 @@ def batch_note(ctx: Context, call: cst.CSTNode | None = None) -> str:
     if ctx.opts.keep_global_batch:
         d = plan.divided(call) if call is not None else None
         if d is None:
-            why = next((x.code for x in plan.left if x.node is call and call is not None), "DDP014")
-            return DEFAULT_NOTE + f"; --keep-global-batch could not divide it here ({why})"
+            why = next(
+                (x.code for x in plan.left if x.node is call and call is not None),
+                "DDP014",
+            )
+            return (
+                DEFAULT_NOTE + f"; --keep-global-batch could not divide it here ({why})"
+            )
         if d.reads:
             line, _col = ctx.a.line_col(d.reads[0])
-            return KEPT_NOTE + f"; `{code(d.value)}` read in the training loop (line {line}) is still the global batch, not this rank's"
+            return (
+                KEPT_NOTE
+                + f"; `{code(d.value)}` read in the training loop (line {line}) is still the global batch, not this rank's"
+            )
         return KEPT_NOTE
     if ctx.opts.scale_lr:
         if plan.every_lr_scaled:
             return SCALED_NOTE
-        return DEFAULT_NOTE.split(" (", 1)[0] + "; --scale-lr linear could not scale every learning rate (DDP016)"
+        return (
+            DEFAULT_NOTE.split(" (", 1)[0]
+            + "; --scale-lr linear could not scale every learning rate (DDP016)"
+        )
     return DEFAULT_NOTE

@@ -11,7 +11,13 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP080", "rank0-decides", "loop-ending decision taken by rank 0 and shared with every rank", fix=True, check="no-hang")
+declare(
+    "DDP080",
+    "rank0-decides",
+    "loop-ending decision taken by rank 0 and shared with every rank",
+    fix=True,
+    check="no-hang",
+)
 
 
 class DecisionTransform(Transform):
@@ -26,7 +32,10 @@ class DecisionTransform(Transform):
         training_loops = self._training_loops(ctx)
         same = RankInvariance(a)
         decided: set[int] = set()
-        for exit_ in [*a.findall(a.module, m.Break()), *a.findall(a.module, m.Return())]:
+        for exit_ in [
+            *a.findall(a.module, m.Break()),
+            *a.findall(a.module, m.Return()),
+        ]:
             loop = self._left(ctx, exit_, training_loops)
             if loop is None:
                 continue
@@ -40,14 +49,30 @@ class DecisionTransform(Transform):
                     break
                 cur, child = a.parent.get(cur), cur
             for if_ in reversed(path):
-                if id(if_) in decided or not ctx.editable(if_) or same.same_on_every_rank(if_.test, if_):
+                if (
+                    id(if_) in decided
+                    or not ctx.editable(if_)
+                    or same.same_on_every_rank(if_.test, if_)
+                ):
                     continue
                 decided.add(id(if_))
-                ctx.edits.replace(if_.test, lambda n: cst.Call(func=cst.Name("rank0_decides"), args=[cst.Arg(n)]))
+                ctx.edits.replace(
+                    if_.test,
+                    lambda n: cst.Call(
+                        func=cst.Name("rank0_decides"), args=[cst.Arg(n)]
+                    ),
+                )
                 ctx.helpers.add("rank0_decides")
-                ctx.finding(if_, "DDP080", "loop-ending decision taken by rank 0 and shared with every rank (rank0_decides)", True)
+                ctx.finding(
+                    if_,
+                    "DDP080",
+                    "loop-ending decision taken by rank 0 and shared with every rank (rank0_decides)",
+                    True,
+                )
 
-    def _left(self, ctx: Context, exit_: cst.CSTNode, training_loops: set[int]) -> cst.CSTNode | None:
+    def _left(
+        self, ctx: Context, exit_: cst.CSTNode, training_loops: set[int]
+    ) -> cst.CSTNode | None:
         """The training loop that exit_ leaves (a return: the outermost one of its function)."""
         a = ctx.a
         if isinstance(exit_, cst.Break):

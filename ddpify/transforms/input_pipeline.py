@@ -12,8 +12,20 @@ from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP028", "pin-memory", "pin_memory on the training DataLoader (GPUs)", fix=True, check="throughput")
-declare("DDP029", "non-blocking-copies", "batch copies to the device made non_blocking", fix=True, check="throughput")
+declare(
+    "DDP028",
+    "pin-memory",
+    "pin_memory on the training DataLoader (GPUs)",
+    fix=True,
+    check="throughput",
+)
+declare(
+    "DDP029",
+    "non-blocking-copies",
+    "batch copies to the device made non_blocking",
+    fix=True,
+    check="throughput",
+)
 
 
 class InputPipelineTransform(Transform):
@@ -31,7 +43,9 @@ class InputPipelineTransform(Transform):
             if not self._device_data(ctx, ld):
                 self._pin(ctx, ld.call)
             if ld.target:
-                for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.stmt)):
+                for site, _ in a.loader_iteration_sites(
+                    ld.target, a.function_of(ld.stmt)
+                ):
                     if isinstance(site, cst.For):
                         self._non_blocking(ctx, site)
 
@@ -57,28 +71,59 @@ class InputPipelineTransform(Transform):
     def _pin(self, ctx: Context, call: cst.Call) -> None:
         _, kw = call_args(call)
         # a **kwargs dict may hold pin_memory already: adding it again is a TypeError
-        if "pin_memory" in kw or any(x.star == "**" for x in call.args) or not ctx.editable(call):
+        if (
+            "pin_memory" in kw
+            or any(x.star == "**" for x in call.args)
+            or not ctx.editable(call)
+        ):
             return
-        ctx.edits.replace(call, lambda n: append_kwarg(n, "pin_memory", ctx.expr('LOCAL_DEVICE.type == "cuda"')))
-        ctx.finding(call, "DDP028", "pin_memory on GPUs: batches are copied to the device asynchronously", True)
+        ctx.edits.replace(
+            call,
+            lambda n: append_kwarg(
+                n, "pin_memory", ctx.expr('LOCAL_DEVICE.type == "cuda"')
+            ),
+        )
+        ctx.finding(
+            call,
+            "DDP028",
+            "pin_memory on GPUs: batches are copied to the device asynchronously",
+            True,
+        )
 
     def _non_blocking(self, ctx: Context, loop: cst.For) -> None:
         a = ctx.a
         names = {dotted(el) for el in _flatten_targets(loop.target)} - {None}
         done = False
-        for call in a.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))):
+        for call in a.findall(
+            loop.body, m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        ):
             recv = call.func.value  # type: ignore[attr-defined]
             while isinstance(recv, (cst.Subscript, cst.Attribute)):
                 recv = recv.value
-            if not (isinstance(recv, cst.Name) and recv.value in names) or not ctx.editable(call) or id(call) in self._done:
+            if (
+                not (isinstance(recv, cst.Name) and recv.value in names)
+                or not ctx.editable(call)
+                or id(call) in self._done
+            ):
                 continue
             pos, kw = call_args(call)
             if "non_blocking" in kw or any(x.star for x in call.args) or len(pos) > 1:
                 continue
-            if pos and isinstance(pos[0].value, cst.SimpleString) and "cpu" in pos[0].value.value:
+            if (
+                pos
+                and isinstance(pos[0].value, cst.SimpleString)
+                and "cpu" in pos[0].value.value
+            ):
                 continue
-            ctx.edits.replace(call, lambda n: append_kwarg(n, "non_blocking", cst.Name("True")))
+            ctx.edits.replace(
+                call, lambda n: append_kwarg(n, "non_blocking", cst.Name("True"))
+            )
             self._done.add(id(call))
             done = True
         if done:
-            ctx.finding(loop, "DDP029", "batch copies to the device are non_blocking (from pinned memory)", True)
+            ctx.finding(
+                loop,
+                "DDP029",
+                "batch copies to the device are non_blocking (from pinned memory)",
+                True,
+            )

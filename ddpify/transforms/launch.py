@@ -14,48 +14,72 @@ from ddpify.transforms.base import IMPORTS, Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP001", "process-group-setup", "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)", fix=True, check="ranks")
-declare("DDP003", "process-group-teardown", "process group destroyed when training ends", fix=True, check="ranks")
-declare("DDP156", "first-step-sync-check", "each optimizer's first step checks that every rank has the same gradients, and stops the run if not (a forward that bypasses the DDP wrapper)", fix=True, check="params-in-sync")
-declare("DDP120", "cpu-program", "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine", fix=True, check="devices")
+declare(
+    "DDP001",
+    "process-group-setup",
+    "process-group set-up added: ranks from torchrun's environment, set_device and init_process_group(device_id=...)",
+    fix=True,
+    check="ranks",
+)
+declare(
+    "DDP003",
+    "process-group-teardown",
+    "process group destroyed when training ends",
+    fix=True,
+    check="ranks",
+)
+declare(
+    "DDP156",
+    "first-step-sync-check",
+    "each optimizer's first step checks that every rank has the same gradients, and stops the run if not (a forward that bypasses the DDP wrapper)",
+    fix=True,
+    check="params-in-sync",
+)
+declare(
+    "DDP120",
+    "cpu-program",
+    "the script never names a device: it stays a CPU program (gloo, no device_ids), also on a GPU machine",
+    fix=True,
+    check="devices",
+)
 
-RANKS = '''\
+RANKS = """\
 # ddpify: torchrun sets these; a plain `python` run is rank 0 of 1.
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # picks this process's GPU
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
 # with more processes than GPUs (verify on one GPU), they share them
 LOCAL_DEVICE = {torch}.device("cuda", LOCAL_RANK % {torch}.cuda.device_count()) if {torch}.cuda.is_available() else {torch}.device("cpu")
-'''
+"""
 AMP = {
-    "auto": '''\
+    "auto": """\
 # ddpify: bf16 autocast where the GPU has it, else fp16 with loss scaling;
 # full precision on CPU.
 AMP_DTYPE = ({torch}.bfloat16 if {torch}.cuda.is_bf16_supported() else {torch}.float16) if {torch}.cuda.is_available() else None
-''',
-    "bf16": '''\
+""",
+    "bf16": """\
 # ddpify: bf16 autocast on GPUs (no loss scaling needed); full precision on CPU.
 AMP_DTYPE = {torch}.bfloat16 if {torch}.cuda.is_available() else None
-''',
-    "fp16": '''\
+""",
+    "fp16": """\
 # ddpify: fp16 autocast with loss scaling on GPUs; full precision on CPU.
 AMP_DTYPE = {torch}.float16 if {torch}.cuda.is_available() else None
-''',
+""",
 }
-SCALER = '''\
+SCALER = """\
 # one scaler for every optimizer
 SCALER = {torch}.amp.GradScaler("cuda", enabled=AMP_DTYPE == {torch}.float16)
-'''
+"""
 # A script that never names a device (ctx.cpu_only) stays on the CPU: gloo whatever the machine,
 # nothing that touches CUDA (no set_device, device_id or device_ids), so a GPU machine runs it too.
-RANKS_CPU = '''\
+RANKS_CPU = """\
 # ddpify: torchrun sets these; a plain `python` run is rank 0 of 1.
 LOCAL_RANK = int({os}.environ.get("LOCAL_RANK", 0))  # this process's index on its machine
 RANK = int({os}.environ.get("RANK", 0))  # global rank: rank 0 alone writes
 WORLD_SIZE = int({os}.environ.get("WORLD_SIZE", 1))
 # ddpify: the script never names a device, so it trains on the CPU, one process a rank.
 LOCAL_DEVICE = {torch}.device("cpu")
-'''
+"""
 SETUP_CPU = '''\
 
 
@@ -103,23 +127,23 @@ def ddp_setup():
 # Ends ddp_setup()'s body (SETUP, SETUP_CPU): ranks other than 0 print nothing, whatever writes
 # to stdout (print, sys.stdout.write bars in helper modules, logging handlers, C code), as one
 # rule at run time rather than a guard per call; stderr stays, so every rank's errors show.
-QUIET_STDOUT = '''\
+QUIET_STDOUT = """\
     # only rank 0 writes to stdout; every rank keeps stderr for its errors
     if RANK != 0:
         import sys
 
         sys.stdout.flush()
         {os}.dup2({os}.open({os}.devnull, {os}.O_WRONLY), 1)
-'''
+"""
 # Ends ddp_setup()'s body where a model is wrapped: what the source cannot show (a forward that
 # bypasses the wrapper) shows at the first step, when every rank's gradients must agree.
-SYNC_HOOK = '''\
+SYNC_HOOK = """\
     if WORLD_SIZE > 1:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         # each optimizer's first step stops if the ranks' gradients differ
         register_optimizer_step_pre_hook(ddp_check_sync)
-'''
+"""
 SYNC_CHECK = '''\
 
 
@@ -374,7 +398,12 @@ class LaunchTransform(Transform):
         synced = bool(ctx.wrappers or ctx.apex_models)
         if synced:
             text += SYNC_HOOK + SYNC_CHECK
-            ctx.finding(prelude_end(ctx) or a.module.body[0], "DDP156", "each optimizer's first step checks that every rank has the same gradients (ddp_check_sync), and stops the run with an error if not: a training forward that bypasses the DDP wrapper would otherwise train copies that drift apart", True)
+            ctx.finding(
+                prelude_end(ctx) or a.module.body[0],
+                "DDP156",
+                "each optimizer's first step checks that every rank has the same gradients (ddp_check_sync), and stops the run with an error if not: a training forward that bypasses the DDP wrapper would otherwise train copies that drift apart",
+                True,
+            )
         if "rank0_decides" in ctx.helpers:
             text += DECIDES
         if "shard_stream" in ctx.helpers:
@@ -399,14 +428,25 @@ class LaunchTransform(Transform):
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
         # a leading statement keeps the block's first comment out of the module header
-        block = list(cst.parse_module("pass\n" + text.format(**names)).body)[1:] + ctx.setup_extra
+        block = (
+            list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
+            + ctx.setup_extra
+        )
         if ctx.preamble:
-            block[0] = block[0].with_changes(leading_lines=[cst.EmptyLine(), *block[0].leading_lines])
+            block[0] = block[0].with_changes(
+                leading_lines=[cst.EmptyLine(), *block[0].leading_lines]
+            )
             block = [*ctx.preamble, *block]
         self._local_rank_flag(ctx)
-        imports = [ctx.stmt(IMPORTS[k][0] + "\n") for k in IMPORTS if k in ctx.imports_needed and self._missing(ctx, k)]
+        imports = [
+            ctx.stmt(IMPORTS[k][0] + "\n")
+            for k in IMPORTS
+            if k in ctx.imports_needed and self._missing(ctx, k)
+        ]
         first = block[0]
-        block[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines])
+        block[0] = first.with_changes(
+            leading_lines=[cst.EmptyLine(), *first.leading_lines]
+        )
         anchor = prelude_end(ctx)
         if anchor is None:
             target = a.module.body[0]
@@ -414,9 +454,19 @@ class LaunchTransform(Transform):
         else:
             ctx.edits.after[anchor].extend(imports + block)
         self._entry(ctx, anchor)
-        ctx.finding(anchor or a.module.body[0], "DDP001", "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)", True)
+        ctx.finding(
+            anchor or a.module.body[0],
+            "DDP001",
+            "process group set up from torchrun's LOCAL_RANK/RANK/WORLD_SIZE (ddp_setup)",
+            True,
+        )
         if ctx.cpu_only:
-            ctx.finding(anchor or a.module.body[0], "DDP120", "the script never names a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device(\"cuda\"), and convert the original again", True)
+            ctx.finding(
+                anchor or a.module.body[0],
+                "DDP120",
+                'the script never names a device, so it stays a CPU program: each rank is a CPU process (gloo, also on a GPU machine; torchrun gives each OMP_NUM_THREADS=1 unless set: share the cores, e.g. OMP_NUM_THREADS=cores/nproc); to train on GPUs, move the model and every batch with .to(device), device = torch.device("cuda"), and convert the original again',
+                True,
+            )
 
     def _missing(self, ctx: Context, key: str) -> bool:
         return IMPORTS[key][1] not in ctx._bound
@@ -433,26 +483,46 @@ class LaunchTransform(Transform):
             # `__main__` block: the group lives inside each, and a block that calls one adds none
             for fn in console:
                 self._inside(ctx, fn, setup, destroy)
-            if guard is None or any((dotted(c.func) or "").rsplit(".", 1)[-1] in {f.name.value for f in console}
-                                    for c in ctx.a.findall(guard, m.Call())):
+            if guard is None or any(
+                (dotted(c.func) or "").rsplit(".", 1)[-1]
+                in {f.name.value for f in console}
+                for c in ctx.a.findall(guard, m.Call())
+            ):
                 return
         if guard is not None and not self._module_level_work(ctx, guard):
             ctx.edits.prepend[guard].extend([setup, *ctx.after_setup])
-            body = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
+            body = (
+                list(guard.body.body)
+                if isinstance(guard.body, cst.IndentedBlock)
+                else []
+            )
             last = body[-1] if body else None
             if last is not None and self._exits(last):
                 self._exit_after_destroy(ctx, last, destroy)
             else:
                 ctx.edits.append[guard].append(destroy)
-            ctx.finding(guard, "DDP003", "process group destroyed when training ends", True)
+            ctx.finding(
+                guard, "DDP003", "process group destroyed when training ends", True
+            )
             return
         if prelude is not None:
-            ctx.edits.after[prelude].extend([setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *ctx.after_setup])
+            ctx.edits.after[prelude].extend(
+                [
+                    setup.with_changes(
+                        leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
+                    ),
+                    *ctx.after_setup,
+                ]
+            )
         last = a.module.body[-1]
         if self._exits(last):
             self._exit_after_destroy(ctx, last, destroy)
         else:
-            ctx.edits.after[last].append(destroy.with_changes(leading_lines=[cst.EmptyLine()]) if not isinstance(last, cst.SimpleStatementLine) else destroy)
+            ctx.edits.after[last].append(
+                destroy.with_changes(leading_lines=[cst.EmptyLine()])
+                if not isinstance(last, cst.SimpleStatementLine)
+                else destroy
+            )
         ctx.finding(last, "DDP003", "process group destroyed when training ends", True)
 
     @staticmethod
@@ -463,27 +533,50 @@ class LaunchTransform(Transform):
         if not body:
             return
         first = body[0]
-        doc = isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr) and isinstance(
-            first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-        if doc:  # after the docstring, before anything planned at the body's first statement
+        doc = (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(
+                first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)
+            )
+        )
+        if (
+            doc
+        ):  # after the docstring, before anything planned at the body's first statement
             ctx.edits.after[first].extend([setup, *ctx.after_setup])
         else:
             ctx.edits.prepend[fn].extend([setup, *ctx.after_setup])
         for stmt in body:
-            if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Return):
+            if isinstance(stmt, cst.SimpleStatementLine) and isinstance(
+                stmt.body[0], cst.Return
+            ):
                 ctx.edits.before[stmt].append(destroy)
-        if not (isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return)):
+        if not (
+            isinstance(body[-1], cst.SimpleStatementLine)
+            and isinstance(body[-1].body[0], cst.Return)
+        ):
             ctx.edits.append[fn].append(destroy)
-        ctx.finding(fn, "DDP003", f"process group set up and destroyed inside `{fn.name.value}()`, which a console script of the project starts", True)
+        ctx.finding(
+            fn,
+            "DDP003",
+            f"process group set up and destroyed inside `{fn.name.value}()`, which a console script of the project starts",
+            True,
+        )
 
-    def _exit_after_destroy(self, ctx: Context, last: cst.SimpleStatementLine, destroy) -> None:
+    def _exit_after_destroy(
+        self, ctx: Context, last: cst.SimpleStatementLine, destroy
+    ) -> None:
         # sys.exit(main()): run main() first, then tear down, then exit with its status
         call = last.body[0].value
         arg = call.args[0].value if call.args else None
         if arg is None:
             ctx.edits.before[last].append(destroy)
             return
-        ctx.edits.before[last].append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("exit_status"))], arg)]))
+        ctx.edits.before[last].append(
+            cst.SimpleStatementLine(
+                [cst.Assign([cst.AssignTarget(cst.Name("exit_status"))], arg)]
+            )
+        )
         ctx.edits.before[last].append(destroy)
         ctx.edits.replace(arg, cst.Name("exit_status"))
 
@@ -494,13 +587,16 @@ class LaunchTransform(Transform):
             and len(stmt.body) == 1
             and isinstance(stmt.body[0], cst.Expr)
             and isinstance(stmt.body[0].value, cst.Call)
-            and dotted(stmt.body[0].value.func) in ("sys.exit", "exit", "quit", "os._exit")
+            and dotted(stmt.body[0].value.func)
+            in ("sys.exit", "exit", "quit", "os._exit")
         )
 
     def _module_level_work(self, ctx: Context, guard: cst.If) -> bool:
         """True when code outside the main guard needs the process group at import time."""
         a = ctx.a
-        anchors = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])]
+        anchors = list(ctx.wrapped.values()) + [
+            ld.stmt for ld in getattr(ctx, "sharded", [])
+        ]
         anchors += [a.statement(c) for c in a.calls if a.is_call(c, "torch.load")]
         anchors += [s.stmt for s in a.steps]
         anchors += ctx.barrier_stmts + ctx.setup_before
@@ -526,7 +622,11 @@ def prelude_end(ctx: Context) -> cst.BaseStatement | None:
     last = None
     # the first top-level statement of the entry that needs the group (a wrap, a sharded loader,
     # a barrier, a training step): the set-up goes before it, whatever is imported later
-    needs = list(ctx.wrapped.values()) + [ld.stmt for ld in getattr(ctx, "sharded", [])] + ctx.barrier_stmts
+    needs = (
+        list(ctx.wrapped.values())
+        + [ld.stmt for ld in getattr(ctx, "sharded", [])]
+        + ctx.barrier_stmts
+    )
     needs += ctx.setup_before + [st.stmt for st in a.steps]
     top = {id(s): k for k, s in enumerate(body)}
     first = len(body)
@@ -539,13 +639,23 @@ def prelude_end(ctx: Context) -> cst.BaseStatement | None:
     for k, s in enumerate(body):
         # the first definition or loop ends the leading imports: an import after a training loop
         # is not where the group may be set up
-        if k >= first or isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With)) or s is a.main_guard:
+        if (
+            k >= first
+            or isinstance(
+                s, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With)
+            )
+            or s is a.main_guard
+        ):
             break
-        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+        if isinstance(s, cst.SimpleStatementLine) and any(
+            isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+        ):
             last = s
     if last is None:
         for s in body:
-            if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body):
+            if isinstance(s, cst.SimpleStatementLine) and any(
+                isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+            ):
                 last = s
     return last
 

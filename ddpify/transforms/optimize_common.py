@@ -20,11 +20,17 @@ def code_of(ctx: Context, name: str) -> ModelCode | str:
     """The class code of model `name`, or why it cannot be read; computed once per conversion."""
     if name not in ctx.model_code:
         bind = WrappingTransform()._binding(ctx, name)
-        ctx.model_code[name] = "ddpify did not find where it is built" if bind is None else model_code(ctx.a, bind, ctx.path)
+        ctx.model_code[name] = (
+            "ddpify did not find where it is built"
+            if bind is None
+            else model_code(ctx.a, bind, ctx.path)
+        )
     return ctx.model_code[name]  # type: ignore[return-value]
 
 
-def ddp_call(ctx: Context, name: str) -> tuple[list[cst.BaseStatement], int, cst.Call] | None:
+def ddp_call(
+    ctx: Context, name: str
+) -> tuple[list[cst.BaseStatement], int, cst.Call] | None:
     """(the statements planned after the wrap point, the index of `ddp_name = DDP(name, ...)` there, its call)."""
     anchor = ctx.wrapped.get(name)
     where = ctx.edits.before if name in ctx.wrap_before else ctx.edits.after
@@ -32,11 +38,17 @@ def ddp_call(ctx: Context, name: str) -> tuple[list[cst.BaseStatement], int, cst
         return None
     stmts = where[anchor]
     for i, st in enumerate(stmts):
-        if isinstance(st, cst.SimpleStatementLine) and isinstance(st.body[0], cst.Assign):
+        if isinstance(st, cst.SimpleStatementLine) and isinstance(
+            st.body[0], cst.Assign
+        ):
             value = st.body[0].value
             pos, kw = call_args(value) if isinstance(value, cst.Call) else ([], {})
             target = dotted(st.body[0].targets[0].target)
-            if pos and target == ctx.wrappers.get(name, name) and dotted(value.func) == ctx._alias["DDP"]:
+            if (
+                pos
+                and target == ctx.wrappers.get(name, name)
+                and dotted(value.func) == ctx._alias["DDP"]
+            ):
                 return stmts, i, value
     return None
 

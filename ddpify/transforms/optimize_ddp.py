@@ -15,7 +15,13 @@ from ddpify.transforms.optimize_common import add_ddp_kwarg, wrapped_models
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP132", "optimize-ddp-buckets", "--optimize: DDP gradient_as_bucket_view=True and bucket_cap_mb from the model's size (or why not)", fix=True, check="throughput")
+declare(
+    "DDP132",
+    "optimize-ddp-buckets",
+    "--optimize: DDP gradient_as_bucket_view=True and bucket_cap_mb from the model's size (or why not)",
+    fix=True,
+    check="throughput",
+)
 
 CODE = "DDP132"
 # 25 MB is DDP's default; a model of P MB gets about 16 buckets of P/16 MB above 400 MB.
@@ -32,21 +38,45 @@ class DDPBucketsTransform(Transform):
             anchor = ctx.wrapped[name]
             touched = self._grad_rebound(ctx)
             if touched is not None:
-                ctx.finding(anchor, CODE, f"DDP buckets of `{name}` left at their defaults: line {ctx.a.pos[touched].start.line} replaces or detaches a .grad, which gradient_as_bucket_view=True (grads that are views into DDP's buckets) does not allow", False)
+                ctx.finding(
+                    anchor,
+                    CODE,
+                    f"DDP buckets of `{name}` left at their defaults: line {ctx.a.pos[touched].start.line} replaces or detaches a .grad, which gradient_as_bucket_view=True (grads that are views into DDP's buckets) does not allow",
+                    False,
+                )
                 continue
             if add_ddp_kwarg(ctx, name, "gradient_as_bucket_view", "True"):
                 add_ddp_kwarg(ctx, name, "bucket_cap_mb", BUCKET_MB.format(name=name))
-                ctx.finding(anchor, CODE, f"DDP of `{name}`: gradient_as_bucket_view=True (grads are views into the all-reduce buckets: no copies, less memory) and bucket_cap_mb from the model's size (about 16 buckets, at least DDP's 25 MB)", True)
+                ctx.finding(
+                    anchor,
+                    CODE,
+                    f"DDP of `{name}`: gradient_as_bucket_view=True (grads are views into the all-reduce buckets: no copies, less memory) and bucket_cap_mb from the model's size (about 16 buckets, at least DDP's 25 MB)",
+                    True,
+                )
 
     @staticmethod
     def _grad_rebound(ctx: Context) -> cst.CSTNode | None:
         a = ctx.a
         for asg in a.assigns:
-            targets = [t.target for t in asg.targets] if isinstance(asg, cst.Assign) else [asg.target]
-            if any(isinstance(t, cst.Attribute) and (t.attr.value == "grad" or (dotted(t.value) or "").endswith(".grad")) for t in targets):
+            targets = (
+                [t.target for t in asg.targets]
+                if isinstance(asg, cst.Assign)
+                else [asg.target]
+            )
+            if any(
+                isinstance(t, cst.Attribute)
+                and (
+                    t.attr.value == "grad" or (dotted(t.value) or "").endswith(".grad")
+                )
+                for t in targets
+            ):
                 return asg
         for c in a.findall(a.module, m.Call(func=m.Attribute())):
             inner = c.func.value  # type: ignore[attr-defined]
-            if c.func.attr.value in ("detach_", "requires_grad_", "set_") and isinstance(inner, cst.Attribute) and inner.attr.value == "grad":  # type: ignore[attr-defined]
+            if (
+                c.func.attr.value in ("detach_", "requires_grad_", "set_")
+                and isinstance(inner, cst.Attribute)
+                and inner.attr.value == "grad"
+            ):  # type: ignore[attr-defined]
                 return c
         return None

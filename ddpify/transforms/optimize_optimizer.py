@@ -12,10 +12,20 @@ from ddpify.transforms.optimize_common import wrapped_models
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP131", "optimize-fused-optimizer", "--optimize: fused Adam/AdamW/SGD on GPUs (or why not)", fix=True, check="throughput")
+declare(
+    "DDP131",
+    "optimize-fused-optimizer",
+    "--optimize: fused Adam/AdamW/SGD on GPUs (or why not)",
+    fix=True,
+    check="throughput",
+)
 
 CODE = "DDP131"
-FUSED = {f"torch.optim.{n}" for n in ("Adam", "AdamW", "SGD")} | {"torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.sgd.SGD"}
+FUSED = {f"torch.optim.{n}" for n in ("Adam", "AdamW", "SGD")} | {
+    "torch.optim.adam.Adam",
+    "torch.optim.adamw.AdamW",
+    "torch.optim.sgd.SGD",
+}
 CHOSEN = ("fused", "foreach", "differentiable")
 
 
@@ -28,12 +38,21 @@ class FusedOptimizerTransform(Transform):
         a = ctx.a
         models = wrapped_models(ctx)
         for target, call in a.optimizers.items():
-            sources = [s for s in a._param_sources(call) if s.split(".")[0] in {n.split(".")[0] for n in models}]
+            sources = [
+                s
+                for s in a._param_sources(call)
+                if s.split(".")[0] in {n.split(".")[0] for n in models}
+            ]
             if not sources:
                 continue
             qn = a.call_qualname(call)
             if qn not in FUSED:
-                ctx.finding(call, CODE, f"optimizer `{target}` ({qn}) left as it is: --optimize fuses torch.optim's Adam, AdamW and SGD only", False)
+                ctx.finding(
+                    call,
+                    CODE,
+                    f"optimizer `{target}` ({qn}) left as it is: --optimize fuses torch.optim's Adam, AdamW and SGD only",
+                    False,
+                )
                 continue
             _, kw = call_args(call)
             why = None
@@ -48,17 +67,34 @@ class FusedOptimizerTransform(Transform):
             elif self._before_placement(ctx, call, sources):
                 why = "it is built before the model reaches its device (older torch checks fused=True against the parameters' device when it is built)"
             if why or not ctx.editable(call):
-                ctx.finding(call, CODE, f"optimizer `{target}` not fused: {why or 'ddpify was asked to keep out here'}", False)
+                ctx.finding(
+                    call,
+                    CODE,
+                    f"optimizer `{target}` not fused: {why or 'ddpify was asked to keep out here'}",
+                    False,
+                )
                 continue
-            ctx.edits.replace(call, lambda n: append_kwarg(n, "fused", ctx.expr('LOCAL_DEVICE.type == "cuda"')))
-            ctx.finding(call, CODE, f"optimizer `{target}` fused on GPUs (fused=LOCAL_DEVICE.type == \"cuda\"): one kernel updates every parameter, the same update; the default implementation on CPU", True)
+            ctx.edits.replace(
+                call,
+                lambda n: append_kwarg(
+                    n, "fused", ctx.expr('LOCAL_DEVICE.type == "cuda"')
+                ),
+            )
+            ctx.finding(
+                call,
+                CODE,
+                f'optimizer `{target}` fused on GPUs (fused=LOCAL_DEVICE.type == "cuda"): one kernel updates every parameter, the same update; the default implementation on CPU',
+                True,
+            )
 
     @staticmethod
     def _before_placement(ctx: Context, call, sources: list[str]) -> bool:
         a = ctx.a
         stmt = a.statement(call)
         for name, anchor in ctx.wrapped.items():
-            if name.split(".")[0] in {s.split(".")[0] for s in sources} and a.block(anchor) is a.block(stmt):
+            if name.split(".")[0] in {s.split(".")[0] for s in sources} and a.block(
+                anchor
+            ) is a.block(stmt):
                 body = list(a.block(stmt).body)
                 if body.index(stmt) < body.index(anchor):
                     return True

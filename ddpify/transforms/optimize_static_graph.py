@@ -11,11 +11,22 @@ import ddpify.match as m
 from ddpify.analysis import dotted
 from ddpify.analysis.model_code import dynamic_forward
 from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.optimize_common import add_ddp_kwarg, code_of, ddp_call, wrapped_models
+from ddpify.transforms.optimize_common import (
+    add_ddp_kwarg,
+    code_of,
+    ddp_call,
+    wrapped_models,
+)
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP133", "optimize-static-graph", "--optimize: DDP static_graph=True where the graph provably does not change (or why not)", fix=True, check="throughput")
+declare(
+    "DDP133",
+    "optimize-static-graph",
+    "--optimize: DDP static_graph=True where the graph provably does not change (or why not)",
+    fix=True,
+    check="throughput",
+)
 
 CODE = "DDP133"
 
@@ -30,9 +41,16 @@ class StaticGraphTransform(Transform):
             why = self._why_not(ctx, name)
             anchor = ctx.wrapped[name]
             if why:
-                ctx.finding(anchor, CODE, f"static_graph not set for `{name}`: {why}", False)
+                ctx.finding(
+                    anchor, CODE, f"static_graph not set for `{name}`: {why}", False
+                )
             elif add_ddp_kwarg(ctx, name, "static_graph", "True"):
-                ctx.finding(anchor, CODE, f"DDP of `{name}` with static_graph=True: its forward has no branch or data-dependent loop, every parameter gets a gradient, and it runs once per backward", True)
+                ctx.finding(
+                    anchor,
+                    CODE,
+                    f"DDP of `{name}` with static_graph=True: its forward has no branch or data-dependent loop, every parameter gets a gradient, and it runs once per backward",
+                    True,
+                )
 
     @staticmethod
     def _why_not(ctx: Context, name: str) -> str | None:
@@ -40,7 +58,10 @@ class StaticGraphTransform(Transform):
         found = ddp_call(ctx, name)
         if found is None:
             return "ddpify did not find its DDP wrap"
-        if any(x.keyword is not None and x.keyword.value == "find_unused_parameters" for x in found[2].args):
+        if any(
+            x.keyword is not None and x.keyword.value == "find_unused_parameters"
+            for x in found[2].args
+        ):
             return "some parameters may get no gradient (find_unused_parameters=True), so the graph may change"
         if any(a.is_call(c, "torch.compile") for c in a.calls):
             return "torch.compile may change the graph DDP sees"
@@ -57,8 +78,17 @@ class StaticGraphTransform(Transform):
         if step.accumulation_test is not None:
             return "gradients are accumulated over micro-steps (no_sync), which a static graph does not cover"
         body = list(step.block.body)
-        region = body[body.index(step.forward_first) : body.index(step.stmt) + 1] if step.forward_first in body else [step.stmt]
-        runs = [c for st in region for c in a.findall(st, m.Call()) if dotted(c.func) == name]
+        region = (
+            body[body.index(step.forward_first) : body.index(step.stmt) + 1]
+            if step.forward_first in body
+            else [step.stmt]
+        )
+        runs = [
+            c
+            for st in region
+            for c in a.findall(st, m.Call())
+            if dotted(c.func) == name
+        ]
         if len(runs) != 1:
             return f"it runs {len(runs)} times per backward pass"
         return None

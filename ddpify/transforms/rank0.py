@@ -18,17 +18,63 @@ from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare("DDP060", "rank0-guard", "rank-0 guard added", fix=True, check="rank0-writes")
-declare("DDP061", "unguarded-collective", "not guarded: the statement runs a collective or the model, so every rank must run it")
-declare("DDP062", "progress-bar-rank0", "progress bar disabled on ranks other than 0", fix=True, check="rank0-writes")
-declare("DDP063", "tracker-rank0-only", "a tracker that exists on rank 0 only is used on every rank: a value read from it is sent from rank 0 (rank0_value); where it cannot be, a blocking finding", severity="blocking", fix=True, check="rank0-writes")
-declare("DDP064", "unguardable-write", "a file write on every rank that ddpify cannot guard: every rank would write the file", severity="blocking")
+declare(
+    "DDP061",
+    "unguarded-collective",
+    "not guarded: the statement runs a collective or the model, so every rank must run it",
+)
+declare(
+    "DDP062",
+    "progress-bar-rank0",
+    "progress bar disabled on ranks other than 0",
+    fix=True,
+    check="rank0-writes",
+)
+declare(
+    "DDP063",
+    "tracker-rank0-only",
+    "a tracker that exists on rank 0 only is used on every rank: a value read from it is sent from rank 0 (rank0_value); where it cannot be, a blocking finding",
+    severity="blocking",
+    fix=True,
+    check="rank0-writes",
+)
+declare(
+    "DDP064",
+    "unguardable-write",
+    "a file write on every rank that ddpify cannot guard: every rank would write the file",
+    severity="blocking",
+)
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "log"}
 MKDIR = ("os.makedirs", "os.mkdir")
-TQDM = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm")
+TQDM = (
+    "tqdm.tqdm",
+    "tqdm.auto.tqdm",
+    "tqdm.notebook.tqdm",
+    "tqdm.trange",
+    "tqdm.auto.trange",
+    "tqdm.std.tqdm",
+)
 TRACKER_PREFIXES = ("wandb.", "mlflow.", "neptune.", "comet_ml.")
-SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter")
-PURE_BUILTINS = {"round", "len", "str", "int", "float", "abs", "min", "max", "sum", "format", "repr", "bool"}
+SUMMARY_WRITERS = (
+    "torch.utils.tensorboard.SummaryWriter",
+    "tensorboardX.SummaryWriter",
+    "torch.utils.tensorboard.writer.SummaryWriter",
+)
+PURE_BUILTINS = {
+    "round",
+    "len",
+    "str",
+    "int",
+    "float",
+    "abs",
+    "min",
+    "max",
+    "sum",
+    "format",
+    "repr",
+    "bool",
+}
 
 
 class Rank0Transform(Transform):
@@ -40,12 +86,25 @@ class Rank0Transform(Transform):
         writers = self._bound_to(ctx, lambda c: self._creates(a, c))
         # a tracker (None on other ranks) passed to a function: its parameter there is one too
         self._trackers = a._propagate(sorted(writers)) if writers else {}
-        self._homes = {(id(a.function_of(c)), a._assign_target(c)) for c in a.calls if self._creates(a, c) and a._assign_target(c)}
-        self._home_classes = {(id(a.class_of(c)), t) for f, t in self._homes for c in a.calls if id(a.function_of(c)) == f and a._assign_target(c) == t}
+        self._homes = {
+            (id(a.function_of(c)), a._assign_target(c))
+            for c in a.calls
+            if self._creates(a, c) and a._assign_target(c)
+        }
+        self._home_classes = {
+            (id(a.class_of(c)), t)
+            for f, t in self._homes
+            for c in a.calls
+            if id(a.function_of(c)) == f and a._assign_target(c) == t
+        }
         bars = self._bound_to(ctx, lambda c: a.is_call(c, *TQDM))
-        csv_writers = self._bound_to(ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter"))
+        csv_writers = self._bound_to(
+            ctx, lambda c: a.is_call(c, "csv.writer", "csv.DictWriter")
+        )
         guarded: set[cst.BaseStatement] = set()
-        unguarded: list[tuple[cst.Call, str]] = []  # file writes in statements a guard cannot hold
+        unguarded: list[
+            tuple[cst.Call, str]
+        ] = []  # file writes in statements a guard cannot hold
         # data preparation that rank 0 alone runs, whole (dataprep.py puts the barrier after it):
         # what it and the functions only it calls write needs no guard of its own
         whole, self._prep_only = rank0_alone(ctx)
@@ -75,7 +134,12 @@ class Rank0Transform(Transform):
                 ctx.edits.guarded.add(stmt)
                 continue
             if a.runs_collective(stmt):
-                ctx.finding(call, "DDP061", f"{reason} left on every rank: the statement also runs the model or a collective; compute the value first, then print/save it under `if RANK == 0:`", False)
+                ctx.finding(
+                    call,
+                    "DDP061",
+                    f"{reason} left on every rank: the statement also runs the model or a collective; compute the value first, then print/save it under `if RANK == 0:`",
+                    False,
+                )
                 continue
             guarded.add(stmt)
             ctx.edits.guarded.add(stmt)
@@ -84,7 +148,12 @@ class Rank0Transform(Transform):
         self._tracker_uses(ctx, guarded)
         for call, reason in unguarded:
             if not self._in_guarded(a, call, guarded):
-                ctx.finding(call, "DDP064", f"{reason} writes a file on every rank, and this statement cannot be put under a guard as it is: write it as its own statement under `if RANK == 0:`", False)
+                ctx.finding(
+                    call,
+                    "DDP064",
+                    f"{reason} writes a file on every rank, and this statement cannot be put under a guard as it is: write it as its own statement under `if RANK == 0:`",
+                    False,
+                )
         ctx.edits.guard_test = ctx.expr("RANK == 0")
 
     def _rank0_already(self, a, node: cst.CSTNode, whole) -> bool:
@@ -102,7 +171,9 @@ class Rank0Transform(Transform):
     def _tracker(self, a, node: cst.CSTNode, name: str | None) -> bool:
         """name is, where node is, a tracker that exists on rank 0 only."""
         fn = a.function_of(node)
-        return name is not None and fn is not None and name in self._trackers.get(fn, ())
+        return (
+            name is not None and fn is not None and name in self._trackers.get(fn, ())
+        )
 
     def _tracker_uses(self, ctx: Context, guarded: set) -> None:
         """A tracker is None on other ranks: a use left outside a rank-0 guard (an assignment
@@ -114,31 +185,61 @@ class Rank0Transform(Transform):
         for attr in a.attributes:
             # run.config.update(...): the tracker is `run`; self.writer.log_dir: `self.writer`
             parts = (dotted(attr.value) or "").split(".")
-            base = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in names), None)
-            if base is None or not ctx.editable(attr) or isinstance(a.parent.get(attr), cst.Attribute):
+            base = next(
+                (
+                    ".".join(parts[:k])
+                    for k in range(len(parts), 0, -1)
+                    if ".".join(parts[:k]) in names
+                ),
+                None,
+            )
+            if (
+                base is None
+                or not ctx.editable(attr)
+                or isinstance(a.parent.get(attr), cst.Attribute)
+            ):
                 continue
             fn = a.function_of(attr)
-            home = (id(fn), base) in self._homes or (fn is not None and (id(None), base) in self._homes and not a._is_local(fn, base))
+            home = (id(fn), base) in self._homes or (
+                fn is not None
+                and (id(None), base) in self._homes
+                and not a._is_local(fn, base)
+            )
             # self.writer made in __init__: every method of the class reads the same attribute
-            home = home or (base.startswith("self.") and (id(a.class_of(attr)), base) in self._home_classes)
+            home = home or (
+                base.startswith("self.")
+                and (id(a.class_of(attr)), base) in self._home_classes
+            )
             if not home and base not in self._trackers.get(fn, ()):
                 continue  # another variable of the same name
-            if self._in_guarded(a, attr, guarded | ctx.edits.guarded) or self._checked(a, attr, base):
+            if self._in_guarded(a, attr, guarded | ctx.edits.guarded) or self._checked(
+                a, attr, base
+            ):
                 continue
             stmt = a.statement(attr)
             if self._tracker_statement(ctx, stmt, base):
                 guarded.add(stmt)
                 ctx.edits.guarded.add(stmt)
-                ctx.finding(attr, "DDP060", f"{code(attr)} on global rank 0 only ({base} exists there only)", True)
+                ctx.finding(
+                    attr,
+                    "DDP060",
+                    f"{code(attr)} on global rank 0 only ({base} exists there only)",
+                    True,
+                )
                 continue
             if self._rank0_caller(ctx, stmt):
                 continue  # only rank 0 runs it, where the tracker exists
             why = self._from_rank0(ctx, attr, base)
             if why is None:
                 continue
-            ctx.finding(attr, "DDP063", f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank, "
-                        f"where ddpify cannot send rank 0's value ({why}): read it once where every rank passes, "
-                        f"or put this use under `if {base} is not None:`", False)
+            ctx.finding(
+                attr,
+                "DDP063",
+                f"{base} exists on global rank 0 only (None elsewhere) and {code(attr)} is used here on every rank, "
+                f"where ddpify cannot send rank 0's value ({why}): read it once where every rank passes, "
+                f"or put this use under `if {base} is not None:`",
+                False,
+            )
 
     def _from_rank0(self, ctx: Context, attr: cst.Attribute, base: str) -> str | None:
         """A value read from a tracker ddpify made rank-0-only (`log_dir = writer.log_dir`,
@@ -152,12 +253,21 @@ class Rank0Transform(Transform):
         expr: cst.CSTNode = attr
         while True:
             par = a.parent.get(expr)
-            if isinstance(par, cst.Call) and par.func is expr or isinstance(par, (cst.Subscript, cst.Attribute)) and par.value is expr:
+            if (
+                isinstance(par, cst.Call)
+                and par.func is expr
+                or isinstance(par, (cst.Subscript, cst.Attribute))
+                and par.value is expr
+            ):
                 expr = par
             else:
                 break
         stmt = a.statement(expr)
-        if stmt is None or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)) or not ctx.editable(stmt):
+        if (
+            stmt is None
+            or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module))
+            or not ctx.editable(stmt)
+        ):
             return "a statement ddpify cannot change here"
         if a.runs_per_item(stmt):
             return "code that runs per item or is handed over as a value (a Dataset's method, a callback)"
@@ -165,20 +275,44 @@ class Rank0Transform(Transform):
             return "a lambda, which may run any number of times on each rank"
         loop = a.enclosing_loop(stmt)
         while loop is not None:
-            if isinstance(loop, cst.While) and not any(_inside(a, st.stmt, loop) for st in a.steps):
+            if isinstance(loop, cst.While) and not any(
+                _inside(a, st.stmt, loop) for st in a.steps
+            ):
                 return "a `while` loop that may run a different number of times on each rank"
             loop = a.enclosing_loop(loop)
         if a.runs_model(expr) or a.runs_collective(expr):
             return "the value runs the model or a collective"
         # what rank 0 alone would evaluate must have no effect the other ranks need
-        other = next((c for c in a.findall(expr, m.Call()) if not _on(c.func, base) and not self._pure(c)), None)
+        other = next(
+            (
+                c
+                for c in a.findall(expr, m.Call())
+                if not _on(c.func, base) and not self._pure(c)
+            ),
+            None,
+        )
         if other is not None:
             return f"it also runs {code(other.func)}(...), which every rank must run"
-        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr) and stmt.body[0].value is expr:
+        if (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is expr
+        ):
             return "a call whose value is not kept: nothing to send"
         ctx.helpers.add("rank0_value")
-        ctx.edits.replace(expr, lambda n: cst.Call(func=cst.Name("rank0_value"), args=[cst.Arg(cst.Lambda(params=cst.Parameters(), body=n))]))
-        ctx.finding(attr, "DDP063", f"{code(expr)} read on global rank 0, where {base} exists, and sent to every rank (rank0_value: one broadcast)", True)
+        ctx.edits.replace(
+            expr,
+            lambda n: cst.Call(
+                func=cst.Name("rank0_value"),
+                args=[cst.Arg(cst.Lambda(params=cst.Parameters(), body=n))],
+            ),
+        )
+        ctx.finding(
+            attr,
+            "DDP063",
+            f"{code(expr)} read on global rank 0, where {base} exists, and sent to every rank (rank0_value: one broadcast)",
+            True,
+        )
         return None
 
     @staticmethod
@@ -194,7 +328,11 @@ class Rank0Transform(Transform):
                 return False
             seen.add(id(f))
             calls = a.callers(f)
-            return bool(calls) and all(any(c is g or _inside(a, c, g) for g in ctx.edits.guarded) or only_rank0(a.function_of(c), depth + 1) for c in calls)
+            return bool(calls) and all(
+                any(c is g or _inside(a, c, g) for g in ctx.edits.guarded)
+                or only_rank0(a.function_of(c), depth + 1)
+                for c in calls
+            )
 
         return only_rank0(fn)
 
@@ -205,7 +343,11 @@ class Rank0Transform(Transform):
         own functions (their side effects may be needed on every rank), and is a statement of a
         block (a guard can hold it). Its value is not kept, so no rank needs it later."""
         a = ctx.a
-        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not ctx.editable(stmt):
+        if (
+            not isinstance(stmt, cst.SimpleStatementLine)
+            or len(stmt.body) != 1
+            or not ctx.editable(stmt)
+        ):
             return False
         if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
             return False
@@ -214,8 +356,15 @@ class Rank0Transform(Transform):
             if not isinstance(small.value, cst.Call) or _root(small.value.func) != base:
                 return False
         elif isinstance(small, (cst.Assign, cst.AugAssign)):
-            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-            if not all(isinstance(t, (cst.Attribute, cst.Subscript)) and _root(t) == base for t in targets):
+            targets = (
+                [t.target for t in small.targets]
+                if isinstance(small, cst.Assign)
+                else [small.target]
+            )
+            if not all(
+                isinstance(t, (cst.Attribute, cst.Subscript)) and _root(t) == base
+                for t in targets
+            ):
                 return False
         else:
             return False
@@ -232,23 +381,45 @@ class Rank0Transform(Transform):
         """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test."""
         cur = a.parent.get(node)
         while cur is not None:
-            if isinstance(cur, (cst.If, cst.IfExp)) and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w(])|\bRANK\b", code(cur.test)):
+            if isinstance(cur, (cst.If, cst.IfExp)) and re.search(
+                rf"(?<![\w.]){re.escape(name)}(?![\w(])|\bRANK\b", code(cur.test)
+            ):
                 return True
-            if isinstance(cur, cst.BooleanOperation) and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w(])", code(cur.left)):
+            if isinstance(cur, cst.BooleanOperation) and re.search(
+                rf"(?<![\w.]){re.escape(name)}(?![\w(])", code(cur.left)
+            ):
                 return True
             cur = a.parent.get(cur)
         return False
 
-    def _hoist(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call, reason: str) -> bool:
+    def _hoist(
+        self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call, reason: str
+    ) -> bool:
         """print(..., evaluate(model)): every rank evaluates (DDP's forward syncs buffers),
         rank 0 prints. The call is hoisted into a variable when the arguments before it are
         plain formatting, so no side effect changes order."""
         a = ctx.a
-        if reason not in ("print", "logging") or not isinstance(stmt, cst.SimpleStatementLine) or stmt.body[0].value is not call:  # type: ignore[attr-defined]
+        if (
+            reason not in ("print", "logging")
+            or not isinstance(stmt, cst.SimpleStatementLine)
+            or stmt.body[0].value is not call
+        ):  # type: ignore[attr-defined]
             return False
-        inner = [c for c in a.findall(call, m.Call()) if c is not call and (a._is_collective_call(c) or a._calls_function_in(c, a.collective_functions))]
+        inner = [
+            c
+            for c in a.findall(call, m.Call())
+            if c is not call
+            and (
+                a._is_collective_call(c)
+                or a._calls_function_in(c, a.collective_functions)
+            )
+        ]
         # outermost collective calls only, in source order
-        inner = [c for c in inner if not any(o is not c and self._within(a, c, o) for o in inner)]
+        inner = [
+            c
+            for c in inner
+            if not any(o is not c and self._within(a, c, o) for o in inner)
+        ]
         if not inner:
             return False
         # a call inside a comprehension or lambda reads names bound there: it cannot move out
@@ -263,7 +434,10 @@ class Rank0Transform(Transform):
         for c in a.findall(call, m.Call()):
             if c is call or any(c is i or self._within(a, c, i) for i in inner):
                 continue
-            if (a.pos[c].start.line, a.pos[c].start.column) < (first.line, first.column) and not self._pure(c):
+            if (a.pos[c].start.line, a.pos[c].start.column) < (
+                first.line,
+                first.column,
+            ) and not self._pure(c):
                 return False
         # the hoisted copy carries the edits planned inside it so far (train(ddp_model, ...))
         if any(node is c for c in inner for node in ctx.edits.expr):
@@ -277,15 +451,27 @@ class Rank0Transform(Transform):
                 name, k = f"{base}_result_{k}", k + 1
             taken.add(name)
             names.append(name)
-            ctx.edits.before[stmt].append(ctx.stmt(f"{name} = {code(_edited(ctx, c))}\n"))
+            ctx.edits.before[stmt].append(
+                ctx.stmt(f"{name} = {code(_edited(ctx, c))}\n")
+            )
             ctx.edits.replace(c, cst.Name(name))
-        ctx.finding(call, "DDP060", f"{reason} on global rank 0 only; {', '.join(names)} computed on every rank first (it runs the model or a collective)", True)
+        ctx.finding(
+            call,
+            "DDP060",
+            f"{reason} on global rank 0 only; {', '.join(names)} computed on every rank first (it runs the model or a collective)",
+            True,
+        )
         return True
 
     @staticmethod
     def _pure(c: cst.Call) -> bool:
-        return m.matches(c.func, m.Name()) and c.func.value in PURE_BUILTINS or (  # type: ignore[attr-defined]
-            isinstance(c.func, cst.Attribute) and c.func.attr.value in ("item", "format", "tolist", "mean", "sum")
+        return (
+            m.matches(c.func, m.Name())
+            and c.func.value in PURE_BUILTINS
+            or (  # type: ignore[attr-defined]
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value in ("item", "format", "tolist", "mean", "sum")
+            )
         )
 
     def _bound_to(self, ctx: Context, pred) -> set[str]:
@@ -302,7 +488,9 @@ class Rank0Transform(Transform):
                         names.add(n)
         return names
 
-    def _rank0_reason(self, ctx, call, loggers, writers, bars, csv_writers) -> str | None:
+    def _rank0_reason(
+        self, ctx, call, loggers, writers, bars, csv_writers
+    ) -> str | None:
         a = ctx.a
         func = call.func
         if m.matches(func, m.Name("print")):
@@ -310,7 +498,9 @@ class Rank0Transform(Transform):
             if "file" in kw and dotted(kw["file"].value) == "sys.stderr":
                 return None  # stderr stays on every rank: each rank's warnings and errors show
             return "print"
-        what = ctx.effects.writer(call)  # the one table of file writers (ddpify/analysis/writes.py)
+        what = ctx.effects.writer(
+            call
+        )  # the one table of file writers (ddpify/analysis/writes.py)
         if what is not None:
             return what
         if a.is_call(call, *MKDIR):
@@ -324,7 +514,10 @@ class Rank0Transform(Transform):
         if isinstance(func, cst.Attribute):
             base = dotted(func.value)
             meth = func.attr.value
-            if any(q.startswith("logging.") and q.rsplit(".", 1)[-1] in LOG_METHODS for q in qs):
+            if any(
+                q.startswith("logging.") and q.rsplit(".", 1)[-1] in LOG_METHODS
+                for q in qs
+            ):
                 return "logging"
             if base in loggers and meth in LOG_METHODS:
                 return "logging"
@@ -332,9 +525,17 @@ class Rank0Transform(Transform):
                 return f"{base}.{meth}"
             if base in csv_writers:
                 return f"{base}.{meth}"
-            if meth == "write" and (base in bars or any(q in ("tqdm.tqdm.write", "tqdm.auto.tqdm.write") for q in qs)):
+            if meth == "write" and (
+                base in bars
+                or any(q in ("tqdm.tqdm.write", "tqdm.auto.tqdm.write") for q in qs)
+            ):
                 return "progress-bar write"
-            if meth == "mkdir" and not any(k.keyword and k.keyword.value == "exist_ok" and m.matches(k.value, m.Name("True")) for k in call.args):
+            if meth == "mkdir" and not any(
+                k.keyword
+                and k.keyword.value == "exist_ok"
+                and m.matches(k.value, m.Name("True"))
+                for k in call.args
+            ):
                 return None if base is None else None
         return self._library_effect(a, call)
 
@@ -350,23 +551,39 @@ class Rank0Transform(Transform):
         if not isinstance(root, cst.Name) or root is call.func:
             return None
         bound = [w for names in a.bindings.values() for w in names.get(root.value, ())]
-        imported = bool(bound) and all(w != "<value>" and not w.startswith("__ddpify_import_") for w in bound)
+        imported = bool(bound) and all(
+            w != "<value>" and not w.startswith("__ddpify_import_") for w in bound
+        )
         name = next(iter(sorted(a.qualified(call.func))), dotted(call.func) or "")
         given = any(_pathish(arg.value) for arg in call.args)
-        return f"{dotted(call.func)} (a library call given a path)" if effect_kinds.library_effect(name, imported, given, False) else None
+        return (
+            f"{dotted(call.func)} (a library call given a path)"
+            if effect_kinds.library_effect(name, imported, given, False)
+            else None
+        )
 
     def _guardable(self, ctx: Context, stmt: cst.BaseStatement, call: cst.Call) -> bool:
         a = ctx.a
         if not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
             return False
-        if isinstance(stmt, cst.If) and isinstance(stmt.body, cst.SimpleStatementSuite) and stmt.orelse is None:
+        if (
+            isinstance(stmt, cst.If)
+            and isinstance(stmt.body, cst.SimpleStatementSuite)
+            and stmt.orelse is None
+        ):
             # `if best: torch.save(...)` on one line: the whole if goes under the guard
             body = stmt.body.body
-            return len(body) == 1 and isinstance(body[0], cst.Expr) and (body[0].value is call or self._within(a, call, body[0].value))
+            return (
+                len(body) == 1
+                and isinstance(body[0], cst.Expr)
+                and (body[0].value is call or self._within(a, call, body[0].value))
+            )
         if isinstance(stmt, cst.SimpleStatementLine):
             if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Expr):
                 return False
-            return stmt.body[0].value is call or self._within(a, call, stmt.body[0].value)
+            return stmt.body[0].value is call or self._within(
+                a, call, stmt.body[0].value
+            )
         return False
 
     @staticmethod
@@ -380,7 +597,10 @@ class Rank0Transform(Transform):
 
     @staticmethod
     def _creates(a, call: cst.Call) -> bool:
-        return a.is_call(call, *SUMMARY_WRITERS) or any(q.startswith(TRACKER_PREFIXES) and q.endswith(".init") for q in a.qualified(call.func))
+        return a.is_call(call, *SUMMARY_WRITERS) or any(
+            q.startswith(TRACKER_PREFIXES) and q.endswith(".init")
+            for q in a.qualified(call.func)
+        )
 
     def _creates_tracker(self, ctx: Context, call: cst.Call) -> bool:
         """writer = SummaryWriter(...) / run = wandb.init(...): None on other ranks."""
@@ -389,8 +609,18 @@ class Rank0Transform(Transform):
             return False
         par = a.parent.get(call)
         if isinstance(par, (cst.Assign, cst.AnnAssign)):
-            ctx.edits.replace(call, lambda n: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=cst.Name("None")))
-            ctx.finding(call, "DDP060", f"{dotted(call.func)} created on global rank 0 only (None elsewhere)", True)
+            ctx.edits.replace(
+                call,
+                lambda n: cst.IfExp(
+                    test=ctx.expr("RANK == 0"), body=n, orelse=cst.Name("None")
+                ),
+            )
+            ctx.finding(
+                call,
+                "DDP060",
+                f"{dotted(call.func)} created on global rank 0 only (None elsewhere)",
+                True,
+            )
             return True
         return False
 
@@ -399,16 +629,27 @@ class Rank0Transform(Transform):
         stars = [x for x in call.args if x.star == "**"]
         if "disable" in kw:
             old = code(kw["disable"].value)
-            old = old if isinstance(kw["disable"].value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({old})"
+            old = (
+                old
+                if isinstance(
+                    kw["disable"].value,
+                    (cst.Name, cst.Attribute, cst.Call, cst.Subscript),
+                )
+                else f"({old})"
+            )
             ctx.edits.replace(kw["disable"].value, ctx.expr(f"{old} or RANK != 0"))
         elif stars:
             # **opts may hold disable= itself: a second keyword would be a TypeError
             last = stars[-1]
             opts = code(last.value)
-            merged = ctx.expr(f'{{**{opts}, "disable": {opts}.get("disable", False) or RANK != 0}}')
+            merged = ctx.expr(
+                f'{{**{opts}, "disable": {opts}.get("disable", False) or RANK != 0}}'
+            )
             ctx.edits.replace(last.value, merged)
         else:
-            ctx.edits.replace(call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0")))
+            ctx.edits.replace(
+                call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0"))
+            )
         ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)
 
     def _open_for_write(self, ctx: Context, guarded: set) -> None:
@@ -417,36 +658,87 @@ class Rank0Transform(Transform):
         file of a logging.FileHandler / basicConfig(filename=...)."""
         a = ctx.a
         for call in a.calls:
-            if not ctx.editable(call) or self._in_guarded(a, call, guarded) or self._rank0_already(a, call, ()):
+            if (
+                not ctx.editable(call)
+                or self._in_guarded(a, call, guarded)
+                or self._rank0_already(a, call, ())
+            ):
                 continue
             mode = ctx.effects.open_mode(call)
-            if mode is not None and WRITE_MODE.search(mode) and isinstance(call.func, cst.Attribute) and dotted(call.func) not in ("io.open", "codecs.open"):
+            if (
+                mode is not None
+                and WRITE_MODE.search(mode)
+                and isinstance(call.func, cst.Attribute)
+                and dotted(call.func) not in ("io.open", "codecs.open")
+            ):
                 self._path_open(ctx, call, guarded)
                 continue
-            if mode is not None and WRITE_MODE.search(mode) and call.args and call.args[0].keyword is None:
+            if (
+                mode is not None
+                and WRITE_MODE.search(mode)
+                and call.args
+                and call.args[0].keyword is None
+            ):
                 path, what = call.args[0].value, "file opened for writing"
             else:
                 path, what = ctx.effects.file_handler(call), f"{dotted(call.func)} file"
                 if path is None:
                     if ctx.effects.other_opener(call):
-                        ctx.finding(call, "DDP064", f"{dotted(call.func) or code(call.func)} opens a file for writing on every rank: "
-                                    "open it under `if RANK == 0:` (or give other ranks a path of their own)", False)
+                        ctx.finding(
+                            call,
+                            "DDP064",
+                            f"{dotted(call.func) or code(call.func)} opens a file for writing on every rank: "
+                            "open it under `if RANK == 0:` (or give other ranks a path of their own)",
+                            False,
+                        )
                     continue
             osname = ctx.name("os")
-            ctx.edits.replace(path, lambda n, osname=osname: cst.IfExp(test=ctx.expr("RANK == 0"), body=n, orelse=ctx.expr(f"{osname}.devnull")))
+            ctx.edits.replace(
+                path,
+                lambda n, osname=osname: cst.IfExp(
+                    test=ctx.expr("RANK == 0"),
+                    body=n,
+                    orelse=ctx.expr(f"{osname}.devnull"),
+                ),
+            )
             guarded.add(path)  # the path is read on rank 0 alone now
-            ctx.finding(call, "DDP060", f"{what} on global rank 0 only (os.devnull elsewhere)", True)
+            ctx.finding(
+                call,
+                "DDP060",
+                f"{what} on global rank 0 only (os.devnull elsewhere)",
+                True,
+            )
 
     def _path_open(self, ctx: Context, call: cst.Call, guarded: set) -> None:
         """(out / "log.txt").open("w"): a Path of the same type to os.devnull on other ranks."""
         path = call.func.value  # type: ignore[attr-defined]
-        if not all(isinstance(n, (cst.Name, cst.Attribute, cst.SimpleString, cst.BinaryOperation)) for n in ctx.a.findall(path, m.Name() | m.Call())) or ctx.a.findall(path, m.Call()):
-            ctx.finding(call, "DDP064", f"{code(call.func)} writes a file on every rank: open it under `if RANK == 0:` (or a path to os.devnull elsewhere)", False)
+        if not all(
+            isinstance(
+                n, (cst.Name, cst.Attribute, cst.SimpleString, cst.BinaryOperation)
+            )
+            for n in ctx.a.findall(path, m.Name() | m.Call())
+        ) or ctx.a.findall(path, m.Call()):
+            ctx.finding(
+                call,
+                "DDP064",
+                f"{code(call.func)} writes a file on every rank: open it under `if RANK == 0:` (or a path to os.devnull elsewhere)",
+                False,
+            )
             return
         osname = ctx.name("os")
-        ctx.edits.replace(path, lambda n, osname=osname: ctx.expr(f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"))
+        ctx.edits.replace(
+            path,
+            lambda n, osname=osname: ctx.expr(
+                f"({code(n)} if RANK == 0 else type({code(n)})({osname}.devnull))"
+            ),
+        )
         guarded.add(path)
-        ctx.finding(call, "DDP060", "file opened for writing on global rank 0 only (os.devnull elsewhere)", True)
+        ctx.finding(
+            call,
+            "DDP060",
+            "file opened for writing on global rank 0 only (os.devnull elsewhere)",
+            True,
+        )
 
     @staticmethod
     def _in_guarded(a, node, guarded) -> bool:
@@ -472,14 +764,23 @@ def _pathish(node: cst.BaseExpression) -> bool:
         value = node.evaluated_value
         return isinstance(value, str) and effect_kinds.pathish_literal(value)
     if isinstance(node, cst.FormattedString):  # its literal parts: f"ckpt/{epoch}.pt"
-        return effect_kinds.pathish_literal("".join(p.value if isinstance(p, cst.FormattedStringText) else "x" for p in node.parts))
+        return effect_kinds.pathish_literal(
+            "".join(
+                p.value if isinstance(p, cst.FormattedStringText) else "x"
+                for p in node.parts
+            )
+        )
     if isinstance(node, cst.ConcatenatedString):
         return _pathish(node.left) or _pathish(node.right)
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
         return True
     if isinstance(node, cst.Call):
-        name = dotted(node.func) or (node.func.attr.value if isinstance(node.func, cst.Attribute) else "")
-        return name.endswith(("path.join", "Path", "joinpath", "with_suffix", "with_name"))
+        name = dotted(node.func) or (
+            node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
+        )
+        return name.endswith(
+            ("path.join", "Path", "joinpath", "with_suffix", "with_name")
+        )
     name = dotted(node)
     return bool(name) and effect_kinds.pathish_name(name)
 
@@ -505,5 +806,11 @@ def _on(node: cst.CSTNode, base: str) -> bool:
         name = dotted(node)
         if name is not None and (name == base or name.startswith(base + ".")):
             return True
-        node = node.func if isinstance(node, cst.Call) else getattr(node, "value", None) if isinstance(node, (cst.Attribute, cst.Subscript)) else None
+        node = (
+            node.func
+            if isinstance(node, cst.Call)
+            else getattr(node, "value", None)
+            if isinstance(node, (cst.Attribute, cst.Subscript))
+            else None
+        )
     return False

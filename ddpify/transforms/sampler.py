@@ -15,13 +15,48 @@ from ddpify.transforms.subset import distribute_subset
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP020", "distributed-sampler", "DistributedSampler added to the training DataLoader", fix=True, check="data-sharding")
-declare("DDP021", "set-epoch", "sampler.set_epoch(epoch) added at the top of the epoch loop", fix=True, check="epoch-shuffle")
-declare("DDP022", "own-sampler", "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand", severity="blocking")
-declare("DDP024", "no-training-loader", "no training DataLoader found, and no batch source ddpify can follow: the training data would not be sharded", severity="blocking")
-declare("DDP025", "eval-loader-unsharded", "evaluation DataLoader left unsharded: every rank evaluates the full set")
-declare("DDP026", "batch-size-per-process", "batch_size is per process: the global batch is batch_size x WORLD_SIZE")
-declare("DDP027", "epoch-loop-not-found", "epoch loop not found: call sampler.set_epoch(epoch) by hand", severity="blocking")
+declare(
+    "DDP020",
+    "distributed-sampler",
+    "DistributedSampler added to the training DataLoader",
+    fix=True,
+    check="data-sharding",
+)
+declare(
+    "DDP021",
+    "set-epoch",
+    "sampler.set_epoch(epoch) added at the top of the epoch loop",
+    fix=True,
+    check="epoch-shuffle",
+)
+declare(
+    "DDP022",
+    "own-sampler",
+    "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand",
+    severity="blocking",
+)
+declare(
+    "DDP024",
+    "no-training-loader",
+    "no training DataLoader found, and no batch source ddpify can follow: the training data would not be sharded",
+    severity="blocking",
+)
+declare(
+    "DDP025",
+    "eval-loader-unsharded",
+    "evaluation DataLoader left unsharded: every rank evaluates the full set",
+)
+declare(
+    "DDP026",
+    "batch-size-per-process",
+    "batch_size is per process: the global batch is batch_size x WORLD_SIZE",
+)
+declare(
+    "DDP027",
+    "epoch-loop-not-found",
+    "epoch loop not found: call sampler.set_epoch(epoch) by hand",
+    severity="blocking",
+)
 
 
 class SamplerTransform(Transform):
@@ -32,17 +67,31 @@ class SamplerTransform(Transform):
         train = [ld for ld in a.loaders if ld.role == "train"]
         if a.steps and not train and not getattr(ctx, "batches_done", False):
             node = a.steps[0].backward
-            ctx.finding(node, "DDP024", "no training DataLoader found, and ddpify cannot follow where this step's batches come from "
-                        "(not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank "
-                        "its share; shard them by RANK/WORLD_SIZE by hand", False)
+            ctx.finding(
+                node,
+                "DDP024",
+                "no training DataLoader found, and ddpify cannot follow where this step's batches come from "
+                "(not random draws, slices or rows of pre-loaded tensors, a list of batches or the script's own batch iterator): it cannot give each rank "
+                "its share; shard them by RANK/WORLD_SIZE by hand",
+                False,
+            )
         ctx.sharded = []  # type: ignore[attr-defined]
         for ld in a.loaders:
             if not ctx.editable(ld.call):
                 if ld.role == "train":
-                    ctx.skipped_here(ld.call, "DistributedSampler not added: every rank trains on the full data set", blocking=True)
+                    ctx.skipped_here(
+                        ld.call,
+                        "DistributedSampler not added: every rank trains on the full data set",
+                        blocking=True,
+                    )
                 continue
             if ld.role == "eval" and not ctx.opts.shard_eval:
-                ctx.finding(ld.call, "DDP025", "evaluation DataLoader left unsharded: every rank evaluates the full set, so metrics stay exact", False)
+                ctx.finding(
+                    ld.call,
+                    "DDP025",
+                    "evaluation DataLoader left unsharded: every rank evaluates the full set, so metrics stay exact",
+                    False,
+                )
                 continue
             if self._shard(ctx, ld):
                 ctx.sharded.append(ld)  # type: ignore[attr-defined]
@@ -55,15 +104,33 @@ class SamplerTransform(Transform):
         call = ld.call
         pos, kw = call_args(call)
         if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
-            if "sampler" in kw and "batch_sampler" not in kw and distribute_weighted(ctx, ld, kw["sampler"].value):
+            if (
+                "sampler" in kw
+                and "batch_sampler" not in kw
+                and distribute_weighted(ctx, ld, kw["sampler"].value)
+            ):
                 return True
-            if "sampler" in kw and "batch_sampler" not in kw and distribute_replacement(ctx, ld, kw["sampler"].value):
+            if (
+                "sampler" in kw
+                and "batch_sampler" not in kw
+                and distribute_replacement(ctx, ld, kw["sampler"].value)
+            ):
                 ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): False}  # type: ignore[attr-defined]
                 return False  # no set_epoch: the draws go on from each rank's generator
-            if "sampler" in kw and "batch_sampler" not in kw and ld.role == "train" and distribute_subset(ctx, ld, kw["sampler"], a.loaders):
+            if (
+                "sampler" in kw
+                and "batch_sampler" not in kw
+                and ld.role == "train"
+                and distribute_subset(ctx, ld, kw["sampler"], a.loaders)
+            ):
                 ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): True}  # type: ignore[attr-defined]
                 return True
-            ctx.finding(call, "DDP022", "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)", False)
+            ctx.finding(
+                call,
+                "DDP022",
+                "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)",
+                False,
+            )
             return False
         star = [x for x in call.args if x.star == "**"]
         if ld.dataset is None and not star:
@@ -87,8 +154,15 @@ class SamplerTransform(Transform):
             ds_text = f'{code(star[0].value)}["dataset"]'
         elif dotted(ds_expr) is None:
             stmt = ld.stmt
-            if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module)):
-                ctx.finding(call, "DDP022", "dataset built inline where ddpify cannot name it: assign it to a variable first", False)
+            if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(
+                a.block(stmt), (cst.IndentedBlock, cst.Module)
+            ):
+                ctx.finding(
+                    call,
+                    "DDP022",
+                    "dataset built inline where ddpify cannot name it: assign it to a variable first",
+                    False,
+                )
                 return False
             name = _unique(a, "train_dataset" if ld.role == "train" else "eval_dataset")
             hoisted = ctx.stmt(f"{name} = {code(ds_expr)}\n")
@@ -101,9 +175,19 @@ class SamplerTransform(Transform):
         shuffle_text = code(shuffle)
         if ld.role == "eval":
             shuffle_text = "False"
-        sampler = f"{sampler_cls}({ds_text})" if shuffle_text == "True" else f"{sampler_cls}({ds_text}, shuffle={shuffle_text})"
-        sampler_arg = cst.Arg(keyword=cst.Name("sampler"), value=ctx.expr(sampler),
-                              equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        sampler = (
+            f"{sampler_cls}({ds_text})"
+            if shuffle_text == "True"
+            else f"{sampler_cls}({ds_text}, shuffle={shuffle_text})"
+        )
+        sampler_arg = cst.Arg(
+            keyword=cst.Name("sampler"),
+            value=ctx.expr(sampler),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""),
+            ),
+        )
         shuffle_node = kw["shuffle"] if "shuffle" in kw else drop_pos_shuffle
 
         def fn(node: cst.CSTNode, shuffle_node=shuffle_node, star=star) -> cst.CSTNode:
@@ -113,33 +197,59 @@ class SamplerTransform(Transform):
                 if orig is shuffle_node:
                     continue
                 if star and orig is star[0]:
-                    new = new.with_changes(value=ctx.expr(f'{{**{code(orig.value)}, "shuffle": False}}'))
+                    new = new.with_changes(
+                        value=ctx.expr(f'{{**{code(orig.value)}, "shuffle": False}}')
+                    )
                 out.append(new)
             # the sampler goes where `shuffle` was (its comma and layout too), else after the
             # last keyword, separated as the call's arguments are
             at = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
             if at is not None:
                 old = args[at]
-                out.insert(min(at, len(out)), sampler_arg.with_changes(comma=old.comma, whitespace_after_arg=old.whitespace_after_arg))
+                out.insert(
+                    min(at, len(out)),
+                    sampler_arg.with_changes(
+                        comma=old.comma, whitespace_after_arg=old.whitespace_after_arg
+                    ),
+                )
                 return node.with_changes(args=out)
             idx = len(out)
             while idx > 0 and out[idx - 1].star:
                 idx -= 1
             if idx == len(out):
-                return append_kwarg(node.with_changes(args=out), "sampler", sampler_arg.value)
-            sep = out[idx - 1].comma if idx and isinstance(out[idx - 1].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                return append_kwarg(
+                    node.with_changes(args=out), "sampler", sampler_arg.value
+                )
+            sep = (
+                out[idx - 1].comma
+                if idx and isinstance(out[idx - 1].comma, cst.Comma)
+                else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
             out.insert(idx, sampler_arg.with_changes(comma=sep))
             return node.with_changes(args=out)
 
         ctx.edits.replace(call, fn)
         # without set_epoch a shuffling sampler repeats its first order: see _epoch_severity
-        ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): shuffle_text != "False"}  # type: ignore[attr-defined]
+        ctx.shuffled = {
+            **getattr(ctx, "shuffled", {}),
+            id(ld.call): shuffle_text != "False",
+        }  # type: ignore[attr-defined]
         what = "training" if ld.role == "train" else "evaluation"
-        ctx.finding(call, "DDP020", f"DistributedSampler added to the {what} DataLoader (shuffle={shuffle_text})", True)
+        ctx.finding(
+            call,
+            "DDP020",
+            f"DistributedSampler added to the {what} DataLoader (shuffle={shuffle_text})",
+            True,
+        )
         if ld.role == "train":
             ctx.finding(call, "DDP026", batch_note(ctx, call), False)
         else:
-            ctx.finding(call, "DDP025", "evaluation is sharded (--shard-eval): the sampler pads with repeated samples, so all-reduce sums and counts for exact metrics", False)
+            ctx.finding(
+                call,
+                "DDP025",
+                "evaluation is sharded (--shard-eval): the sampler pads with repeated samples, so all-reduce sums and counts for exact metrics",
+                False,
+            )
         return True
 
     def _iterable(self, ctx: Context, ds: cst.BaseExpression) -> bool:
@@ -159,24 +269,55 @@ class SamplerTransform(Transform):
         done: set[tuple[int, str]] = getattr(ctx, "_epoch_loops_done", set())
         ctx._epoch_loops_done = done  # type: ignore[attr-defined]
         # a loader rebuilt inside the epoch loop: set the epoch right after building it
-        home = a.statement(ld.home)  # where the loader is bound (a subclass: where it is built)
+        home = a.statement(
+            ld.home
+        )  # where the loader is bound (a subclass: where it is built)
         outer = a.enclosing_loop(home)
         if ld.scope is not None and outer is not None:
-            ctx.finding(ld.call, "DDP027", "this loader is built inside a call, anew for each pass in a loop, so no statement can reach "
-                        "its sampler before the pass: build it before the call (`loader = DataLoader(...)`) and call "
-                        "loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
+            ctx.finding(
+                ld.call,
+                "DDP027",
+                "this loader is built inside a call, anew for each pass in a loop, so no statement can reach "
+                "its sampler before the pass: build it before the call (`loader = DataLoader(...)`) and call "
+                "loader.sampler.set_epoch(epoch) at the top of each epoch",
+                False,
+                _epoch_severity(ctx, ld),
+            )
             return
-        if isinstance(outer, cst.For) and ld.target and isinstance(outer.target, cst.Name):
-            ctx.edits.after[home].append(ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n"))
-            ctx.finding(ld.call, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+        if (
+            isinstance(outer, cst.For)
+            and ld.target
+            and isinstance(outer.target, cst.Name)
+        ):
+            ctx.edits.after[home].append(
+                ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n")
+            )
+            ctx.finding(
+                ld.call,
+                "DDP021",
+                "sampler.set_epoch(epoch) added so each epoch reshuffles differently",
+                True,
+            )
             return
-        returned = a.returned_as(ld.home)  # `return DataLoader(...), ...`: the caller's names
+        returned = a.returned_as(
+            ld.home
+        )  # `return DataLoader(...), ...`: the caller's names
         if not ld.target and not returned:
-            ctx.finding(ld.call, "DDP027", "this loader has no name (it is built where it is used), so no statement can reach its sampler before a pass: "
-                        "bind it first (`loader = DataLoader(...)`) and call loader.sampler.set_epoch(epoch) at the top of each epoch", False, _epoch_severity(ctx, ld))
+            ctx.finding(
+                ld.call,
+                "DDP027",
+                "this loader has no name (it is built where it is used), so no statement can reach its sampler before a pass: "
+                "bind it first (`loader = DataLoader(...)`) and call loader.sampler.set_epoch(epoch) at the top of each epoch",
+                False,
+                _epoch_severity(ctx, ld),
+            )
             return
         before = len(done)
-        sites = [] if returned else a.loader_iteration_sites(ld.target, ld.scope or a.function_of(home))
+        sites = (
+            []
+            if returned
+            else a.loader_iteration_sites(ld.target, ld.scope or a.function_of(home))
+        )
         for name, caller in returned:
             sites += a.loader_iteration_sites(name, caller)
         if not sites:
@@ -186,14 +327,25 @@ class SamplerTransform(Transform):
         if not sites:
             # loaders = get_loaders(); ... self.train_loader = loaders[0]: the tuple's element
             par = a.parent.get(ld.home)
-            values = [ld.home] + ([par.targets[0].target] if isinstance(par, cst.Assign) and isinstance(par.targets[0].target, cst.Name) else [])
+            values = [ld.home] + (
+                [par.targets[0].target]
+                if isinstance(par, cst.Assign)
+                and isinstance(par.targets[0].target, cst.Name)
+                else []
+            )
             for value in values:
                 for name, caller, idx in a.returned_whole(value):
                     sites += a.loader_iteration_sites(name, caller, element=idx)
         self._epoch_sites(ctx, sites, done, _epoch_severity(ctx, ld))
         if len(done) == before and not sites and not self._each_pass(ctx, ld):
             what = ld.target or "loader"
-            ctx.finding(ld.call, "DDP027", f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, _epoch_severity(ctx, ld))
+            ctx.finding(
+                ld.call,
+                "DDP027",
+                f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                False,
+                _epoch_severity(ctx, ld),
+            )
 
     def _each_pass(self, ctx: Context, ld: Loader) -> bool:
         """Where the loader cannot be followed to the loops that read it (`loaders["train"]` from a
@@ -210,8 +362,13 @@ class SamplerTransform(Transform):
             done.add(id(loop))
             ctx.helpers.add("next_epoch")
             ctx.edits.before[loop].append(ctx.stmt(f"next_epoch({code(expr)})\n"))
-            ctx.finding(loop, "DDP021", f"next_epoch({code(expr)}) added before each pass over the training data: a distributed "
-                        "sampler's epoch goes up by one there, so each epoch reshuffles differently", True)
+            ctx.finding(
+                loop,
+                "DDP021",
+                f"next_epoch({code(expr)}) added before each pass over the training data: a distributed "
+                "sampler's epoch goes up by one there, so each epoch reshuffles differently",
+                True,
+            )
             added = True
         return added
 
@@ -238,15 +395,23 @@ class SamplerTransform(Transform):
         return out
 
     @staticmethod
-    def _epoch_stmt(ctx: Context, where: cst.CSTNode, used: str, counter: str) -> cst.BaseStatement:
+    def _epoch_stmt(
+        ctx: Context, where: cst.CSTNode, used: str, counter: str
+    ) -> cst.BaseStatement:
         """`used.sampler.set_epoch(counter)`; in a helper handed its loader by its callers (a
         shared cycle(loader) or run_epoch(loader)), only where the sampler has set_epoch: another
         caller may hand it a loader without a distributed sampler."""
         fn = ctx.a.function_of(where)
         head = used.split(".")[0]
-        if fn is not None and head != "self" and head in {p.name.value for p in fn.params.params}:
-            return ctx.stmt("# another caller may hand in a loader without a distributed sampler\n"
-                            f'if hasattr({used}.sampler, "set_epoch"):\n    {used}.sampler.set_epoch({counter})\n')
+        if (
+            fn is not None
+            and head != "self"
+            and head in {p.name.value for p in fn.params.params}
+        ):
+            return ctx.stmt(
+                "# another caller may hand in a loader without a distributed sampler\n"
+                f'if hasattr({used}.sampler, "set_epoch"):\n    {used}.sampler.set_epoch({counter})\n'
+            )
         return ctx.stmt(f"{used}.sampler.set_epoch({counter})\n")
 
     @staticmethod
@@ -257,22 +422,39 @@ class SamplerTransform(Transform):
             return a.returned_as(par.targets[0].target)
         return []
 
-    def _epoch_sites(self, ctx: Context, sites, done: set[tuple[int, str]], severity: str) -> None:
+    def _epoch_sites(
+        self, ctx: Context, sites, done: set[tuple[int, str]], severity: str
+    ) -> None:
         a = ctx.a
         for site, used in sites:
-            stmt = site if isinstance(site, cst.For) else a.statement(site)  # iter(loader), a comprehension
+            stmt = (
+                site if isinstance(site, cst.For) else a.statement(site)
+            )  # iter(loader), a comprehension
             loops = self._epoch_loops(ctx, site, used)
             if self._starts_an_epoch(a, stmt, loops):
                 # `it = iter(loader)` on rollover, or a pass over the loader inside a
                 # `while` loop: the epoch starts right there
                 if (id(stmt), used) not in done and not ctx.editable(stmt):
                     done.add((id(stmt), used))
-                    ctx.skipped_here(stmt, f"{used}.sampler.set_epoch(...) where this pass over the loader starts", severity == "blocking")
+                    ctx.skipped_here(
+                        stmt,
+                        f"{used}.sampler.set_epoch(...) where this pass over the loader starts",
+                        severity == "blocking",
+                    )
                 elif (id(stmt), used) not in done:
                     done.add((id(stmt), used))
-                    counter = self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
-                    ctx.edits.before[stmt].append(self._epoch_stmt(ctx, stmt, used, counter))
-                    ctx.finding(stmt, "DDP021", "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently", True)
+                    counter = (
+                        self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
+                    )
+                    ctx.edits.before[stmt].append(
+                        self._epoch_stmt(ctx, stmt, used, counter)
+                    )
+                    ctx.finding(
+                        stmt,
+                        "DDP021",
+                        "sampler.set_epoch(...) added where each pass over the loader starts, so each epoch reshuffles differently",
+                        True,
+                    )
                 continue
             for loop, expr in loops:
                 if loop is None:
@@ -281,19 +463,51 @@ class SamplerTransform(Transform):
                 if (id(loop), expr) in done:
                     continue
                 done.add((id(loop), expr))
-                if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and not ctx.editable_header(loop):
-                    ctx.skipped_here(loop, f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop", severity == "blocking")
+                if (
+                    isinstance(loop, cst.For)
+                    and isinstance(loop.target, cst.Name)
+                    and not ctx.editable_header(loop)
+                ):
+                    ctx.skipped_here(
+                        loop,
+                        f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop",
+                        severity == "blocking",
+                    )
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
-                    ctx.edits.prepend[loop].append(self._epoch_stmt(ctx, loop, expr, loop.target.value))
-                    ctx.finding(loop, "DDP021", "sampler.set_epoch(epoch) added so each epoch reshuffles differently", True)
+                    ctx.edits.prepend[loop].append(
+                        self._epoch_stmt(ctx, loop, expr, loop.target.value)
+                    )
+                    ctx.finding(
+                        loop,
+                        "DDP021",
+                        "sampler.set_epoch(epoch) added so each epoch reshuffles differently",
+                        True,
+                    )
                 elif isinstance(loop, cst.While) and ctx.editable_header(loop):
                     # `while epoch < EPOCHS:` counting by hand: its counter, else the sampler's own count
                     counter = self._epoch_counter(a, loop)
-                    counter = counter if counter and self._counts_in(a, loop, counter) else f"{expr}.sampler.epoch + 1"
-                    ctx.edits.prepend[loop].append(self._epoch_stmt(ctx, loop, expr, counter))
-                    ctx.finding(loop, "DDP021", f"sampler.set_epoch({counter}) added at the top of this epoch loop so each epoch reshuffles differently", True)
+                    counter = (
+                        counter
+                        if counter and self._counts_in(a, loop, counter)
+                        else f"{expr}.sampler.epoch + 1"
+                    )
+                    ctx.edits.prepend[loop].append(
+                        self._epoch_stmt(ctx, loop, expr, counter)
+                    )
+                    ctx.finding(
+                        loop,
+                        "DDP021",
+                        f"sampler.set_epoch({counter}) added at the top of this epoch loop so each epoch reshuffles differently",
+                        True,
+                    )
                 else:
-                    ctx.finding(loop, "DDP027", f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand", False, severity)
+                    ctx.finding(
+                        loop,
+                        "DDP027",
+                        f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                        False,
+                        severity,
+                    )
 
     @staticmethod
     def _starts_an_epoch(a, stmt: cst.CSTNode, loops) -> bool:
@@ -311,8 +525,12 @@ class SamplerTransform(Transform):
     @staticmethod
     def _counts_in(a, loop: cst.CSTNode, name: str) -> bool:
         """name goes up by a step inside loop (`epoch += 1`)."""
-        return any(isinstance(x.target, cst.Name) and x.target.value == name and isinstance(x.operator, cst.AddAssign)
-                   for x in a.findall(loop, m.AugAssign()))
+        return any(
+            isinstance(x.target, cst.Name)
+            and x.target.value == name
+            and isinstance(x.operator, cst.AddAssign)
+            for x in a.findall(loop, m.AugAssign())
+        )
 
     @staticmethod
     def _epoch_counter(a, stmt: cst.CSTNode) -> str | None:
@@ -323,22 +541,39 @@ class SamplerTransform(Transform):
         if isinstance(stmt, cst.While):
             tested = {n.value for n in a.findall(stmt.test, m.Name())}
             for aug in a.findall(stmt.body, m.AugAssign()):
-                if isinstance(aug.target, cst.Name) and aug.target.value in tested and isinstance(aug.operator, cst.AddAssign) \
-                        and a.enclosing_loop(aug) is stmt:
+                if (
+                    isinstance(aug.target, cst.Name)
+                    and aug.target.value in tested
+                    and isinstance(aug.operator, cst.AddAssign)
+                    and a.enclosing_loop(aug) is stmt
+                ):
                     return aug.target.value
             return None
         # the statements that start a pass over the same iterator: this one, and the restarts
         # that bind the same name again (`batches = iter(loader)` before the loop and in it)
         starts = [stmt]
-        target = stmt.body[0].targets[0].target if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign) else None
+        target = (
+            stmt.body[0].targets[0].target
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.Assign)
+            else None
+        )
         if target is not None and dotted(target):
             for asg in a.assigns:
-                if isinstance(asg, cst.Assign) and a.function_of(asg) is a.function_of(stmt) and any(dotted(t.target) == dotted(target) for t in asg.targets):
+                if (
+                    isinstance(asg, cst.Assign)
+                    and a.function_of(asg) is a.function_of(stmt)
+                    and any(dotted(t.target) == dotted(target) for t in asg.targets)
+                ):
                     starts.append(a.statement(asg))
         for start in starts:
             for sib in getattr(a.block(start), "body", ()):
-                for aug in (sib.body if isinstance(sib, cst.SimpleStatementLine) else ()):
-                    if isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name) and isinstance(aug.operator, cst.AddAssign):
+                for aug in sib.body if isinstance(sib, cst.SimpleStatementLine) else ():
+                    if (
+                        isinstance(aug, cst.AugAssign)
+                        and isinstance(aug.target, cst.Name)
+                        and isinstance(aug.operator, cst.AddAssign)
+                    ):
                         return aug.target.value
         return None
 
@@ -369,7 +604,13 @@ class SamplerTransform(Transform):
                 for call2 in a.callers(cfn):
                     l2 = a.enclosing_loop(call2)
                     if l2 is not None:
-                        e2 = self._arg_for(a, call2, cfn, [p.name.value for p in cfn.params.params], expr)
+                        e2 = self._arg_for(
+                            a,
+                            call2,
+                            cfn,
+                            [p.name.value for p in cfn.params.params],
+                            expr,
+                        )
                         if e2:
                             out.append((l2, e2))
                 continue
@@ -379,26 +620,45 @@ class SamplerTransform(Transform):
         return out
 
     @staticmethod
-    def _arg_for(a, call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str) -> str | None:
+    def _arg_for(
+        a, call: cst.Call, fn: cst.FunctionDef, params: list[str], used: str
+    ) -> str | None:
         if used.startswith("self.") and isinstance(call.func, cst.Attribute):
             # trainer.train_epoch() iterates self.loader: at the call site that is trainer.loader
             receiver = code(call.func.value)
-            return used if receiver == "self" else (f"{receiver}.{used[5:]}" if dotted(call.func.value) else None)
+            return (
+                used
+                if receiver == "self"
+                else (f"{receiver}.{used[5:]}" if dotted(call.func.value) else None)
+            )
         if used not in params:
             return used  # a global: same name at the call site
         arg = a.argument_for(call, fn, used)
-        return code(arg) if arg is not None and dotted(arg) is not None else None  # a name the loop can reach
+        return (
+            code(arg) if arg is not None and dotted(arg) is not None else None
+        )  # a name the loop can reach
 
 
 def _iterated(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """What a loop iterates, through enumerate/tqdm/zip-like wrappers: a name, an attribute or a
     literal subscript (`loaders["train"]`); None for a call built in place or a range."""
-    while isinstance(node, cst.Call) and node.args and (dotted(node.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "trange", "progress", "track"):
+    while (
+        isinstance(node, cst.Call)
+        and node.args
+        and (dotted(node.func) or "").rsplit(".", 1)[-1]
+        in ("enumerate", "tqdm", "iter", "trange", "progress", "track")
+    ):
         node = node.args[0].value
     if isinstance(node, (cst.Name, cst.Attribute)):
         return node
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and isinstance(
-            node.slice[0].slice.value, (cst.SimpleString, cst.Integer, cst.Name)):
+    if (
+        isinstance(node, cst.Subscript)
+        and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index)
+        and isinstance(
+            node.slice[0].slice.value, (cst.SimpleString, cst.Integer, cst.Name)
+        )
+    ):
         return node
     return None
 

@@ -15,8 +15,21 @@ from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP070", "state-dict-unwrapped", "state dict read from the plain module in a function handed the wrapper (no 'module.' prefix)", fix=True, check="saved")
-declare("DDP033", "plain-module-access", "model attribute reached through .module (the unwrapped model)", fix=True, check="ranks")
+declare(
+    "DDP070",
+    "state-dict-unwrapped",
+    "state dict read from the plain module in a function handed the wrapper (no 'module.' prefix)",
+    fix=True,
+    check="saved",
+)
+declare(
+    "DDP033",
+    "plain-module-access",
+    "model attribute reached through .module (the unwrapped model)",
+    fix=True,
+    check="ranks",
+)
+
 
 class UnwrapTransform(Transform):
     name = "unwrap"
@@ -32,11 +45,28 @@ class UnwrapTransform(Transform):
                         continue
                     ctx.edits.replace(use, lambda n, e=plain: ctx.expr(e))
                     par = a.parent.get(use)
-                    what = f"{param}.{par.attr.value}" if isinstance(par, cst.Attribute) and par.value is use else code(a.statement(use)).strip().splitlines()[0][:60]
-                    if isinstance(par, cst.Attribute) and par.attr.value in ("state_dict", "load_state_dict"):
-                        ctx.finding(use, "DDP070", f"{plain}.{par.attr.value}: {fn.name.value}() holds the DDP wrapper in `{param}`; the state dict of the plain model, without the 'module.' prefix", True)
+                    what = (
+                        f"{param}.{par.attr.value}"
+                        if isinstance(par, cst.Attribute) and par.value is use
+                        else code(a.statement(use)).strip().splitlines()[0][:60]
+                    )
+                    if isinstance(par, cst.Attribute) and par.attr.value in (
+                        "state_dict",
+                        "load_state_dict",
+                    ):
+                        ctx.finding(
+                            use,
+                            "DDP070",
+                            f"{plain}.{par.attr.value}: {fn.name.value}() holds the DDP wrapper in `{param}`; the state dict of the plain model, without the 'module.' prefix",
+                            True,
+                        )
                     else:
-                        ctx.finding(use, "DDP033", f"{fn.name.value}() holds the DDP wrapper in `{param}` (it runs its training forward); `{what}` needs the plain model: {plain}", True)
+                        ctx.finding(
+                            use,
+                            "DDP033",
+                            f"{fn.name.value}() holds the DDP wrapper in `{param}` (it runs its training forward); `{what}` needs the plain model: {plain}",
+                            True,
+                        )
 
     @staticmethod
     def _plain(ctx: Context, r, fn: cst.FunctionDef, param: str, adapter: bool) -> str:
@@ -44,7 +74,9 @@ class UnwrapTransform(Transform):
         path = "module.model" if adapter else "module"
         handed = {id(c) for c, _, _ in r.handed}
         inner = {id(f) for f, _ in r.holders}
-        mixed = a.region_of(fn) != 0  # a module other entry points may import, with a plain model
+        mixed = (
+            a.region_of(fn) != 0
+        )  # a module other entry points may import, with a plain model
         for c in a.callers(fn):
             arg = a.argument_for(c, fn, param)
             if arg is None:

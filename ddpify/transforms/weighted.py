@@ -12,9 +12,18 @@ from ddpify.transforms.batch_scale import batch_note
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare("DDP018", "weighted-sampler", "WeightedRandomSampler replaced by DistributedWeightedSampler (per-rank weighted draws, set_epoch)", fix=True, check="data-sharding")
+declare(
+    "DDP018",
+    "weighted-sampler",
+    "WeightedRandomSampler replaced by DistributedWeightedSampler (per-rank weighted draws, set_epoch)",
+    fix=True,
+    check="data-sharding",
+)
 
-WEIGHTED = ("torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler")
+WEIGHTED = (
+    "torch.utils.data.WeightedRandomSampler",
+    "torch.utils.data.sampler.WeightedRandomSampler",
+)
 
 
 def weighted_sampler_call(a, value: cst.BaseExpression, scope) -> cst.Call | None:
@@ -34,9 +43,16 @@ def distribute_weighted(ctx, ld, sampler: cst.BaseExpression) -> bool:
     call = weighted_sampler_call(a, sampler, a.function_of(ld.stmt))
     if call is None or not ctx.editable(call):
         return False
-    ctx.edits.replace(call, lambda n: n.with_changes(func=cst.Name("DistributedWeightedSampler")))
+    ctx.edits.replace(
+        call, lambda n: n.with_changes(func=cst.Name("DistributedWeightedSampler"))
+    )
     ctx.helpers.add("weighted_sampler")
     ctx.require("torch")
-    ctx.finding(call, "DDP018", f"{code(call.func)} replaced by DistributedWeightedSampler: each rank draws num_samples // WORLD_SIZE by weight from its own share of the indices, reshuffled every epoch", True)
+    ctx.finding(
+        call,
+        "DDP018",
+        f"{code(call.func)} replaced by DistributedWeightedSampler: each rank draws num_samples // WORLD_SIZE by weight from its own share of the indices, reshuffled every epoch",
+        True,
+    )
     ctx.finding(ld.call, "DDP026", batch_note(ctx, ld.call), False)
     return True

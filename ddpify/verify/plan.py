@@ -25,10 +25,16 @@ class Plan:
     backend: str  # nccl or gloo
     hide_gpus: bool  # the ranks see no GPU (the CPU path)
     gpus: int  # GPUs visible here
-    shared: int = 0  # with --share-gpus: the GPUs the ranks share; 0: a GPU (or the CPU) each
+    shared: int = (
+        0  # with --share-gpus: the GPUs the ranks share; 0: a GPU (or the CPU) each
+    )
 
     def describe(self, nnodes: int) -> str:
-        layout = f"{nnodes} nodes x {self.nproc} processes" if nnodes > 1 else f"{self.nproc} processes"
+        layout = (
+            f"{nnodes} nodes x {self.nproc} processes"
+            if nnodes > 1
+            else f"{self.nproc} processes"
+        )
         if self.shared:
             gpus = "1 GPU" if self.shared == 1 else f"{self.shared} GPUs"
             return f"{layout} sharing {gpus} (--share-gpus, the default with fewer GPUs than processes), gloo"
@@ -46,7 +52,9 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
-def plan_processes(nproc: int | None, backend: str, nnodes: int = 1, share: bool | None = None) -> Plan:
+def plan_processes(
+    nproc: int | None, backend: str, nnodes: int = 1, share: bool | None = None
+) -> Plan:
     """share: True/False from --share-gpus/--no-share-gpus, None: on when there are fewer GPUs than processes."""
     gpus = visible_gpus()
     if backend == "gloo":

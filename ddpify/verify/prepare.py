@@ -39,13 +39,19 @@ class Prepared:
     status: str  # the conversion's status, or --no-convert
     exec_path: str  # the file the candidate runs
     main_file: str  # its __file__ (the user's file for a single copy: the script's own folder stays first on sys.path)
-    copies: dict[str, tuple[str, str]] = field(default_factory=dict)  # converted copy -> (user's file, original text)
-    roots: dict[str, str] = field(default_factory=dict)  # project mode: the mirrored tree -> the user's project
+    copies: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # converted copy -> (user's file, original text)
+    roots: dict[str, str] = field(
+        default_factory=dict
+    )  # project mode: the mirrored tree -> the user's project
     user_root: str = ""  # the project's root (project mode) or the script's folder
     converted: bool = False
 
 
-def convert_single(script: Path, source: str, options, converter: Callable | None) -> tuple[str | None, str]:
+def convert_single(
+    script: Path, source: str, options, converter: Callable | None
+) -> tuple[str | None, str]:
     """(converted source or None to run the file as it is, conversion status)."""
     if converter is None:
         from ddpify import convert_source as converter
@@ -66,10 +72,14 @@ def convert_single(script: Path, source: str, options, converter: Callable | Non
             f"(at {os.path.basename(where.filename)}:{where.lineno}; please report it)"
         ) from None
     if result.status == "not-training":
-        raise CannotRun(f"{script}: not a training script (no optimizer step found): nothing to verify")
+        raise CannotRun(
+            f"{script}: not a training script (no optimizer step found): nothing to verify"
+        )
     if result.status == "refused":
         why = "; ".join(f.format(str(script)) for f in result.blocking)
-        raise CannotRun(f"ddpify refused to convert {script} (blocking findings: fix them by hand or suppress one with `# ddpify: ignore[CODE]` on its line): {why}")
+        raise CannotRun(
+            f"ddpify refused to convert {script} (blocking findings: fix them by hand or suppress one with `# ddpify: ignore[CODE]` on its line): {why}"
+        )
     if result.status == "already-distributed" or not result.changed:
         return None, result.status
     try:
@@ -77,7 +87,9 @@ def convert_single(script: Path, source: str, options, converter: Callable | Non
     except SyntaxError as exc:
         lines = result.source.splitlines()
         # Not exc.text: Python reads that line from the original file, which has the same name.
-        code = (lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else "").strip()
+        code = (
+            lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else ""
+        ).strip()
         raise CannotRun(
             f"converter failure: the converted script does not compile ({exc.msg}, line {exc.lineno}"
             + (f": `{code}`" if code else "")
@@ -86,12 +98,16 @@ def convert_single(script: Path, source: str, options, converter: Callable | Non
     return result.source, result.status
 
 
-def prepare(script: Path, options, run_dir: Path, convert: bool, converter: Callable | None) -> Prepared:
+def prepare(
+    script: Path, options, run_dir: Path, convert: bool, converter: Callable | None
+) -> Prepared:
     """Convert the script (or project) into run_dir; what the candidate then runs."""
     here = str(script.parent)
     if not convert:
         return Prepared("--no-convert", str(script), str(script), user_root=here)
-    project = _project(script, options, run_dir / "project") if converter is None else None
+    project = (
+        _project(script, options, run_dir / "project") if converter is None else None
+    )
     if project is not None:
         return project
     source = script.read_text()
@@ -100,7 +116,14 @@ def prepare(script: Path, options, run_dir: Path, convert: bool, converter: Call
         return Prepared(status, str(script), str(script), user_root=here)
     exec_path = str(run_dir / f"{script.stem}.ddp.py")
     Path(exec_path).write_text(converted)
-    return Prepared(status, exec_path, str(script), copies={exec_path: (str(script), source)}, user_root=here, converted=True)
+    return Prepared(
+        status,
+        exec_path,
+        str(script),
+        copies={exec_path: (str(script), source)},
+        user_root=here,
+        converted=True,
+    )
 
 
 def _project(script: Path, options, into: Path) -> Prepared | None:
@@ -112,10 +135,19 @@ def _project(script: Path, options, into: Path) -> Prepared | None:
         return None
     result = convert_project(str(script), options)
     if result.status == "not-training":
-        raise CannotRun(f"{script}: not a training script (no optimizer step found in it or its local modules): nothing to verify")
+        raise CannotRun(
+            f"{script}: not a training script (no optimizer step found in it or its local modules): nothing to verify"
+        )
     if result.blocking:
-        why = "; ".join(f.format(os.path.relpath(r.path, result.root)) for r in result.files for f in r.findings if f.blocking)
-        raise CannotRun(f"ddpify refused to convert the project of {script} (blocking findings): {why}")
+        why = "; ".join(
+            f.format(os.path.relpath(r.path, result.root))
+            for r in result.files
+            for f in r.findings
+            if f.blocking
+        )
+        raise CannotRun(
+            f"ddpify refused to convert the project of {script} (blocking findings): {why}"
+        )
     if not any(r.changed for r in result.files):
         return Prepared(result.status, str(script), str(script), user_root=result.root)
     mirror(result.root, str(into))
@@ -129,11 +161,25 @@ def _project(script: Path, options, into: Path) -> Prepared | None:
         if r.changed:
             copies[str(target)] = (r.path, r.source)
     entry = str(into / os.path.relpath(result.entry, result.root))
-    return Prepared(result.status, entry, entry, copies, {str(into): result.root}, result.root, converted=True)
+    return Prepared(
+        result.status,
+        entry,
+        entry,
+        copies,
+        {str(into): result.root},
+        result.root,
+        converted=True,
+    )
 
 
 # Folders never mirrored: version control, caches, virtual environments and installed packages.
-_SKIPPED = {"__pycache__", "node_modules", "site-packages", "dist-packages", "__pypackages__"}
+_SKIPPED = {
+    "__pycache__",
+    "node_modules",
+    "site-packages",
+    "dist-packages",
+    "__pypackages__",
+}
 _PEEK = 2000  # entries looked at to tell whether a folder holds Python code
 
 
@@ -146,7 +192,11 @@ def _holds_python(folder: str) -> bool:
                     seen += 1
                     if e.name.endswith(".py"):
                         return True
-                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in _SKIPPED:
+                    if (
+                        e.is_dir(follow_symlinks=False)
+                        and not e.name.startswith(".")
+                        and e.name not in _SKIPPED
+                    ):
                         todo.append(e.path)
                     if seen >= _PEEK:
                         break
@@ -169,7 +219,12 @@ def mirror(src: str, dst: str) -> None:
             continue
         if e.is_dir(follow_symlinks=False):
             real = os.path.realpath(e.path)
-            if e.name.startswith(".") or e.name in _SKIPPED or real == stop or stop.startswith(real + os.sep):
+            if (
+                e.name.startswith(".")
+                or e.name in _SKIPPED
+                or real == stop
+                or stop.startswith(real + os.sep)
+            ):
                 continue
             if os.path.exists(os.path.join(e.path, "pyvenv.cfg")):
                 continue

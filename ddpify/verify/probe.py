@@ -37,7 +37,11 @@ else:  # started by path: load the parts from this folder, then take the folder 
         import probe_state as S  # type: ignore[no-redef]
     finally:
         sys.path.remove(_HERE)
-    for _part in ("probe_hooks", "probe_state", "probe_values"):  # free the short names for the script's modules
+    for _part in (
+        "probe_hooks",
+        "probe_state",
+        "probe_values",
+    ):  # free the short names for the script's modules
         sys.modules["_ddpify_" + _part] = sys.modules.pop(_part)
 
 
@@ -62,7 +66,13 @@ def _user_traceback(exc: BaseException) -> str:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        t.stack = traceback.StackSummary.from_list([f for f in t.stack if not os.path.abspath(f.filename).startswith(S.PROBE_DIR)])
+        t.stack = traceback.StackSummary.from_list(
+            [
+                f
+                for f in t.stack
+                if not os.path.abspath(f.filename).startswith(S.PROBE_DIR)
+            ]
+        )
         todo.extend(x for x in (t.__cause__, t.__context__) if x is not None)
     return "".join(te.format())
 
@@ -73,7 +83,10 @@ def _wait_for_all_ranks(probe: S.Probe) -> None:
     S.real_open(probe.prefix + ".done", "w").close()
     deadline = time.time() + 600
     while time.time() < deadline:
-        if all(os.path.exists(os.path.join(S.RUN_DIR, f"rank{r}.done")) for r in range(probe.world_size)):
+        if all(
+            os.path.exists(os.path.join(S.RUN_DIR, f"rank{r}.done"))
+            for r in range(probe.world_size)
+        ):
             return
         time.sleep(0.02)
 
@@ -99,7 +112,7 @@ def use_converted_copies(original: str, copy: str) -> list[str]:
         except OSError:
             return None
         if real == original or real.startswith(original + os.sep):
-            target = copy + real[len(original):]
+            target = copy + real[len(original) :]
             # the copy holds the project's code, not a virtual environment or site-packages inside it
             return target if os.path.exists(target) else None
         return None
@@ -112,7 +125,9 @@ def use_converted_copies(original: str, copy: str) -> list[str]:
             done.append(f"sys.path: {entry} -> {target}")
     # setuptools' editable installs: a finder module whose MAPPING names each package's folder.
     for name, mod in list(sys.modules.items()):
-        mapping = getattr(mod, "MAPPING", None) if name.startswith("__editable__") else None
+        mapping = (
+            getattr(mod, "MAPPING", None) if name.startswith("__editable__") else None
+        )
         if isinstance(mapping, dict):
             for pkg, path in list(mapping.items()):
                 target = moved(path) if isinstance(path, str) else None
@@ -128,14 +143,20 @@ def use_converted_copies(original: str, copy: str) -> list[str]:
 
 def main(argv: list[str]) -> None:
     if not argv or not S.RUN_DIR:
-        sys.stderr.write("usage: DDPIFY_VERIFY_DIR=... python probe.py SCRIPT [ARGS...]\n")
+        sys.stderr.write(
+            "usage: DDPIFY_VERIFY_DIR=... python probe.py SCRIPT [ARGS...]\n"
+        )
         raise SystemExit(2)
     exec_path = argv[0]
     main_file = S.MAIN_FILE or exec_path
     _set_parent_death_signal()
     rank = S.env_int("RANK", 0)
     # The script's output goes to one file per rank, stdout and stderr interleaved as written.
-    out_fd = os.open(os.path.join(S.RUN_DIR, f"rank{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out_fd = os.open(
+        os.path.join(S.RUN_DIR, f"rank{rank}.out"),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o644,
+    )
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     stack_file = S.real_open(os.path.join(S.RUN_DIR, f"rank{rank}.stack"), "w")
@@ -151,7 +172,9 @@ def main(argv: list[str]) -> None:
     # As `python SCRIPT` would: the script's folder first on the path (not the probe's), also while torch imports.
     sys.path[0] = os.path.dirname(os.path.abspath(main_file))
     original = os.environ.get("DDPIFY_VERIFY_ORIGINAL_ROOT")
-    redirected = use_converted_copies(original, S.USER_ROOT) if original and S.USER_ROOT else []
+    redirected = (
+        use_converted_copies(original, S.USER_ROOT) if original and S.USER_ROOT else []
+    )
     probe = S.Probe(exec_path, main_file)
     if redirected:
         probe.record["redirected"] = redirected[:20]
@@ -163,7 +186,13 @@ def main(argv: list[str]) -> None:
     with S.real_open(exec_path, "rb") as f:
         source = f.read()
     module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=main_file, __builtins__=builtins, __spec__=None, __package__=None, __cached__=None)
+    module.__dict__.update(
+        __file__=main_file,
+        __builtins__=builtins,
+        __spec__=None,
+        __package__=None,
+        __cached__=None,
+    )
     sys.modules["__main__"] = module
     sys.argv = [main_file, *argv[1:]]
 
@@ -176,11 +205,15 @@ def main(argv: list[str]) -> None:
         _flush()
         os._exit(0)
     except SystemExit as exc:
-        code_ = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code_ = (
+            exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        )
         if code_ == 0:
             probe.finish("finished", 0)
             raise
-        probe.finish("exited", code_, error=f"SystemExit({exc.code!r})", tb=_user_traceback(exc))
+        probe.finish(
+            "exited", code_, error=f"SystemExit({exc.code!r})", tb=_user_traceback(exc)
+        )
         _flush()
         os._exit(code_)
     except BaseException as exc:

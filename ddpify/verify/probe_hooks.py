@@ -21,9 +21,25 @@ else:  # started by path in a rank: probe.py loads its parts by their file names
 
 
 # torch.distributed's collectives every rank must join (their entries are noted, see Probe.on_collective)
-COLLECTIVES = ("barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
-               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
-               "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "monitored_barrier")
+COLLECTIVES = (
+    "barrier",
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "monitored_barrier",
+)
 
 
 class OutputTee:
@@ -43,7 +59,9 @@ class OutputTee:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name):  # fileno, flush, isatty, buffer, encoding, ...: the real stream's
+    def __getattr__(
+        self, name
+    ):  # fileno, flush, isatty, buffer, encoding, ...: the real stream's
         return getattr(self._stream, name)
 
     def __setattr__(self, name, value):
@@ -64,7 +82,9 @@ def install(probe: S.Probe) -> None:
     safe = probe.safe
 
     def step_hook(optimizer, args, kwargs):
-        safe("optimizer step", probe.on_optimizer_step, optimizer)  # StopVerify passes through
+        safe(
+            "optimizer step", probe.on_optimizer_step, optimizer
+        )  # StopVerify passes through
 
     register_optimizer_step_post_hook(step_hook)
 
@@ -88,7 +108,10 @@ def install(probe: S.Probe) -> None:
 
     torch.autograd.backward = backward
 
-    for scaler_cls in {torch.amp.GradScaler, getattr(torch.cuda.amp, "GradScaler", torch.amp.GradScaler)}:
+    for scaler_cls in {
+        torch.amp.GradScaler,
+        getattr(torch.cuda.amp, "GradScaler", torch.amp.GradScaler),
+    }:
         orig_scale = scaler_cls.scale
 
         def scale(self, outputs, _orig=orig_scale):
@@ -108,7 +131,11 @@ def install(probe: S.Probe) -> None:
 
     def note_indices(it, idx):
         rec = it.__dict__.get("_ddpify_epoch")
-        if rec is not None and not rec["iterable"] and len(rec["indices"]) < S.MAX_INDICES_PER_EPOCH:
+        if (
+            rec is not None
+            and not rec["iterable"]
+            and len(rec["indices"]) < S.MAX_INDICES_PER_EPOCH
+        ):
             rec["indices"].extend(V.flat_indices(idx))
 
     def next_index(self):
@@ -146,13 +173,21 @@ def install(probe: S.Probe) -> None:
 
     def note_ddp(module, args, kwargs):
         devices = sorted({str(p.device) for p in module.parameters()})
-        probe.record["ddp"].append({"devices": devices, "device_ids": repr(kwargs.get("device_ids", args[0] if args else None))})
+        probe.record["ddp"].append(
+            {
+                "devices": devices,
+                "device_ids": repr(kwargs.get("device_ids", args[0] if args else None)),
+            }
+        )
         probe.ddp_modules.append(module)
         probe.milestone()
 
     def watch(ddp, module):
         # the first DDP model: its inputs and the local gradients of a few parameters
-        ddp.register_forward_pre_hook(lambda m, a, k: safe("ddp forward", probe.on_ddp_forward, m, a, k), with_kwargs=True)
+        ddp.register_forward_pre_hook(
+            lambda m, a, k: safe("ddp forward", probe.on_ddp_forward, m, a, k),
+            with_kwargs=True,
+        )
         for p in [p for p in module.parameters() if p.requires_grad][:4]:
             p.register_hook(lambda g: safe("local gradient", probe.on_local_grad, g))
 
@@ -161,7 +196,9 @@ def install(probe: S.Probe) -> None:
         safe("ddp", note_ddp, module, args, kwargs)
         safe("collective", probe.on_collective, "DistributedDataParallel()")
         orig_ddp_init(self, module, *args, **kwargs)
-        self.register_forward_pre_hook(lambda m, a: safe("collective", probe.on_collective, "the DDP forward"))
+        self.register_forward_pre_hook(
+            lambda m, a: safe("collective", probe.on_collective, "the DDP forward")
+        )
         if len(probe.ddp_modules) == 1:
             safe("ddp hooks", watch, self, module)
 
@@ -170,7 +207,11 @@ def install(probe: S.Probe) -> None:
     orig_init_pg = dist.init_process_group
 
     def note_init():
-        probe.record["init"] = {"backend": str(dist.get_backend()), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+        probe.record["init"] = {
+            "backend": str(dist.get_backend()),
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+        }
         probe.milestone()
 
     def init_process_group(*args, **kwargs):
@@ -214,8 +255,13 @@ def install(probe: S.Probe) -> None:
     def save(obj, f, *args, **kwargs):
         entry = safe("torch.save", probe.note_write, f, "torch.save")
         if entry is not None:
-            safe("saved state dicts", inspect, entry, obj)  # never break the script's save
-        was, probe.in_probe = probe.in_probe, True  # torch.save's own open() is the same write
+            safe(
+                "saved state dicts", inspect, entry, obj
+            )  # never break the script's save
+        was, probe.in_probe = (
+            probe.in_probe,
+            True,
+        )  # torch.save's own open() is the same write
         try:
             return orig_save(obj, f, *args, **kwargs)
         finally:

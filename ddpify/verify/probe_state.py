@@ -60,7 +60,9 @@ class Probe:
         self.world_size = env_int("WORLD_SIZE", 1)
         self.exec_path = os.path.abspath(exec_path)
         self.main_file = os.path.abspath(main_file)
-        self.user_dir = os.path.abspath(USER_ROOT) if USER_ROOT else os.path.dirname(self.main_file)
+        self.user_dir = (
+            os.path.abspath(USER_ROOT) if USER_ROOT else os.path.dirname(self.main_file)
+        )
         self.user_files = {self.exec_path, self.main_file}
         self.prefix = os.path.join(RUN_DIR, f"rank{self.rank}")
         self.record: dict = {
@@ -101,13 +103,17 @@ class Probe:
         self.in_probe = False  # our own writes are not the script's
         self.events = 0  # milestones (hooks installed, group initialised, DDP built): progress before step 1
         self.hb_time = 0.0
-        self.hb_fd = os.open(self.prefix + ".hb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.hb_fd = os.open(
+            self.prefix + ".hb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
+        )
         # every collective this rank entered (torch.distributed's, a DDP forward, a backward that
         # all-reduces): its count, what it was and the script's line, overwritten in place, so a
         # rank that hangs or dies mid-collective still tells where it was
         self.coll_n = 0
         self.last_eval: dict | None = None
-        self.coll_fd = os.open(self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.coll_fd = os.open(
+            self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
+        )
         self.heartbeat()
 
     # ---------------------------------------------------------------- bookkeeping
@@ -129,7 +135,9 @@ class Probe:
         if not force and now - self.hb_time < HEARTBEAT_S:
             return
         self.hb_time = now
-        line = f"{self.step} {self.backward} {self.batches} {self.events}".ljust(63) + "\n"
+        line = (
+            f"{self.step} {self.backward} {self.batches} {self.events}".ljust(63) + "\n"
+        )
         os.pwrite(self.hb_fd, line.encode(), 0)
 
     def milestone(self) -> None:
@@ -150,7 +158,10 @@ class Probe:
                 samples=self.samples if self.samples_known else None,
                 mode="step" if self.optimizers else "backward",
                 marks=self.marks,
-                epochs=[{k: v for k, v in e.items() if not k.startswith("_")} for e in self.epochs],
+                epochs=[
+                    {k: v for k, v in e.items() if not k.startswith("_")}
+                    for e in self.epochs
+                ],
                 input_prints=self.input_prints,
                 grad_prints=[self.grad_prints[k] for k in sorted(self.grad_prints)],
                 printed=list(self.printed.values()),
@@ -209,13 +220,26 @@ class Probe:
         except OSError:  # the script removed its own working directory
             cwd = "/nonexistent"
         # Under --nnodes each node's working directory lies in the run directory: its files are the script's.
-        if run_dir and full.startswith(run_dir + os.sep) and not full.startswith(cwd + os.sep):
+        if (
+            run_dir
+            and full.startswith(run_dir + os.sep)
+            and not full.startswith(cwd + os.sep)
+        ):
             return None
         direct, by_user, where, _ = self.callers(1)
         if where is None:
-            return None  # a library's own cache or log, not something the script asked for
-        why = V.outside_write(full, direct, by_user, (cwd, os.path.dirname(os.path.realpath(MAIN_FILE)) if MAIN_FILE else ""))
-        if why is not None:  # a compiler's cache, a tracker's media: not an output of the script
+            return (
+                None  # a library's own cache or log, not something the script asked for
+            )
+        why = V.outside_write(
+            full,
+            direct,
+            by_user,
+            (cwd, os.path.dirname(os.path.realpath(MAIN_FILE)) if MAIN_FILE else ""),
+        )
+        if (
+            why is not None
+        ):  # a compiler's cache, a tracker's media: not an output of the script
             other = self.record["outside_writes"]
             other["n"] += 1
             if len(other["sample"]) < 5:
@@ -225,7 +249,13 @@ class Probe:
             return None
         # The same file on every node's disk has the same path relative to that node's working directory.
         rel = os.path.relpath(full, cwd) if full.startswith(cwd + os.sep) else full
-        entry = {"path": full, "rel": rel, "kind": kind, "where": where, "new": not os.path.lexists(full)}
+        entry = {
+            "path": full,
+            "rel": rel,
+            "kind": kind,
+            "where": where,
+            "new": not os.path.lexists(full),
+        }
         self.record["writes"].append(entry)
         return entry
 
@@ -238,17 +268,37 @@ class Probe:
             return  # a library's message, a warning or a traceback: not the script's own output
         key = (where, stream)
         entry = self.printed.get(key)
-        lines = [s.strip()[:200] for s in text.splitlines() if s.strip()]  # "\r" too: a progress bar's states
+        lines = [
+            s.strip()[:200] for s in text.splitlines() if s.strip()
+        ]  # "\r" too: a progress bar's states
         if entry is None:
             if len(self.printed) >= MAX_PRINT_SITES:
                 return
-            entry = self.printed[key] = {"where": where, "stream": stream, "n": 0, "text": lines[0], "last": lines[0]}
+            entry = self.printed[key] = {
+                "where": where,
+                "stream": stream,
+                "n": 0,
+                "text": lines[0],
+                "last": lines[0],
+            }
         entry["n"] += 1
         entry["last"] = lines[-1]
         ev = self.last_eval
-        if ev is not None and ev.get("coll_end") == self.coll_n and any(c.isdigit() for c in text) and len(self.record["one_shard"]) < 8:
-            self.record["one_shard"].append({"where": where, "text": lines[-1][:160], "seq": ev["seq"], "drawn": ev.get("drawn"),
-                                             "dataset_len": ev.get("dataset_len")})
+        if (
+            ev is not None
+            and ev.get("coll_end") == self.coll_n
+            and any(c.isdigit() for c in text)
+            and len(self.record["one_shard"]) < 8
+        ):
+            self.record["one_shard"].append(
+                {
+                    "where": where,
+                    "text": lines[-1][:160],
+                    "seq": ev["seq"],
+                    "drawn": ev.get("drawn"),
+                    "dataset_len": ev.get("dataset_len"),
+                }
+            )
 
     def mark_step(self) -> None:
         import torch
@@ -277,7 +327,9 @@ class Probe:
     def should_stop_before_backward(self) -> bool:
         # --epochs: N whole epochs done, and whatever the script did after them up to this next backward.
         # A hand-stepped script: K backward passes and their updates are done; stop before the next.
-        return bool(EPOCHS and self.train_epochs_done >= EPOCHS) or (not self.optimizers and self.backward >= MAX_STEPS)
+        return bool(EPOCHS and self.train_epochs_done >= EPOCHS) or (
+            not self.optimizers and self.backward >= MAX_STEPS
+        )
 
     def on_backward(self, tensors) -> None:
         import torch
@@ -334,12 +386,19 @@ class Probe:
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch
 
-        if torch.is_grad_enabled() and module.training and len(self.input_prints) < MAX_STEP_PRINTS:
+        if (
+            torch.is_grad_enabled()
+            and module.training
+            and len(self.input_prints) < MAX_STEP_PRINTS
+        ):
             self.input_prints.append(V.fingerprint([*args, *kwargs.values()]))
 
     def on_local_grad(self, grad) -> None:
         # one entry per backward pass: the sums of the watched parameters' local gradients
-        if self.backward not in self.grad_prints and len(self.grad_prints) >= MAX_STEP_PRINTS:
+        if (
+            self.backward not in self.grad_prints
+            and len(self.grad_prints) >= MAX_STEP_PRINTS
+        ):
             return
         found = V.sums(grad)
         if found is None:
@@ -355,7 +414,10 @@ class Probe:
             rec["complete"] = True
             if rec["bw_first"] is not None and rec["bw_last"] > rec["bw_first"]:
                 self.train_epochs_done += 1
-            elif rec.get("sampler") == "DistributedSampler" and (rec.get("num_replicas") or 1) > 1:
+            elif (
+                rec.get("sampler") == "DistributedSampler"
+                and (rec.get("num_replicas") or 1) > 1
+            ):
                 # an evaluation over one shard of the data: what the script reports next, before
                 # any collective, is this rank's own figure
                 rec["coll_end"] = self.coll_n
@@ -405,7 +467,9 @@ class Probe:
     def tracked_params(self) -> list:
         seen: set[int] = set()
         params = []
-        groups = [p for opt in self.optimizers for g in opt.param_groups for p in g["params"]]
+        groups = [
+            p for opt in self.optimizers for g in opt.param_groups for p in g["params"]
+        ]
         for p in [*groups, *(p for m in self.ddp_modules for p in m.parameters())]:
             if id(p) not in seen:
                 seen.add(id(p))
@@ -422,35 +486,67 @@ class Probe:
         stride = max(1, math.ceil(total / MAX_DUMP_NUMEL))
         with torch.no_grad():
             parts = [p.detach().reshape(-1)[::stride] for p in params]
-            flat = torch.cat([(torch.view_as_real(x).reshape(-1) if x.is_complex() else x).to("cpu", torch.float64) for x in parts])
+            flat = torch.cat(
+                [
+                    (torch.view_as_real(x).reshape(-1) if x.is_complex() else x).to(
+                        "cpu", torch.float64
+                    )
+                    for x in parts
+                ]
+            )
         self.in_probe = True
         try:
             torch.save(flat, self.prefix + ".params.pt")
         finally:
             self.in_probe = False
-        self.record["params"] = {"numel": total, "stride": stride, "tensors": len(params)}
+        self.record["params"] = {
+            "numel": total,
+            "stride": stride,
+            "tensors": len(params),
+        }
 
-    def finish(self, status: str, exit_code: int, error: str | None = None, tb: str | None = None) -> None:
+    def finish(
+        self,
+        status: str,
+        exit_code: int,
+        error: str | None = None,
+        tb: str | None = None,
+    ) -> None:
         import torch
 
         self.record.update(status=status, exit_code=exit_code, t_end=time.time())
         if error:
             self.record["error"] = error
             self.record["traceback"] = tb
-            if "did not receive grad" in error or "finished reduction in the prior iteration" in error:
-                self.record["unused_params"] = self.safe("unused_params", V.unused_params, self.ddp_modules, error)
+            if (
+                "did not receive grad" in error
+                or "finished reduction in the prior iteration" in error
+            ):
+                self.record["unused_params"] = self.safe(
+                    "unused_params", V.unused_params, self.ddp_modules, error
+                )
         if self.last_epoch is not None and not self.last_epoch["complete"]:
             self.last_epoch["bw_last"] = self.backward
 
         def losses():
-            self.record["losses"] = [float(x) for x in torch.stack([x.float() for x in self.losses]).cpu()] if self.losses else []
+            self.record["losses"] = (
+                [float(x) for x in torch.stack([x.float() for x in self.losses]).cpu()]
+                if self.losses
+                else []
+            )
 
         self.safe("losses", losses)  # a loss on a broken device: keep going, say why
         # A crashed rank's parameters are never compared, and its device may be unusable.
         if status in ("stopped", "finished"):
             self.safe("dump_params", self.dump_params)
-        self.safe("devices", lambda: self.record.update(devices=V.device_info(self.tracked_params())))
-        self.safe("imports", lambda: self.record.update(imports=V.imported_modules(os.environ)))
+        self.safe(
+            "devices",
+            lambda: self.record.update(devices=V.device_info(self.tracked_params())),
+        )
+        self.safe(
+            "imports",
+            lambda: self.record.update(imports=V.imported_modules(os.environ)),
+        )
         self.save_record()
 
 

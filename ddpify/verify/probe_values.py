@@ -19,13 +19,27 @@ LIBRARY_WRITERS = (
     "swanlab", "huggingface_hub", "filelock", "torch.utils._triton",
 )  # fmt: skip
 # tempfile's names: a prefix ("tmp" by default) and 8 random characters of its alphabet.
-TEMP_NAME = re.compile(r"(?:tmp|.*[-_.](?=[0-9_]{0,7}[a-z]))(?=[a-z_]{0,7}\d)[a-z0-9_]{8}")
+TEMP_NAME = re.compile(
+    r"(?:tmp|.*[-_.](?=[0-9_]{0,7}[a-z]))(?=[a-z_]{0,7}\d)[a-z0-9_]{8}"
+)
 
 
 def cache_roots() -> list[str]:
     home = os.path.expanduser("~")
-    roots = [os.path.join(home, ".cache"), os.path.join(home, ".triton"), os.environ.get("XDG_CACHE_HOME", "")]
-    roots += [os.environ.get(k, "") for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_HOME", "HF_HOME")]
+    roots = [
+        os.path.join(home, ".cache"),
+        os.path.join(home, ".triton"),
+        os.environ.get("XDG_CACHE_HOME", ""),
+    ]
+    roots += [
+        os.environ.get(k, "")
+        for k in (
+            "TORCHINDUCTOR_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+            "TORCH_HOME",
+            "HF_HOME",
+        )
+    ]
     return [os.path.realpath(r) for r in roots if r]
 
 
@@ -34,20 +48,31 @@ _HERE = os.path.dirname(os.path.realpath(__file__))
 _TEMP = os.path.realpath(tempfile.gettempdir())
 
 
-def outside_write(full: str, caller_module: str, by_user: bool, homes: tuple[str, ...] = ()) -> str | None:
+def outside_write(
+    full: str, caller_module: str, by_user: bool, homes: tuple[str, ...] = ()
+) -> str | None:
     """Why a write is not one of the script's outputs (a library's cache, a tracker's temporary
     media), or None when it is. `homes`: the working directory and the script's folder, whose
     files are the script's even where they lie in the temporary directory."""
     global _CACHES
     if _CACHES is None:
         _CACHES = cache_roots()
-    if caller_module and any(caller_module == p or caller_module.startswith(p + ".") for p in LIBRARY_WRITERS):
+    if caller_module and any(
+        caller_module == p or caller_module.startswith(p + ".") for p in LIBRARY_WRITERS
+    ):
         return f"written by {caller_module}"
     if any(full.startswith(r + os.sep) for r in _CACHES) or "/torchinductor_" in full:
         return "a cache directory"
-    if not by_user and full.startswith(_TEMP + os.sep) and not any(h and full.startswith(h + os.sep) for h in homes):
+    if (
+        not by_user
+        and full.startswith(_TEMP + os.sep)
+        and not any(h and full.startswith(h + os.sep) for h in homes)
+    ):
         rel = os.path.relpath(full, _TEMP).split(os.sep)
-        if any(TEMP_NAME.fullmatch(part) or part.startswith("torchinductor") for part in rel[:-1]):
+        if any(
+            TEMP_NAME.fullmatch(part) or part.startswith("torchinductor")
+            for part in rel[:-1]
+        ):
             return f"a library's temporary folder ({caller_module or '?'})"
     return None
 
@@ -113,7 +138,9 @@ def fingerprint(data, depth: int = 0):
             return _tensor_print(data)
         if depth >= 3 or isinstance(data, (str, bytes)) or data is None:
             return None
-        if isinstance(data, (list, tuple)):  # PackedSequence is a tuple: its .data comes first
+        if isinstance(
+            data, (list, tuple)
+        ):  # PackedSequence is a tuple: its .data comes first
             for item in data[:8]:
                 found = fingerprint(item, depth + 1)
                 if found is not None:
@@ -175,7 +202,9 @@ def find_state_dicts(obj, where: str, depth: int, out: list) -> None:
         out.append((where or "<object>", obj))
         return
     if isinstance(obj, dict) and obj:
-        if all(isinstance(k, str) for k in obj) and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        if all(isinstance(k, str) for k in obj) and all(
+            isinstance(v, torch.Tensor) for v in obj.values()
+        ):
             out.append((where or "<object>", obj))
             return
         for k, v in list(obj.items())[:64]:
@@ -203,16 +232,22 @@ def compare_keys(saved: dict, model: dict) -> dict:
     if saved == model:
         return {"verdict": "loads"}
     prefixed = all(k.startswith("module.") for k in saved)
-    stripped = {k[len("module."):]: v for k, v in saved.items()} if prefixed else saved
+    stripped = {k[len("module.") :]: v for k, v in saved.items()} if prefixed else saved
     if not set(stripped) & set(model):
         return {"verdict": "unknown"}  # another model's, or not a model's state dict
     if prefixed and stripped == model:
         return {"verdict": "module-prefix"}
     missing = sorted(set(model) - set(stripped))
     unexpected = sorted(set(stripped) - set(model))
-    shapes = [f"{k}: saved {stripped[k]}, model {model[k]}" for k in sorted(set(stripped) & set(model)) if stripped[k] != model[k]]
+    shapes = [
+        f"{k}: saved {stripped[k]}, model {model[k]}"
+        for k in sorted(set(stripped) & set(model))
+        if stripped[k] != model[k]
+    ]
     if not prefixed and not shapes and not (missing and unexpected):
-        return {"verdict": "partial"}  # a part of the model (a submodule, or the model inside a larger dict)
+        return {
+            "verdict": "partial"
+        }  # a part of the model (a submodule, or the model inside a larger dict)
     return {
         "verdict": "module-prefix" if prefixed else "mismatch",
         "missing": missing[:5],
@@ -223,7 +258,13 @@ def compare_keys(saved: dict, model: dict) -> dict:
     }
 
 
-_RANK_ORDER = {"loads": 0, "partial": 1, "module-prefix": 2, "mismatch": 3, "unknown": 4}
+_RANK_ORDER = {
+    "loads": 0,
+    "partial": 1,
+    "module-prefix": 2,
+    "mismatch": 3,
+    "unknown": 4,
+}
 
 
 def inspect_saved(obj, ddp_modules: list) -> list[dict]:
@@ -241,11 +282,26 @@ def inspect_saved(obj, ddp_modules: list) -> list[dict]:
         if not isinstance(sd, dict):
             continue
         keys = {k: list(v.shape) for k, v in sd.items()}
-        info = {"at": where, "keys": len(keys), "sample": list(keys)[:3], "verdict": "unknown"}
+        info = {
+            "at": where,
+            "keys": len(keys),
+            "sample": list(keys)[:3],
+            "verdict": "unknown",
+        }
         # Several models (a GAN's two): judged against the one it fits best.
         verdicts = [compare_keys(keys, model) for model in models]
         if verdicts:
-            info.update(min(verdicts, key=lambda v: (_RANK_ORDER[v["verdict"]], v.get("n_missing", 0) + v.get("n_unexpected", 0) + len(v.get("shapes", [])))))
+            info.update(
+                min(
+                    verdicts,
+                    key=lambda v: (
+                        _RANK_ORDER[v["verdict"]],
+                        v.get("n_missing", 0)
+                        + v.get("n_unexpected", 0)
+                        + len(v.get("shapes", [])),
+                    ),
+                )
+            )
         out.append(info)
     return out
 
@@ -264,7 +320,11 @@ def unused_params(ddp_modules: list, error: str) -> list[str]:
         if indices:
             names.extend(trainable[i] for i in indices if i < len(trainable))
         else:
-            names.extend(n for n, p in module.named_parameters() if p.requires_grad and p.grad is None)
+            names.extend(
+                n
+                for n, p in module.named_parameters()
+                if p.requires_grad and p.grad is None
+            )
     return names
 
 
@@ -292,21 +352,34 @@ def imported_modules(environ) -> dict:
     user's own project (an import path verify did not point at the copies)."""
     import sys
 
-    originals, copies = environ.get("DDPIFY_VERIFY_ORIGINAL_ROOT", ""), environ.get("DDPIFY_VERIFY_USER_ROOT", "")
+    originals, copies = (
+        environ.get("DDPIFY_VERIFY_ORIGINAL_ROOT", ""),
+        environ.get("DDPIFY_VERIFY_USER_ROOT", ""),
+    )
     found: dict = {"copies": 0, "originals": []}
     if not originals or not copies:
         return found
-    originals, copies = os.path.realpath(originals) + os.sep, os.path.realpath(copies) + os.sep
+    originals, copies = (
+        os.path.realpath(originals) + os.sep,
+        os.path.realpath(copies) + os.sep,
+    )
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
-        if not isinstance(f, str) or not f.endswith(".py") or not os.path.isabs(f) or not os.path.isfile(f):
+        if (
+            not isinstance(f, str)
+            or not f.endswith(".py")
+            or not os.path.isabs(f)
+            or not os.path.isfile(f)
+        ):
             continue  # builtins and torch's generated modules carry a bare name
         real = os.path.realpath(f)
         if os.path.dirname(real) == _HERE:
             continue  # the probe itself (a project around ddpify's own checkout)
         if real.startswith(copies):
             found["copies"] += 1
-        elif real.startswith(originals) and not any(p in real for p in ("site-packages", "dist-packages")):
+        elif real.startswith(originals) and not any(
+            p in real for p in ("site-packages", "dist-packages")
+        ):
             if len(found["originals"]) < 20:
                 found["originals"].append(real)
     return found

@@ -9,7 +9,12 @@ import textwrap
 from ddpify.verify.checks import FAIL, Check
 from ddpify.verify.runner import RunResult
 
-_COLOURS = {"PASS": "\x1b[32m", "FAIL": "\x1b[31m", "N/A": "\x1b[33m", "INFO": "\x1b[36m"}
+_COLOURS = {
+    "PASS": "\x1b[32m",
+    "FAIL": "\x1b[31m",
+    "N/A": "\x1b[33m",
+    "INFO": "\x1b[36m",
+}
 
 
 def run_summary(run: RunResult | None, rewrite=lambda text: text) -> dict | None:
@@ -49,7 +54,9 @@ def run_summary(run: RunResult | None, rewrite=lambda text: text) -> dict | None
         "wall_s": round(run.wall_s, 3),
         "pids": run.pids,
         "ranks": ranks,
-        "hang": {"ranks": run.hang["ranks"], "timeout": run.hang["timeout"]} if run.hang else None,
+        "hang": {"ranks": run.hang["ranks"], "timeout": run.hang["timeout"]}
+        if run.hang
+        else None,
     }
 
 
@@ -88,18 +95,29 @@ def crash_report(run: RunResult, rewrite=lambda text: text) -> str:
         label = "" if run.world == 1 else f"rank {r}: "
         if rec and rec.get("traceback"):
             out.append(f"{label}{rec.get('error')}")
-            out.extend("  " + line for line in rewrite(rec["traceback"]).rstrip().splitlines())
+            out.extend(
+                "  " + line for line in rewrite(rec["traceback"]).rstrip().splitlines()
+            )
         elif rec and rec.get("status") in ("stopped", "finished"):
             continue
-        elif rec and any((o or {}).get("status") in ("crashed", "exited") for o in run.records.values()):
+        elif rec and any(
+            (o or {}).get("status") in ("crashed", "exited")
+            for o in run.records.values()
+        ):
             out.append(f"{label}stopped by torchrun after another rank failed")
         else:
             tail = (run.outputs.get(r) or "").rstrip().splitlines()[-15:]
-            out.append(f"{label}no traceback recorded; last output:" if tail else f"{label}no output")
+            out.append(
+                f"{label}no traceback recorded; last output:"
+                if tail
+                else f"{label}no output"
+            )
             out.extend("  " + line for line in tail)
     if not run.records and run.launcher_output:
         out.append("launcher output:")
-        out.extend("  " + line for line in run.launcher_output.rstrip().splitlines()[-15:])
+        out.extend(
+            "  " + line for line in run.launcher_output.rstrip().splitlines()[-15:]
+        )
     return "\n".join(out)
 
 
@@ -115,10 +133,22 @@ def script_output(run: RunResult) -> str:
     """The script's own stdout and stderr, as each process wrote it (--show-output)."""
     out = []
     for r in range(run.world):
-        text = (run.run_dir / f"rank{r}.out").read_text(errors="replace") if (run.run_dir / f"rank{r}.out").exists() else ""
+        text = (
+            (run.run_dir / f"rank{r}.out").read_text(errors="replace")
+            if (run.run_dir / f"rank{r}.out").exists()
+            else ""
+        )
         lines = text.rstrip().splitlines()
-        who = "baseline (one process)" if run.role == "baseline" else f"candidate rank {r}"
-        cut = f", last {SHOW_LINES} of {len(lines)} lines" if len(lines) > SHOW_LINES else ""
+        who = (
+            "baseline (one process)"
+            if run.role == "baseline"
+            else f"candidate rank {r}"
+        )
+        cut = (
+            f", last {SHOW_LINES} of {len(lines)} lines"
+            if len(lines) > SHOW_LINES
+            else ""
+        )
         out.append(f"\n--- output of the {who}{cut} ---")
         out.extend(lines[-SHOW_LINES:] or ["(nothing)"])
     return "\n".join(out)

@@ -82,8 +82,19 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def run_env(run_dir: Path, steps: int, main_file: str, token: str, hide_gpus: bool, epochs: int | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV and not k.startswith("TORCHELASTIC_")}
+def run_env(
+    run_dir: Path,
+    steps: int,
+    main_file: str,
+    token: str,
+    hide_gpus: bool,
+    epochs: int | None = None,
+) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _DIST_ENV and not k.startswith("TORCHELASTIC_")
+    }
     env.update(
         DDPIFY_VERIFY_DIR=str(run_dir),
         DDPIFY_VERIFY_STEPS=str(steps),
@@ -151,13 +162,17 @@ def launch(
         for i, (cmd, cwd) in enumerate(zip(cmds, cwds)):
             if cwd is not None:
                 cwd.mkdir(parents=True, exist_ok=True)
-            log_path = run_dir / ("launcher.out" if len(cmds) == 1 else f"launcher{i}.out")
+            log_path = run_dir / (
+                "launcher.out" if len(cmds) == 1 else f"launcher{i}.out"
+            )
             with open(log_path, "wb") as log:
                 procs.append(
                     subprocess.Popen(
                         cmd,
                         cwd=cwd,
-                        env=_node_env(env, i, nproc, node_gpus) if len(cmds) > 1 else env,
+                        env=_node_env(env, i, nproc, node_gpus)
+                        if len(cmds) > 1
+                        else env,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -181,7 +196,9 @@ def launch(
 PROGRESS_S = 5.0
 
 
-def _node_env(env: dict[str, str], node: int, nproc: int, gpus: list[str] | None) -> dict[str, str]:
+def _node_env(
+    env: dict[str, str], node: int, nproc: int, gpus: list[str] | None
+) -> dict[str, str]:
     out = dict(env, DDPIFY_VERIFY_NODE=str(node))
     if gpus:
         # Each "node" has GPUs of its own, as real nodes do: LOCAL_RANK 0 is cuda:0 on every node.
@@ -200,7 +217,13 @@ def _steps_now(result: RunResult) -> dict[int, int]:
     return steps
 
 
-def _watch(procs: list[subprocess.Popen], result: RunResult, timeout: float, start: float, progress=None) -> None:
+def _watch(
+    procs: list[subprocess.Popen],
+    result: RunResult,
+    timeout: float,
+    start: float,
+    progress=None,
+) -> None:
     world = result.world
     last: dict[int, tuple[str | None, float]] = {r: (None, start) for r in range(world)}
     next_report = start + PROGRESS_S
@@ -225,7 +248,11 @@ def _watch(procs: list[subprocess.Popen], result: RunResult, timeout: float, sta
             if now - last[r][1] > timeout:
                 stalled.append(r)
         if stalled:
-            result.hang = {"ranks": stalled, "timeout": timeout, "stacks": _dump_stacks(result)}
+            result.hang = {
+                "ranks": stalled,
+                "timeout": timeout,
+                "stacks": _dump_stacks(result),
+            }
             return
         if progress is not None and now >= next_report:
             next_report = now + PROGRESS_S
@@ -387,9 +414,11 @@ def _collect(result: RunResult) -> None:
             result.fatal[r] = text[-6000:]
             # faulthandler writes the dump as the signal arrives: the file's time is the time of death.
             result.died_at[r] = fatal.stat().st_mtime
-    names = ["launcher.out"] if result.nnodes == 1 or result.role == "baseline" else [
-        f"launcher{i}.out" for i in range(result.nnodes)
-    ]
+    names = (
+        ["launcher.out"]
+        if result.nnodes == 1 or result.role == "baseline"
+        else [f"launcher{i}.out" for i in range(result.nnodes)]
+    )
     full = "\n".join(_read(result.run_dir / n) or "" for n in names)
     result.exits = parse_failures(full)
     result.launcher_output = full[-6000:]

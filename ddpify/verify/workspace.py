@@ -22,7 +22,9 @@ def snapshot(roots: list[Path]) -> set[str] | None:
     return seen
 
 
-def remove_new(before: set[str] | None, roots: list[Path], writes: list[dict]) -> tuple[list[str], list[str]]:
+def remove_new(
+    before: set[str] | None, roots: list[Path], writes: list[dict]
+) -> tuple[list[str], list[str]]:
     """Remove the files the baseline wrote that were not there before it (under the roots by the
     snapshot, elsewhere as the probe saw them created), then the folders that appeared under the
     roots and are empty now. (files removed, folders removed)."""
@@ -31,7 +33,10 @@ def remove_new(before: set[str] | None, roots: list[Path], writes: list[dict]) -
     after = snapshot(roots) if before is not None else None
     new = sorted((after or set()) - (before or set()), key=len, reverse=True)
     files, folders = [], []
-    for p in sorted({p for p in new if os.path.realpath(p) in written and not os.path.isdir(p)} | created):
+    for p in sorted(
+        {p for p in new if os.path.realpath(p) in written and not os.path.isdir(p)}
+        | created
+    ):
         try:
             if os.path.isfile(p) or os.path.islink(p):
                 os.remove(p)

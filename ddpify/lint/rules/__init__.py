@@ -21,5 +21,22 @@ from ddpify.lint.rules import (
     writes,
 )
 
-RULES = (loaders, iterable, set_epoch, sampler_seed, rank_collective, divergent_exit, uneven, writes, devices, unwrapped, wrap_order,
-         bypass, checkpoints, unused_params, scaler, metrics, notes)
+RULES = (
+    loaders,
+    iterable,
+    set_epoch,
+    sampler_seed,
+    rank_collective,
+    divergent_exit,
+    uneven,
+    writes,
+    devices,
+    unwrapped,
+    wrap_order,
+    bypass,
+    checkpoints,
+    unused_params,
+    scaler,
+    metrics,
+    notes,
+)

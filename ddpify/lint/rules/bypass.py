@@ -13,7 +13,13 @@ from ddpify.analysis.tree import code, dotted
 from ddpify.lint.wrappers import NOT_FORWARD
 from ddpify.rules import declare
 
-declare("DDP242", "forward-bypasses-ddp", "the training loss comes from the plain module, not the DDP wrapper: backward all-reduces nothing and the ranks silently train different models", severity="blocking", tool="lint")
+declare(
+    "DDP242",
+    "forward-bypasses-ddp",
+    "the training loss comes from the plain module, not the DDP wrapper: backward all-reduces nothing and the ranks silently train different models",
+    severity="blocking",
+    tool="lint",
+)
 
 
 def check(ctx) -> None:
@@ -28,7 +34,11 @@ def check(ctx) -> None:
             w, how = _plain_forward(ctx, c)
             if w is None:
                 continue
-            ctx.report(c, "DDP242", f"the training loss comes from {how}, not through the DDP wrapper {w.target or 'DDP(...)'}: DDP synchronises gradients only in its own forward, so backward() all-reduces nothing and the ranks silently train different models; call the wrapper ({w.target}(...)), routing other methods through forward")
+            ctx.report(
+                c,
+                "DDP242",
+                f"the training loss comes from {how}, not through the DDP wrapper {w.target or 'DDP(...)'}: DDP synchronises gradients only in its own forward, so backward() all-reduces nothing and the ranks silently train different models; call the wrapper ({w.target}(...)), routing other methods through forward",
+            )
             break
 
 
@@ -49,12 +59,21 @@ def _plain_forward(ctx, c: cst.Call):
     if w is not None and w.kind == "ddp" and f.after(c, w.stmt):
         return w, f"`{code(c.func)}(...)`, the module {w.target} wraps"
     # through a name, a getter or `x.module if ddp else x`: the module inside the wrapper
-    base = func.value if isinstance(func, cst.Attribute) and func.attr.value not in ("forward",) and not isinstance(func.value, cst.Name) else func
+    base = (
+        func.value
+        if isinstance(func, cst.Attribute)
+        and func.attr.value not in ("forward",)
+        and not isinstance(func.value, cst.Name)
+        else func
+    )
     for node in (func, base) if base is not func else (func,):
         got = _inner_module(ctx, node, 0)
         if got is not None:
             w, via = got
-            return w, f"`{code(c.func)}(...)`, {via}, the module inside the wrapper {w.target}"
+            return (
+                w,
+                f"`{code(c.func)}(...)`, {via}, the module inside the wrapper {w.target}",
+            )
     return None, ""
 
 
@@ -66,7 +85,9 @@ def _inner_module(ctx, node, depth):
     if node is None or depth > 4:
         return None
     if isinstance(node, cst.IfExp):
-        return _inner_module(ctx, node.body, depth + 1) or _inner_module(ctx, node.orelse, depth + 1)
+        return _inner_module(ctx, node.body, depth + 1) or _inner_module(
+            ctx, node.orelse, depth + 1
+        )
     if isinstance(node, cst.Attribute):
         cur = node
         while isinstance(cur, cst.Attribute):
@@ -107,11 +128,20 @@ def _wrapper_of(ctx, node):
         return None
     cls = a.class_of(node)
     for asg in a.assigns:
-        if not (isinstance(asg, cst.Assign) and a.class_of(asg) is cls and any(dotted(t.target) == d for t in asg.targets)):
+        if not (
+            isinstance(asg, cst.Assign)
+            and a.class_of(asg) is cls
+            and any(dotted(t.target) == d for t in asg.targets)
+        ):
             continue
         fn = a.function_of(asg)
         name = dotted(asg.value)
-        if fn is None or not name or "." in name or not any(p.name.value == name for p in fn.params.params):
+        if (
+            fn is None
+            or not name
+            or "." in name
+            or not any(p.name.value == name for p in fn.params.params)
+        ):
             continue
         for call in a.callers(fn)[:6]:
             try:
@@ -126,11 +156,21 @@ def _wrapper_of(ctx, node):
 
 def _bound(a, fn, name):
     """Values bound to a plain name in fn: by assignment, and by unpacking `x, y = a, b`."""
-    out = list(a._local_values(fn, name)) if fn is not None and a._is_local(fn, name) else list(a._local_values(None, name))
+    out = (
+        list(a._local_values(fn, name))
+        if fn is not None and a._is_local(fn, name)
+        else list(a._local_values(None, name))
+    )
     for asg in a.assigns:
-        if isinstance(asg, cst.Assign) and a.function_of(asg) is fn and isinstance(asg.value, (cst.Tuple, cst.List)):
+        if (
+            isinstance(asg, cst.Assign)
+            and a.function_of(asg) is fn
+            and isinstance(asg.value, (cst.Tuple, cst.List))
+        ):
             for t in asg.targets:
-                if isinstance(t.target, (cst.Tuple, cst.List)) and len(t.target.elements) == len(asg.value.elements):
+                if isinstance(t.target, (cst.Tuple, cst.List)) and len(
+                    t.target.elements
+                ) == len(asg.value.elements):
                     for el, val in zip(t.target.elements, asg.value.elements):
                         if isinstance(el.value, cst.Name) and el.value.value == name:
                             out.append(val.value)

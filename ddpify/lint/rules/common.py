@@ -9,13 +9,25 @@ import libcst as cst
 import ddpify.match as m
 from ddpify.analysis.tree import dotted
 
-LOCAL_SAMPLERS = ("torch.utils.data.RandomSampler", "torch.utils.data.SequentialSampler", "torch.utils.data.SubsetRandomSampler",
-                  "torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.RandomSampler",
-                  "torch.utils.data.sampler.SequentialSampler", "torch.utils.data.sampler.SubsetRandomSampler",
-                  "torch.utils.data.sampler.WeightedRandomSampler", "torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler")
+LOCAL_SAMPLERS = (
+    "torch.utils.data.RandomSampler",
+    "torch.utils.data.SequentialSampler",
+    "torch.utils.data.SubsetRandomSampler",
+    "torch.utils.data.WeightedRandomSampler",
+    "torch.utils.data.sampler.RandomSampler",
+    "torch.utils.data.sampler.SequentialSampler",
+    "torch.utils.data.sampler.SubsetRandomSampler",
+    "torch.utils.data.sampler.WeightedRandomSampler",
+    "torch.utils.data.BatchSampler",
+    "torch.utils.data.sampler.BatchSampler",
+)
 SHARDING_NAME = re.compile(r"Distributed|Shard|Rank|Elastic|Partition", re.I)
-ITERABLE = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset", "torch.utils.data.IterDataPipe",
-            "datasets.IterableDataset")
+ITERABLE = (
+    "torch.utils.data.IterableDataset",
+    "torch.utils.data.dataset.IterableDataset",
+    "torch.utils.data.IterDataPipe",
+    "datasets.IterableDataset",
+)
 
 
 def torch_ddp(ctx) -> bool:
@@ -24,7 +36,7 @@ def torch_ddp(ctx) -> bool:
 
 
 def sampler_kind(ctx, expr: cst.BaseExpression) -> str:
-    """"distributed" (splits by rank), "local" (a plain sampler), "none" or "unknown"."""
+    """ "distributed" (splits by rank), "local" (a plain sampler), "none" or "unknown"."""
     f = ctx.facts
     kinds = set()
     for v in f.sources(expr):
@@ -34,7 +46,11 @@ def sampler_kind(ctx, expr: cst.BaseExpression) -> str:
         if isinstance(v, cst.Call):
             name = dotted(v.func) or ""
             qs = ctx.a.qualified(v.func)
-            if any(v is s for s in f.samplers) or SHARDING_NAME.search(name.rsplit(".", 1)[-1]) or any(f.ranks.reads_rank(x.value) for x in v.args):
+            if (
+                any(v is s for s in f.samplers)
+                or SHARDING_NAME.search(name.rsplit(".", 1)[-1])
+                or any(f.ranks.reads_rank(x.value) for x in v.args)
+            ):
                 kinds.add("distributed")
             elif qs & set(LOCAL_SAMPLERS):
                 # BatchSampler(DistributedSampler(...), ...): the inner sampler decides
@@ -65,10 +81,17 @@ def dataset_class(ctx, expr: cst.BaseExpression) -> cst.ClassDef | None:
 def subclasses(ctx, cls: cst.ClassDef, names: tuple[str, ...], depth: int = 0) -> bool:
     for base in cls.bases:
         qs = ctx.a.qualified(base.value)
-        if qs & set(names) or (dotted(base.value) or "").rsplit(".", 1)[-1] in {n.rsplit(".", 1)[-1] for n in names}:
+        if qs & set(names) or (dotted(base.value) or "").rsplit(".", 1)[-1] in {
+            n.rsplit(".", 1)[-1] for n in names
+        }:
             return True
         inner = ctx.a.classes.get((dotted(base.value) or "").rsplit(".", 1)[-1])
-        if inner is not None and inner is not cls and depth < 4 and subclasses(ctx, inner, names, depth + 1):
+        if (
+            inner is not None
+            and inner is not cls
+            and depth < 4
+            and subclasses(ctx, inner, names, depth + 1)
+        ):
             return True
     return False
 

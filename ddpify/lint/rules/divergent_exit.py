@@ -15,12 +15,27 @@ from ddpify.lint.rules.common import sampler_kind
 from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
-declare("DDP211", "rank-local-loop-exit", "a break/return/continue on a condition computed from one rank's values (its rank, its loss, a metric of its shard) in a loop that runs collectives: that rank leaves, the others hang", severity="blocking", tool="lint")
+declare(
+    "DDP211",
+    "rank-local-loop-exit",
+    "a break/return/continue on a condition computed from one rank's values (its rank, its loss, a metric of its shard) in a loop that runs collectives: that rank leaves, the others hang",
+    severity="blocking",
+    tool="lint",
+)
 
 PLACEMENT = {"to", "cuda", "cpu", "pin_memory"}  # where a value sits is not what it is
 DEVICE_ARGS = {"device", "device_ids", "output_device", "map_location", "non_blocking"}
 OPTIONS = re.compile(r"^(args|opts?|cfg|config|conf|hparams|flags|params|hp)$")
-SAME_ON_EVERY_RANK = {"len", "shape", "size", "numel", "dim", "ndim", "range", "enumerate"}
+SAME_ON_EVERY_RANK = {
+    "len",
+    "shape",
+    "size",
+    "numel",
+    "dim",
+    "ndim",
+    "range",
+    "enumerate",
+}
 
 
 def check(ctx) -> None:
@@ -35,8 +50,14 @@ def check(ctx) -> None:
         conds = [(t, k) for t, k in f.reach.conditions(x) if f.order(t) > f.order(loop)]
         if not conds:
             continue
-        syncs = [c for c in a.findall(loop, m.Call()) if (not isinstance(x, cst.Continue) or f.order(c) > f.order(x))
-                 and f.sync_point(c) is not None and not f.reach.divergent(c) and not silent_forward(f, c)]
+        syncs = [
+            c
+            for c in a.findall(loop, m.Call())
+            if (not isinstance(x, cst.Continue) or f.order(c) > f.order(x))
+            and f.sync_point(c) is not None
+            and not f.reach.divergent(c)
+            and not silent_forward(f, c)
+        ]
         if not syncs:
             continue
         why = None
@@ -51,9 +72,19 @@ def check(ctx) -> None:
                 break
         if why is None:
             continue
-        word = {cst.Break: "break", cst.Continue: "continue", cst.Return: "return"}[type(x)]
-        effect = "skips the rest of this iteration" if word == "continue" else "leaves the loop"
-        ctx.report(x, "DDP211", f"`{word}` {effect} on one rank: {why}, but the loop runs {f.sync_point(syncs[0])} on every rank, so the other ranks wait for this one and hang; decide on every rank alike (all_reduce the value first, or broadcast rank 0's decision)")
+        word = {cst.Break: "break", cst.Continue: "continue", cst.Return: "return"}[
+            type(x)
+        ]
+        effect = (
+            "skips the rest of this iteration"
+            if word == "continue"
+            else "leaves the loop"
+        )
+        ctx.report(
+            x,
+            "DDP211",
+            f"`{word}` {effect} on one rank: {why}, but the loop runs {f.sync_point(syncs[0])} on every rank, so the other ranks wait for this one and hang; decide on every rank alike (all_reduce the value first, or broadcast rank 0's decision)",
+        )
 
 
 def silent_forward(f, c: cst.Call) -> bool:
@@ -76,7 +107,9 @@ class _Local:
         self.f = ctx.facts
         self.ctx = ctx
         a, f = self.a, self.f
-        self.sites: dict[tuple[int, str], list[tuple[int, cst.CSTNode]]] = {}  # (function, name) -> (order, binding)
+        self.sites: dict[
+            tuple[int, str], list[tuple[int, cst.CSTNode]]
+        ] = {}  # (function, name) -> (order, binding)
         self.attr_sites: dict[str, list[cst.CSTNode]] = {}
         self._why: dict[int, str | None] = {}
         self._returns: dict[str, str | None] = {}
@@ -86,11 +119,24 @@ class _Local:
         self.reduced: dict[tuple[int, str], list[int]] = {}
         for c in a.calls:
             what = f.collective(c)
-            if what is not None and c.args and not what.startswith("the forward") and dotted(c.args[0].value):
-                self.reduced.setdefault((id(a.function_of(c)), dotted(c.args[0].value)), []).append(f.order(c))
-        for node in a.findall(a.module, m.Assign() | m.AugAssign() | m.AnnAssign() | m.For() | m.Call()):
+            if (
+                what is not None
+                and c.args
+                and not what.startswith("the forward")
+                and dotted(c.args[0].value)
+            ):
+                self.reduced.setdefault(
+                    (id(a.function_of(c)), dotted(c.args[0].value)), []
+                ).append(f.order(c))
+        for node in a.findall(
+            a.module, m.Assign() | m.AugAssign() | m.AnnAssign() | m.For() | m.Call()
+        ):
             if isinstance(node, cst.Call):
-                if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in ("append", "extend", "add", "update", "add_", "copy_")):
+                if not (
+                    isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value
+                    in ("append", "extend", "add", "update", "add_", "copy_")
+                ):
                     continue
                 targets = [node.func.value]
             elif isinstance(node, cst.For):
@@ -107,17 +153,31 @@ class _Local:
                     if d.startswith("self.") and d.count(".") == 1:
                         self.attr_sites.setdefault(d, []).append(node)
                     else:
-                        self.sites.setdefault((id(a.function_of(node)), d), []).append((f.order(node), node))
+                        self.sites.setdefault((id(a.function_of(node)), d), []).append(
+                            (f.order(node), node)
+                        )
         for ld in a.loaders:
             sampler = f.loader_args(ld.call).get("sampler")
-            if not ld.target or sampler is None or sampler_kind(ctx, sampler) != "distributed":
+            if (
+                not ld.target
+                or sampler is None
+                or sampler_kind(ctx, sampler) != "distributed"
+            ):
                 continue
             for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call)):
                 if isinstance(site, cst.For):
-                    self.seeds[id(site)] = f"the batches of {ld.target}, sharded by rank"
+                    self.seeds[id(site)] = (
+                        f"the batches of {ld.target}, sharded by rank"
+                    )
                     t = site.target
-                    if m.findall(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(t, (cst.Tuple, cst.List)) and len(t.elements) == 2:
-                        self.index_targets.add(id(t.elements[0].value))  # the index is the same on every rank
+                    if (
+                        m.findall(site.iter, m.Call(func=m.Name("enumerate")))
+                        and isinstance(t, (cst.Tuple, cst.List))
+                        and len(t.elements) == 2
+                    ):
+                        self.index_targets.add(
+                            id(t.elements[0].value)
+                        )  # the index is the same on every rank
 
     def _binding_why(self, node: cst.CSTNode, name: str) -> str | None:
         key = id(node)
@@ -130,10 +190,20 @@ class _Local:
 
     def _compute(self, node: cst.CSTNode, name: str) -> str | None:
         if isinstance(node, cst.Call):
-            return next((w for x in node.args if not self._flag(x.value) and (w := self.source(x.value))), None)
+            return next(
+                (
+                    w
+                    for x in node.args
+                    if not self._flag(x.value) and (w := self.source(x.value))
+                ),
+                None,
+            )
         if isinstance(node, cst.For):
             if id(node) in self.seeds:
-                if any(id(el) in self.index_targets and dotted(el) == name for el in _flatten(node.target)):
+                if any(
+                    id(el) in self.index_targets and dotted(el) == name
+                    for el in _flatten(node.target)
+                ):
                     return None
                 return self.seeds[id(node)]
             why = self.source(node.iter)
@@ -152,21 +222,36 @@ class _Local:
     def _lookup(self, node: cst.CSTNode, name: str) -> str | None:
         a, f = self.a, self.f
         if name.startswith("self.") and name.count(".") == 1:
-            return next((w for b in self.attr_sites.get(name, [])[:12] if b is not node and (w := self._binding_why(b, name))), None)
+            return next(
+                (
+                    w
+                    for b in self.attr_sites.get(name, [])[:12]
+                    if b is not node and (w := self._binding_why(b, name))
+                ),
+                None,
+            )
         fn = a.function_of(node)
         at = f.order(node)
-        for scope in ((fn, None) if fn is not None else (None,)):
+        for scope in (fn, None) if fn is not None else (None,):
             sites = self.sites.get((id(scope), name))
             if not sites:
                 continue
-            if scope is not fn:  # a module-level name read in a function: any of its values
-                return next((w for _, b in sites if (w := self._binding_why(b, name))), None)
+            if (
+                scope is not fn
+            ):  # a module-level name read in a function: any of its values
+                return next(
+                    (w for _, b in sites if (w := self._binding_why(b, name))), None
+                )
             before = [(o, b) for o, b in sites if o < at]
-            if before and any(before[-1][0] < r < at for r in self.reduced.get((id(fn), name), [])):
+            if before and any(
+                before[-1][0] < r < at for r in self.reduced.get((id(fn), name), [])
+            ):
                 return None  # all-reduced (or broadcast) since it was computed
             chosen = [b for _, b in before[-1:]]
             loop = a.enclosing_loop(node)
-            while loop is not None:  # bindings later in the loop reach this read at the next iteration
+            while (
+                loop is not None
+            ):  # bindings later in the loop reach this read at the next iteration
                 end = a._subtree_end(loop)
                 chosen += [b for o, b in sites if at < o < end]
                 loop = a.enclosing_loop(loop)
@@ -181,7 +266,16 @@ class _Local:
         why = None
         if name not in self.f.reduced_in_functions():
             for fn in a.functions.get(name, [])[:3]:
-                why = next((w for r in a.findall(fn, m.Return()) if r.value is not None and a.function_of(r) is fn and (w := self.source(r.value))), None)
+                why = next(
+                    (
+                        w
+                        for r in a.findall(fn, m.Return())
+                        if r.value is not None
+                        and a.function_of(r) is fn
+                        and (w := self.source(r.value))
+                    ),
+                    None,
+                )
                 if why:
                     break
         self._returns[name] = why
@@ -191,7 +285,9 @@ class _Local:
         """A rank-0 test handed to a function (`log_info=is_primary(args)`): it chooses who logs,
         not what is computed."""
         v = self.f.ranks.values(node)
-        return self.f.ranks.depends(node) and all(isinstance(x, bool) for x in v if x is not UNK)
+        return self.f.ranks.depends(node) and all(
+            isinstance(x, bool) for x in v if x is not UNK
+        )
 
     def source(self, node: cst.CSTNode, depth: int = 0) -> str | None:
         """Why node's value is this rank's own (None: the same on every rank, as far as is seen)."""
@@ -201,9 +297,16 @@ class _Local:
         if isinstance(node, (cst.Name, cst.Attribute)):
             d = dotted(node)
             if d is not None:
-                if isinstance(node, cst.Attribute) and node.attr.value in SAME_ON_EVERY_RANK:
+                if (
+                    isinstance(node, cst.Attribute)
+                    and node.attr.value in SAME_ON_EVERY_RANK
+                ):
                     return None
-                if f.wrapper(node) is not None or a.is_model_ref(node) or d in a.optimizers:
+                if (
+                    f.wrapper(node) is not None
+                    or a.is_model_ref(node)
+                    or d in a.optimizers
+                ):
                     return None  # the model is the same on every rank (it may sit on the rank's own device)
                 why = self._lookup(node, d)
                 if why:
@@ -217,8 +320,16 @@ class _Local:
                 return self.source(node.value, depth + 1)
         if isinstance(node, cst.Call):
             callee = (dotted(node.func) or "").rsplit(".", 1)[-1]
-            if callee in SAME_ON_EVERY_RANK or f.own_call(node) in f.reduced_in_functions() or callee in PLACEMENT:
-                return None if callee not in PLACEMENT else self.source(node.func.value, depth + 1)  # type: ignore[attr-defined]
+            if (
+                callee in SAME_ON_EVERY_RANK
+                or f.own_call(node) in f.reduced_in_functions()
+                or callee in PLACEMENT
+            ):
+                return (
+                    None
+                    if callee not in PLACEMENT
+                    else self.source(node.func.value, depth + 1)
+                )  # type: ignore[attr-defined]
             if a.is_call(node, "torch.device"):
                 return None
             if f.own_call(node):
@@ -226,7 +337,9 @@ class _Local:
                 if why:
                     return f"{callee}() returns a value computed from {why}"
             for x in node.args:
-                if not (x.keyword is not None and x.keyword.value in DEVICE_ARGS) and not self._flag(x.value):
+                if not (
+                    x.keyword is not None and x.keyword.value in DEVICE_ARGS
+                ) and not self._flag(x.value):
                     why = self.source(x.value, depth + 1)
                     if why:
                         return why

@@ -11,9 +11,18 @@ import ddpify.match as m
 from ddpify.lint.rules.common import dataset_class, is_iterable_dataset, torch_ddp
 from ddpify.rules import declare
 
-declare("DDP202", "iterable-dataset-ignores-rank", "an IterableDataset used for training never reads the rank: every rank yields the same stream", severity="blocking", tool="lint")
+declare(
+    "DDP202",
+    "iterable-dataset-ignores-rank",
+    "an IterableDataset used for training never reads the rank: every rank yields the same stream",
+    severity="blocking",
+    tool="lint",
+)
 
-RANK_AWARE = re.compile(r"rank|world_size|get_worker_info|split_dataset_by_node|num_replicas|num_shards|shard_id", re.I)
+RANK_AWARE = re.compile(
+    r"rank|world_size|get_worker_info|split_dataset_by_node|num_replicas|num_shards|shard_id",
+    re.I,
+)
 
 
 def check(ctx) -> None:
@@ -27,9 +36,17 @@ def check(ctx) -> None:
         if dataset is None or not is_iterable_dataset(ctx, dataset):
             continue
         cls = dataset_class(ctx, dataset)
-        if cls is None or _rank_aware(ctx, cls) or any(f.ranks.reads_rank(v) for v in f.sources(dataset)):
+        if (
+            cls is None
+            or _rank_aware(ctx, cls)
+            or any(f.ranks.reads_rank(v) for v in f.sources(dataset))
+        ):
             continue
-        ctx.report(ld.call, "DDP202", f"{cls.name.value} is an IterableDataset that never reads the rank: a DataLoader takes no sampler for it, so every rank yields the same stream and trains on the same batches; split it in __iter__ (e.g. itertools.islice(stream, rank, None, world_size))")
+        ctx.report(
+            ld.call,
+            "DDP202",
+            f"{cls.name.value} is an IterableDataset that never reads the rank: a DataLoader takes no sampler for it, so every rank yields the same stream and trains on the same batches; split it in __iter__ (e.g. itertools.islice(stream, rank, None, world_size))",
+        )
 
 
 def _rank_aware(ctx, cls: cst.ClassDef) -> bool:

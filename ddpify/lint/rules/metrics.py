@@ -12,11 +12,38 @@ from ddpify.analysis.tree import call_args, code, dotted
 from ddpify.lint.rules.divergent_exit import _Local
 from ddpify.rules import declare
 
-declare("DDP225", "metric-from-one-shard", "a figure computed from one rank's shard of the data (an evaluation metric, a loss) is printed, logged or saved by rank 0 as the whole run's, without an all_reduce", severity="blocking", tool="lint")
-declare("DDP226", "eval-sampler-padding", "evaluation over a DistributedSampler: it pads the ranks' shards with repeated samples when the data set does not divide evenly, so reduced counts include duplicates", tool="lint")
+declare(
+    "DDP225",
+    "metric-from-one-shard",
+    "a figure computed from one rank's shard of the data (an evaluation metric, a loss) is printed, logged or saved by rank 0 as the whole run's, without an all_reduce",
+    severity="blocking",
+    tool="lint",
+)
+declare(
+    "DDP226",
+    "eval-sampler-padding",
+    "evaluation over a DistributedSampler: it pads the ranks' shards with repeated samples when the data set does not divide evenly, so reduced counts include duplicates",
+    tool="lint",
+)
 
-SINKS = {"print", "write", "writelines", "info", "warning", "log", "add_scalar", "add_scalars", "log_metrics", "dump", "save", "set_postfix"}
-SAMPLERS = ("torch.utils.data.distributed.DistributedSampler", "torch.utils.data.DistributedSampler")
+SINKS = {
+    "print",
+    "write",
+    "writelines",
+    "info",
+    "warning",
+    "log",
+    "add_scalar",
+    "add_scalars",
+    "log_metrics",
+    "dump",
+    "save",
+    "set_postfix",
+}
+SAMPLERS = (
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+)
 
 
 def check(ctx) -> None:
@@ -46,19 +73,39 @@ def check(ctx) -> None:
             reported.add(fn)
             evaluation = _evaluation(ctx, why)
             what = "an evaluation figure" if evaluation else "a figure"
-            ctx.report(c, "DDP225", f"{code(c.func)}(...) reports {what} computed from {why} on one rank only, as if it were the whole run's: the other ranks' shards are left out; all_reduce its sums and counts (or gather the values) first",
-                       "" if evaluation else "note")
+            ctx.report(
+                c,
+                "DDP225",
+                f"{code(c.func)}(...) reports {what} computed from {why} on one rank only, as if it were the whole run's: the other ranks' shards are left out; all_reduce its sums and counts (or gather the values) first",
+                "" if evaluation else "note",
+            )
             break
     for s in f.samplers:
         _, kw = call_args(s)
         if "drop_last" in kw and m.matches(kw["drop_last"].value, m.Name("True")):
             continue
-        loader = next((ld for ld in a.loaders if any(v is s for v in f.sources(f.loader_args(ld.call).get("sampler") or cst.Name("None")))), None)
+        loader = next(
+            (
+                ld
+                for ld in a.loaders
+                if any(
+                    v is s
+                    for v in f.sources(
+                        f.loader_args(ld.call).get("sampler") or cst.Name("None")
+                    )
+                )
+            ),
+            None,
+        )
         if loader is None or loader.role == "train":
             continue
         if not _reduced_in_evaluation(ctx, loader):
             continue
-        ctx.report(s, "DDP226", f"evaluation over DistributedSampler({code(s.args[0].value) if s.args else ''}...): when the data set does not divide by the world size it repeats samples to give every rank as many, so the all-reduced counts include duplicates; evaluate the remainder separately, or shard without padding")
+        ctx.report(
+            s,
+            "DDP226",
+            f"evaluation over DistributedSampler({code(s.args[0].value) if s.args else ''}...): when the data set does not divide by the world size it repeats samples to give every rank as many, so the all-reduced counts include duplicates; evaluate the remainder separately, or shard without padding",
+        )
 
 
 def _evaluation(ctx, why: str) -> bool:
@@ -79,6 +126,17 @@ def _reduced_in_evaluation(ctx, loader) -> bool:
         scope = fn if fn is not None else a.module
         for c in a.findall(scope, m.Call()):
             what = f.collective(c)
-            if what is not None and not what.startswith(("the forward", "dist.init_process_group", "torch.distributed.init_process_group")) and "backward" not in what and "init_process_group" not in what:
+            if (
+                what is not None
+                and not what.startswith(
+                    (
+                        "the forward",
+                        "dist.init_process_group",
+                        "torch.distributed.init_process_group",
+                    )
+                )
+                and "backward" not in what
+                and "init_process_group" not in what
+            ):
                 return True
     return False

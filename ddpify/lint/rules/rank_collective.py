@@ -10,7 +10,13 @@ from ddpify.analysis.tree import code, dotted
 from ddpify.lint.values import UNK
 from ddpify.rules import declare
 
-declare("DDP210", "collective-in-rank-branch", "a collective (barrier, all_reduce, a DDP forward, a state-dict gather) runs on some ranks only: the other ranks never join it and the job hangs until the NCCL timeout", severity="blocking", tool="lint")
+declare(
+    "DDP210",
+    "collective-in-rank-branch",
+    "a collective (barrier, all_reduce, a DDP forward, a state-dict gather) runs on some ranks only: the other ranks never join it and the job hangs until the NCCL timeout",
+    severity="blocking",
+    tool="lint",
+)
 
 
 def check(ctx) -> None:
@@ -37,18 +43,35 @@ def check(ctx) -> None:
         base = _base(f, c)
         w = f.wrapper(base.func) if base is not None else None
         if w is None or w.kind != "ddp":
-            ctx.report(c, "DDP210", f"{what} {where}: the other ranks never join this collective and the job hangs until the NCCL timeout; move it out of the branch (every rank must call it, in the same order)")
+            ctx.report(
+                c,
+                "DDP210",
+                f"{what} {where}: the other ranks never join this collective and the job hangs until the NCCL timeout; move it out of the branch (every rank must call it, in the same order)",
+            )
             continue
-        forward = what if base is c else f"{code(c.func)}() runs a forward of the DDP model {dotted(base.func)}"
+        forward = (
+            what
+            if base is c
+            else f"{code(c.func)}() runs a forward of the DDP model {dotted(base.func)}"
+        )
         if not (f.no_grad(base) or f.no_grad(c)):
-            ctx.report(c, "DDP210", f"{forward} {where}: the other ranks never run this forward, so the gradient all-reduce of the next backward waits forever; run it on every rank")
+            ctx.report(
+                c,
+                "DDP210",
+                f"{forward} {where}: the other ranks never run this forward, so the gradient all-reduce of the next backward waits forever; run it on every rank",
+            )
             continue
         buffers = f.buffers(w)
         if buffers == "no":
             continue  # no gradient, no buffer: this forward communicates nothing
         maybe = " (this model may have some)" if buffers == "maybe" else ""
-        ctx.report(c, "DDP210", f"{forward} {where}: DDP broadcasts the model's buffers from rank 0 at every forward{maybe}, so the other ranks never join and the job hangs; "
-                   f"evaluate the plain module there ({w.target or 'model'}.module), or evaluate on every rank", "note" if maybe else "")
+        ctx.report(
+            c,
+            "DDP210",
+            f"{forward} {where}: DDP broadcasts the model's buffers from rank 0 at every forward{maybe}, so the other ranks never join and the job hangs; "
+            f"evaluate the plain module there ({w.target or 'model'}.module), or evaluate on every rank",
+            "note" if maybe else "",
+        )
 
 
 def _complementary(f, group) -> bool:

@@ -10,14 +10,23 @@ from ddpify.analysis.tree import call_args, dotted
 from ddpify.lint.rules.common import torch_ddp
 from ddpify.rules import declare
 
-declare("DDP203", "missing-set-epoch", "a DistributedSampler shuffles, but its epoch loop never calls sampler.set_epoch(epoch): every epoch sees the same order", severity="blocking", tool="lint")
+declare(
+    "DDP203",
+    "missing-set-epoch",
+    "a DistributedSampler shuffles, but its epoch loop never calls sampler.set_epoch(epoch): every epoch sees the same order",
+    severity="blocking",
+    tool="lint",
+)
 
 
 def check(ctx) -> None:
     a, f = ctx.a, ctx.facts
     if not torch_ddp(ctx) or not f.samplers:
         return
-    if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "set_epoch" for c in a.calls):
+    if any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value == "set_epoch"
+        for c in a.calls
+    ):
         return  # set_epoch is called somewhere (on the sampler, the loader's sampler or a batch sampler)
     for ld in a.loaders:
         if ld.role != "train":
@@ -30,7 +39,11 @@ def check(ctx) -> None:
             continue
         loop = _epoch_loop(ctx, ld)
         if loop is not None:
-            ctx.report(loop, "DDP203", f"this epoch loop never calls set_epoch on the DistributedSampler of {ld.target or 'the training loader'}: its shuffle is seeded with the epoch, so every epoch sees the same order; call {ld.target + '.sampler' if ld.target else 'sampler'}.set_epoch(epoch) at the top of each epoch")
+            ctx.report(
+                loop,
+                "DDP203",
+                f"this epoch loop never calls set_epoch on the DistributedSampler of {ld.target or 'the training loader'}: its shuffle is seeded with the epoch, so every epoch sees the same order; call {ld.target + '.sampler' if ld.target else 'sampler'}.set_epoch(epoch) at the top of each epoch",
+            )
             return
 
 
@@ -45,13 +58,23 @@ def _epoch_loop(ctx, ld) -> cst.CSTNode | None:
     a = ctx.a
     if not ld.target:
         return None
-    sites = [site for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call))]
+    sites = [
+        site for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call))
+    ]
     # `with tqdm(loader) as pbar: for batch in pbar:` iterates the loader too
     for w in a.withs:
         for item in w.items:
-            if item.asname is not None and isinstance(item.item, cst.Call) and any(dotted(x.value) == ld.target for x in item.item.args):
+            if (
+                item.asname is not None
+                and isinstance(item.item, cst.Call)
+                and any(dotted(x.value) == ld.target for x in item.item.args)
+            ):
                 alias = dotted(item.asname.name)
-                sites += [lp for lp in a.findall(w, m.For()) if alias and dotted(lp.iter) == alias]
+                sites += [
+                    lp
+                    for lp in a.findall(w, m.For())
+                    if alias and dotted(lp.iter) == alias
+                ]
     for site in sites:
         outer = a.enclosing_loop(site)
         if outer is not None:

@@ -14,10 +14,19 @@ from ddpify.analysis.tree import code, dotted
 from ddpify.lint.rules.divergent_exit import silent_forward
 from ddpify.rules import declare
 
-declare("DDP212", "uneven-batches-per-rank", "a loop that runs collectives (a DDP forward, an all_reduce, a metric gather) iterates data whose length is each rank's own (a file per rank, a list split by the rank, a subset drawn after a per-rank seed): the rank with more batches waits for the others and the job hangs", severity="blocking", tool="lint")
+declare(
+    "DDP212",
+    "uneven-batches-per-rank",
+    "a loop that runs collectives (a DDP forward, an all_reduce, a metric gather) iterates data whose length is each rank's own (a file per rank, a list split by the rank, a subset drawn after a per-rank seed): the rank with more batches waits for the others and the job hangs",
+    severity="blocking",
+    tool="lint",
+)
 
 ITER_WRAPPERS = {"enumerate", "zip", "tqdm", "iter", "list", "sorted", "reversed"}
-EVEN = ("torch.utils.data.distributed.DistributedSampler", "torch.utils.data.DistributedSampler")
+EVEN = (
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+)
 LOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 
 
@@ -29,10 +38,20 @@ def check(ctx) -> None:
         why = _uneven(ctx, loop.iter)
         if why is None:
             continue
-        syncs = [c for c in a.findall(loop.body, m.Call()) if f.sync_point(c) is not None and not f.reach.divergent(c) and not silent_forward(f, c)]
+        syncs = [
+            c
+            for c in a.findall(loop.body, m.Call())
+            if f.sync_point(c) is not None
+            and not f.reach.divergent(c)
+            and not silent_forward(f, c)
+        ]
         if not syncs or _joined(ctx, loop):
             continue
-        ctx.report(loop, "DDP212", f"this loop iterates `{code(loop.iter).strip()}`, whose length is this rank's own ({why}), and runs {f.sync_point(syncs[0])} at every iteration: a rank with more batches waits in a collective the others never join, and the job hangs; give every rank as many batches (DistributedSampler pads to equal counts, or drop the remainder), or run the loop under `with model.join():`")
+        ctx.report(
+            loop,
+            "DDP212",
+            f"this loop iterates `{code(loop.iter).strip()}`, whose length is this rank's own ({why}), and runs {f.sync_point(syncs[0])} at every iteration: a rank with more batches waits in a collective the others never join, and the job hangs; give every rank as many batches (DistributedSampler pads to equal counts, or drop the remainder), or run the loop under `with model.join():`",
+        )
 
 
 def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
@@ -40,7 +59,11 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
     a, f = ctx.a, ctx.facts
     if depth > 3:
         return None
-    while isinstance(it, cst.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] in ITER_WRAPPERS and it.args:
+    while (
+        isinstance(it, cst.Call)
+        and (dotted(it.func) or "").rsplit(".", 1)[-1] in ITER_WRAPPERS
+        and it.args
+    ):
         if (dotted(it.func) or "") == "range":
             return None
         it = it.args[0].value
@@ -48,21 +71,44 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
         return None  # a count the script chose, not its data
     if isinstance(it, cst.Name) and depth < 3:  # pbar = tqdm(loader, disable=rank != 0)
         fn = a.function_of(it)
-        values = a._local_values(fn, it.value) if fn is not None and a._is_local(fn, it.value) else a._local_values(None, it.value)
-        if values and all(isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] in ITER_WRAPPERS and v.args for v in values):
+        values = (
+            a._local_values(fn, it.value)
+            if fn is not None and a._is_local(fn, it.value)
+            else a._local_values(None, it.value)
+        )
+        if values and all(
+            isinstance(v, cst.Call)
+            and (dotted(v.func) or "").rsplit(".", 1)[-1] in ITER_WRAPPERS
+            and v.args
+            for v in values
+        ):
             whys = [_uneven(ctx, v, depth + 1) for v in values]
             return next((w for w in whys if w), None)
     loader = _loader_call(ctx, it)
     if loader is not None:
         args = f.loader_args(loader)
-        sampler = args.get("sampler") if args.get("sampler") is not None else args.get("batch_sampler")
+        sampler = (
+            args.get("sampler")
+            if args.get("sampler") is not None
+            else args.get("batch_sampler")
+        )
         if sampler is not None and not m.matches(sampler, m.Name("None")):
-            dist_samplers = [v for v in f.sources(sampler) if isinstance(v, cst.Call) and a.qualified(v.func) & set(EVEN)]
+            dist_samplers = [
+                v
+                for v in f.sources(sampler)
+                if isinstance(v, cst.Call) and a.qualified(v.func) & set(EVEN)
+            ]
             if dist_samplers:
                 # padded to the same count on every rank, when every rank hands it the same data set
-                inner = dist_samplers[0].args[0].value if dist_samplers[0].args else None
+                inner = (
+                    dist_samplers[0].args[0].value if dist_samplers[0].args else None
+                )
                 why = f.rank_derived_len(inner) if inner is not None else None
-                return f"DistributedSampler over a data set of its own on each rank: {why}" if why else None
+                return (
+                    f"DistributedSampler over a data set of its own on each rank: {why}"
+                    if why
+                    else None
+                )
             why = f.rank_derived_len(sampler)
             if why:
                 return f"its sampler: {why}"
@@ -83,7 +129,9 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
 def _loader_call(ctx, it: cst.BaseExpression) -> cst.Call | None:
     a, f = ctx.a, ctx.facts
     for v in f.sources(it):
-        if isinstance(v, cst.Call) and (a.qualified(v.func) & set(LOADERS) or any(ld.call is v for ld in a.loaders)):
+        if isinstance(v, cst.Call) and (
+            a.qualified(v.func) & set(LOADERS) or any(ld.call is v for ld in a.loaders)
+        ):
             return v
     d = dotted(it)
     for ld in a.loaders:
@@ -99,7 +147,9 @@ def _joined(ctx, loop: cst.For) -> bool:
     while cur is not None:
         if isinstance(cur, cst.With):
             for item in cur.items:
-                name = dotted(item.item.func) if isinstance(item.item, cst.Call) else None
+                name = (
+                    dotted(item.item.func) if isinstance(item.item, cst.Call) else None
+                )
                 if name and name.rsplit(".", 1)[-1] in ("Join", "join"):
                     return True
         cur = a.parent.get(cur)

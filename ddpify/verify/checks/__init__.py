@@ -9,13 +9,22 @@ from __future__ import annotations
 
 from ddpify.verify.checks.common import FAIL, INFO, NA, PASS, STOPPED, Check, Context
 from ddpify.verify.checks.coverage import check_reached, verdict
-from ddpify.verify.checks.data import check_epoch_order, check_even_batches, check_sharding
+from ddpify.verify.checks.data import (
+    check_epoch_order,
+    check_even_batches,
+    check_sharding,
+)
 from ddpify.verify.checks.files import check_saved, check_writes, written_alike
 from ddpify.verify.checks.hang import check_hang, parse_stack, waiting_in
 from ddpify.verify.checks.output import check_metrics, check_rank0_output
 from ddpify.verify.checks.processes import check_devices, check_imports, check_ranks
 from ddpify.verify.checks.source import Sources
-from ddpify.verify.checks.training import check_loss, check_optimized, check_params, check_throughput
+from ddpify.verify.checks.training import (
+    check_loss,
+    check_optimized,
+    check_params,
+    check_throughput,
+)
 
 # (name, check, whether it still runs on a run stopped by a hang: killed ranks never wrote their
 # final records, so only what they saved before the stall is known). A check that returns None
@@ -45,7 +54,11 @@ CHECK_NAMES = tuple(name for name, _check, _after_hang in CHECKS)
 def run_checks(ctx: Context) -> list[Check]:
     out = []
     for name, check, after_hang in CHECKS:
-        result = check(ctx) if after_hang or not ctx.candidate.hang else Check(name, NA, STOPPED)
+        result = (
+            check(ctx)
+            if after_hang or not ctx.candidate.hang
+            else Check(name, NA, STOPPED)
+        )
         if result is not None:
             out.append(result)
     return out

@@ -45,7 +45,9 @@ class Context:
     epochs: int | None = None
     # Every file the ranks ran, parsed once per run, and where its lines are in the user's files.
     sources: Sources = field(default_factory=Sources)
-    shared_gpus: int = 0  # ranks shared this many GPUs (--share-gpus); 0: a GPU (or the CPU) each
+    shared_gpus: int = (
+        0  # ranks shared this many GPUs (--share-gpus); 0: a GPU (or the CPU) each
+    )
     to_end: bool = False  # --to-end: the script ran without a step limit
 
     def where(self, where: str | None) -> str:
@@ -107,5 +109,10 @@ def tail(text: str, lines: int = 12) -> list[str]:
 def training_epochs(rec: dict) -> list[dict]:
     """The epochs a backward pass happened in (between their batches), whose batches were not
     all drawn under no_grad (an evaluation loader drawn from in the training loop)."""
-    return [e for e in rec.get("epochs", []) if e.get("bw_first") is not None and (e.get("bw_last") or 0) > e["bw_first"]
-            and e.get("grad_on", 1) > 0]
+    return [
+        e
+        for e in rec.get("epochs", [])
+        if e.get("bw_first") is not None
+        and (e.get("bw_last") or 0) > e["bw_first"]
+        and e.get("grad_on", 1) > 0
+    ]

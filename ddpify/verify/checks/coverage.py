@@ -4,7 +4,15 @@ final save, the teardown), so its PASS speaks for those K steps only."""
 
 from __future__ import annotations
 
-from ddpify.verify.checks.common import FAIL, INFO, NA, Check, Context, plural, training_epochs
+from ddpify.verify.checks.common import (
+    FAIL,
+    INFO,
+    NA,
+    Check,
+    Context,
+    plural,
+    training_epochs,
+)
 from ddpify.verify.checks.files import reached_lines
 
 TO_END = "--to-end runs the whole script"
@@ -17,7 +25,9 @@ def check_reached(ctx: Context) -> Check:
     src = ctx.sources
     done = reached_lines(ctx)
     never = [s for s in src.write_sites(ctx.exec_path) if s[0] not in done]
-    listed = ", ".join(f"{what} at {src.where(ctx.exec_path, line)}" for line, what in never[:4])
+    listed = ", ".join(
+        f"{what} at {src.where(ctx.exec_path, line)}" for line, what in never[:4]
+    )
     listed += f" and {len(never) - 4} more" if len(never) > 4 else ""
     train = training_epochs(rec)
     if status == "finished":
@@ -50,10 +60,14 @@ def verdict(ctx: Context, checks: list[Check]) -> str:
     rec = ctx.candidate.records.get(0) or {}
     steps = rec.get("steps", 0)
     if rec.get("status") == "finished":
-        return f"PASS: the script ran to its end on every rank ({plural(steps, 'step')})"
+        return (
+            f"PASS: the script ran to its end on every rank ({plural(steps, 'step')})"
+        )
     if ctx.epochs:
         covered = f"{plural(ctx.epochs, 'epoch')} (step {steps})"
-        run_more = "run with --to-end to cover the evaluation, the final save and the teardown"
+        run_more = (
+            "run with --to-end to cover the evaluation, the final save and the teardown"
+        )
     else:
         covered = plural(steps, "step")
         run_more = "run with --epochs E or --to-end to cover the end of an epoch, the evaluation, the final save and the teardown"

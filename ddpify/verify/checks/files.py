@@ -10,7 +10,16 @@ from __future__ import annotations
 import os
 import re
 
-from ddpify.verify.checks.common import FAIL, NA, PASS, Check, Context, plural, short, split_where
+from ddpify.verify.checks.common import (
+    FAIL,
+    NA,
+    PASS,
+    Check,
+    Context,
+    plural,
+    short,
+    split_where,
+)
 
 
 def key(ctx: Context, w: dict) -> str:
@@ -22,7 +31,11 @@ def key(ctx: Context, w: dict) -> str:
     mapped = ctx.sources.user_file(w["path"])
     if mapped != w["path"]:
         here = os.path.realpath(os.getcwd())
-        return os.path.relpath(mapped, here) if mapped.startswith(here + os.sep) else mapped
+        return (
+            os.path.relpath(mapped, here)
+            if mapped.startswith(here + os.sep)
+            else mapped
+        )
     return rel
 
 
@@ -54,19 +67,38 @@ def check_writes(ctx: Context) -> Check:
     if not recs:
         return Check("rank0-writes", NA, "no rank recorded anything")
     by_path = candidate_writes(ctx)
-    problems = [(path, ranks) for path, ranks in by_path.items() if len(ranks) > 1 or any(r != 0 for r in ranks)]
+    problems = [
+        (path, ranks)
+        for path, ranks in by_path.items()
+        if len(ranks) > 1 or any(r != 0 for r in ranks)
+    ]
     if not problems:
         files = [short(p) for p in by_path]
         if not files:
             if baseline_writes(ctx):
-                return Check("rank0-writes", NA, "no rank wrote a file, but the baseline did (see saved)")
+                return Check(
+                    "rank0-writes",
+                    NA,
+                    "no rank wrote a file, but the baseline did (see saved)",
+                )
             return Check("rank0-writes", PASS, "no rank wrote a file")
-        listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        return Check("rank0-writes", PASS, f"only rank 0 wrote: {listed}", data={"paths": list(by_path)})
+        listed = ", ".join(files[:3]) + (
+            f" and {len(files) - 3} more" if len(files) > 3 else ""
+        )
+        return Check(
+            "rank0-writes",
+            PASS,
+            f"only rank 0 wrote: {listed}",
+            data={"paths": list(by_path)},
+        )
     path, ranks = problems[0]
     who = ", ".join(map(str, sorted(ranks)))
     w = ranks[max(ranks)]
-    figure = f"ranks {who} wrote {short(path)}" if len(ranks) > 1 else f"rank {who} wrote {short(path)}"
+    figure = (
+        f"ranks {who} wrote {short(path)}"
+        if len(ranks) > 1
+        else f"rank {who} wrote {short(path)}"
+    )
     if len(problems) > 1:
         figure += f" (+{plural(len(problems) - 1, 'more path')})"
     what, at = w["kind"], ctx.where(w["where"])
@@ -78,14 +110,26 @@ def check_writes(ctx: Context) -> Check:
         r = local[0]
         file, line = split_where(w["where"])
         guard = ctx.sources.enclosing_if(file, line)
-        test = f" `if {guard[1]}:` ({ctx.sources.line(file, guard[0])})" if guard else ""
+        test = (
+            f" `if {guard[1]}:` ({ctx.sources.line(file, guard[0])})" if guard else ""
+        )
         cause = (
             f"{what} at {at} also runs on {_who(recs[r], r, ctx.nnodes)}, which wrote {short(path)} "
             f"on its node's disk: the guard{test} tests the local rank, true once per node; only global rank 0 "
             "should write: test RANK (dist.get_rank() == 0)"
         )
-    details = [f"{short(p)}: " + ", ".join(_who(recs[r], r, ctx.nnodes) for r in sorted(rs)) for p, rs in problems]
-    return Check("rank0-writes", FAIL, figure, cause, details, data={"problems": [p for p, _ in problems]})
+    details = [
+        f"{short(p)}: " + ", ".join(_who(recs[r], r, ctx.nnodes) for r in sorted(rs))
+        for p, rs in problems
+    ]
+    return Check(
+        "rank0-writes",
+        FAIL,
+        figure,
+        cause,
+        details,
+        data={"problems": [p for p, _ in problems]},
+    )
 
 
 # ------------------------------------------------------------------------ saved
@@ -101,15 +145,22 @@ _SD_VERDICT = {
 
 def _state_dict_problem(sd: dict) -> str | None:
     verdict = sd.get("verdict")
-    if verdict in _SD_VERDICT and (verdict != "module-prefix" or not (sd.get("n_missing") or sd.get("n_unexpected"))):
+    if verdict in _SD_VERDICT and (
+        verdict != "module-prefix"
+        or not (sd.get("n_missing") or sd.get("n_unexpected"))
+    ):
         sample = ", ".join(sd.get("sample") or []) or "?"
         return _SD_VERDICT[verdict].format(sample=sample)
     if verdict in ("mismatch", "module-prefix"):
         parts = []
         if sd.get("n_missing"):
-            parts.append(f"{sd['n_missing']} of the model's keys missing ({', '.join(sd['missing'])})")
+            parts.append(
+                f"{sd['n_missing']} of the model's keys missing ({', '.join(sd['missing'])})"
+            )
         if sd.get("n_unexpected"):
-            parts.append(f"{sd['n_unexpected']} unexpected ({', '.join(sd['unexpected'])})")
+            parts.append(
+                f"{sd['n_unexpected']} unexpected ({', '.join(sd['unexpected'])})"
+            )
         if sd.get("shapes"):
             parts.append("shapes differ: " + "; ".join(sd["shapes"]))
         return "it does not load into the unwrapped model: " + ", ".join(parts)
@@ -139,7 +190,10 @@ def written_alike(key: str, written) -> bool:
         return True
     folder, ext = os.path.dirname(key), os.path.splitext(key)[1]
     pattern = _ID.sub("#", folder)
-    return any(os.path.splitext(k)[1] == ext and _ID.sub("#", os.path.dirname(k)) == pattern for k in written)
+    return any(
+        os.path.splitext(k)[1] == ext and _ID.sub("#", os.path.dirname(k)) == pattern
+        for k in written
+    )
 
 
 def _never_ran(ctx: Context, w: dict) -> str:
@@ -154,7 +208,11 @@ def _never_ran(ctx: Context, w: dict) -> str:
     sites = {ln: what for ln, what in src.write_sites(copy)}
     reached = reached_lines(ctx, copy)
     for ln in src.converted_lines(copy, line):
-        if ln in sites and ln not in reached and (sites[ln].startswith(kind) or kind == "open"):
+        if (
+            ln in sites
+            and ln not in reached
+            and (sites[ln].startswith(kind) or kind == "open")
+        ):
             guard = src.enclosing_if(copy, ln)
             text = f": its {sites[ln]} at {src.where(copy, ln)} never ran on any rank"
             if guard:
@@ -175,7 +233,12 @@ def check_saved(ctx: Context) -> Check:
     for k, ranks in cand.items():
         for r, w in sorted(ranks.items()):
             for sd in w.get("state_dicts", []):
-                if sd.get("verdict") in ("loads", "module-prefix", "mismatch", "ddp-object"):
+                if sd.get("verdict") in (
+                    "loads",
+                    "module-prefix",
+                    "mismatch",
+                    "ddp-object",
+                ):
                     checked += 1
                 problem = _state_dict_problem(sd)
                 if problem:
@@ -183,9 +246,17 @@ def check_saved(ctx: Context) -> Check:
     if bad:
         k, r, w, sd, problem = bad[0]
         where = "" if sd["at"] == "<object>" else f" (at {sd['at']})"
-        figure = f"rank {r} saved {short(k)}{where}: " + ("DDP `module.` keys" if sd["verdict"] == "module-prefix" else sd["verdict"])
+        figure = f"rank {r} saved {short(k)}{where}: " + (
+            "DDP `module.` keys" if sd["verdict"] == "module-prefix" else sd["verdict"]
+        )
         cause = f"the state dict saved to {short(k)}{where} at {ctx.where(w['where'])}: {problem}"
-        return Check("saved", FAIL, figure, cause, [f"{short(x)}: {p}" for x, _, _, _, p in bad[1:4]])
+        return Check(
+            "saved",
+            FAIL,
+            figure,
+            cause,
+            [f"{short(x)}: {p}" for x, _, _, _, p in bad[1:4]],
+        )
     if missing:
         k, ws = missing[0]
         figure = f"the baseline wrote {short(k)} ({len(ws)}x); no rank of the candidate wrote it"
@@ -193,15 +264,30 @@ def check_saved(ctx: Context) -> Check:
             figure += f" (+{plural(len(missing) - 1, 'more file', 'more files')})"
         cause = f"the one-process run wrote {short(k)} ({ws[0]['kind']} at {ctx.where(ws[0]['where'])}), the candidate never did"
         cause += _never_ran(ctx, ws[0])
-        details = [f"{short(x)}: written {len(v)}x by the baseline, never by the candidate" for x, v in missing]
+        details = [
+            f"{short(x)}: written {len(v)}x by the baseline, never by the candidate"
+            for x, v in missing
+        ]
         return Check("saved", FAIL, figure, cause, details)
     parts = []
     if base:
-        parts.append(f"the candidate wrote {'the' if len(base) == 1 else 'all'} {plural(len(base), 'file')} the baseline wrote")
+        parts.append(
+            f"the candidate wrote {'the' if len(base) == 1 else 'all'} {plural(len(base), 'file')} the baseline wrote"
+        )
     if checked:
-        parts.append(f"{plural(checked, 'state dict')} load{'s' if checked == 1 else ''} into the unwrapped model")
+        parts.append(
+            f"{plural(checked, 'state dict')} load{'s' if checked == 1 else ''} into the unwrapped model"
+        )
     if not parts:
         if not cand:
-            return Check("saved", NA, "nothing saved" + ("" if ctx.baseline else " (no baseline to compare)"))
-        return Check("saved", PASS, f"no model state dict among the {plural(len(cand), 'file')} written")
+            return Check(
+                "saved",
+                NA,
+                "nothing saved" + ("" if ctx.baseline else " (no baseline to compare)"),
+            )
+        return Check(
+            "saved",
+            PASS,
+            f"no model state dict among the {plural(len(cand), 'file')} written",
+        )
     return Check("saved", PASS, "; ".join(parts), data={"baseline_files": len(base)})

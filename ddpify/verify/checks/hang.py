@@ -29,7 +29,9 @@ def parse_stack(text: str, exec_path: str) -> list[tuple[str, int, str]]:
     return threads[0] if threads else []
 
 
-def waiting_in(frames: list[tuple[str, int, str]], exec_path: str) -> tuple[str, tuple[str, int, str] | None]:
+def waiting_in(
+    frames: list[tuple[str, int, str]], exec_path: str
+) -> tuple[str, tuple[str, int, str] | None]:
     """(the collective or operation the thread waits in, the innermost frame of the script)."""
     user = next((f for f in frames if os.path.abspath(f[0]) == exec_path), None)
     what = None
@@ -37,7 +39,10 @@ def waiting_in(frames: list[tuple[str, int, str]], exec_path: str) -> tuple[str,
         if file.endswith("distributed_c10d.py") and not func.startswith("_"):
             what = func
     if what is None:
-        if any(f.endswith(("autograd/__init__.py", "autograd/graph.py")) for f, _, _ in frames):
+        if any(
+            f.endswith(("autograd/__init__.py", "autograd/graph.py"))
+            for f, _, _ in frames
+        ):
             what = "backward (DDP gradient all-reduce)"
         elif any(f.endswith("parallel/distributed.py") for f, _, _ in frames):
             what = "the DDP forward (buffer broadcast)"
@@ -52,10 +57,19 @@ def _is_verify(path: str) -> bool:
     return os.path.abspath(path).startswith(_VERIFY_DIR + os.sep)
 
 
-def _loop_exit_causes(ctx: Context, run: RunResult, exec_path: str, waits: dict) -> list[str]:
+def _loop_exit_causes(
+    ctx: Context, run: RunResult, exec_path: str, waits: dict
+) -> list[str]:
     """A rank that left a loop through a `break` the others did not take: an early stop decided per rank."""
     hang, src = run.hang or {}, ctx.sources
-    frames = {r: [f for f in parse_stack(hang["stacks"].get(r, ""), exec_path) if os.path.abspath(f[0]) == exec_path] for r in waits}
+    frames = {
+        r: [
+            f
+            for f in parse_stack(hang["stacks"].get(r, ""), exec_path)
+            if os.path.abspath(f[0]) == exec_path
+        ]
+        for r in waits
+    }
     for a in sorted(frames):
         for b in sorted(frames):
             if a == b:
@@ -68,7 +82,11 @@ def _loop_exit_causes(ctx: Context, run: RunResult, exec_path: str, waits: dict)
                     if not found:
                         continue
                     loop_line, head, brk, guard = found
-                    under = f" under `if {guard[1]}:` ({src.line(exec_path, guard[0])})" if guard else ""
+                    under = (
+                        f" under `if {guard[1]}:` ({src.line(exec_path, guard[0])})"
+                        if guard
+                        else ""
+                    )
                     return [
                         f"rank {a} left the loop `{head}` ({src.line(exec_path, loop_line)}) through the `break` at "
                         f"{src.line(exec_path, brk)}{under} and waits in {waits[a][0]} at {src.line(exec_path, fa[1])}, "
@@ -87,7 +105,11 @@ def _end_of(run: RunResult, r: int) -> str:
     if status == "stopped":
         return "then stopped at the step limit"
     if status in ("crashed", "exited"):
-        err = (rec.get("error") or "").splitlines()[0][:160] if rec.get("error") else status
+        err = (
+            (rec.get("error") or "").splitlines()[0][:160]
+            if rec.get("error")
+            else status
+        )
         return f"then failed: {err}"
     if run.hang and r in run.hang.get("ranks", []):
         return "and waits there"
@@ -106,19 +128,25 @@ def collective_cause(ctx: Context, run: RunResult) -> str | None:
 
     def at(r: int) -> str:
         n, what, where = colls[r]
-        return f"{what} at {ctx.where(where)}" + (f" `{src.line_text(*_split(where))}`" if where != "?" else "")
+        return f"{what} at {ctx.where(where)}" + (
+            f" `{src.line_text(*_split(where))}`" if where != "?" else ""
+        )
 
     ahead = max(counts, key=lambda r: (counts[r], -r))
     behind = min(counts, key=lambda r: (counts[r], r))
     if counts[ahead] != counts[behind]:
-        return (f"rank {ahead} ran ahead: its collective #{counts[ahead]}, {at(ahead)}, was never joined by rank {behind}, "
-                f"whose last collective was #{counts[behind]}, {at(behind)}, {_end_of(run, behind)}: the ranks took different "
-                "paths through the script (a branch on the rank, a data-dependent exit, or more batches on one rank)")
+        return (
+            f"rank {ahead} ran ahead: its collective #{counts[ahead]}, {at(ahead)}, was never joined by rank {behind}, "
+            f"whose last collective was #{counts[behind]}, {at(behind)}, {_end_of(run, behind)}: the ranks took different "
+            "paths through the script (a branch on the rank, a data-dependent exit, or more batches on one rank)"
+        )
     kinds = {colls[r][1:] for r in colls}
     if len(kinds) > 1:
         a, b = sorted(colls)[:2]
-        return (f"at their collective #{counts[a]} the ranks called different ones: rank {a} {at(a)}, rank {b} {at(b)}: "
-                "each waits for the other in a collective it never calls")
+        return (
+            f"at their collective #{counts[a]} the ranks called different ones: rank {a} {at(a)}, rank {b} {at(b)}: "
+            "each waits for the other in a collective it never calls"
+        )
     return None
 
 
@@ -139,22 +167,38 @@ def check_hang(ctx: Context) -> Check:
         parts, details, causes = [], [], []
         waits = {}
         for r in range(run.world):
-            waits[r] = waiting_in(parse_stack(hang["stacks"].get(r, ""), exec_path), exec_path)
+            waits[r] = waiting_in(
+                parse_stack(hang["stacks"].get(r, ""), exec_path), exec_path
+            )
         for r in range(run.world):
             frames = parse_stack(hang["stacks"].get(r, ""), exec_path)
             what, user = waits[r]
             at = src.where(user[0], user[1]) if user else "?"
             code = src.line_text(user[0], user[1]) if user else ""
             parts.append(f"rank {r} in {what} at {at}")
-            details.append(f"rank {r} at step {steps_of(run, r)}: waiting in {what} at {at}" + (f"  `{code}`" if code else ""))
+            details.append(
+                f"rank {r} at step {steps_of(run, r)}: waiting in {what} at {at}"
+                + (f"  `{code}`" if code else "")
+            )
             details.extend(
-                "    " + (src.where(f, ln) if src.is_copy(f) else f"{os.path.basename(f)}:{ln}") + f" in {fn}"
-                for f, ln, fn in frames[:12] if not _is_verify(f)
+                "    "
+                + (
+                    src.where(f, ln)
+                    if src.is_copy(f)
+                    else f"{os.path.basename(f)}:{ln}"
+                )
+                + f" in {fn}"
+                for f, ln, fn in frames[:12]
+                if not _is_verify(f)
             )
             if user:
                 guard = src.enclosing_if(user[0], user[1], rank_only=True)
                 inside_too = guard and all(
-                    o == r or (waits.get(o, (None, None))[1] and src.enclosing_if(*waits[o][1][:2], rank_only=True) == guard)
+                    o == r
+                    or (
+                        waits.get(o, (None, None))[1]
+                        and src.enclosing_if(*waits[o][1][:2], rank_only=True) == guard
+                    )
                     for o in range(run.world)
                 )
                 if guard and not inside_too:
@@ -169,12 +213,24 @@ def check_hang(ctx: Context) -> Check:
             if told:
                 causes.append(told)
         kinds = {w[0] for w in waits.values()}
-        cause = causes[0] if causes else (
-            "the ranks wait in different collectives: " + ", ".join(sorted(kinds)) if len(kinds) > 1 else
-            f"no progress for {hang['timeout']:g} s"
+        cause = (
+            causes[0]
+            if causes
+            else (
+                "the ranks wait in different collectives: " + ", ".join(sorted(kinds))
+                if len(kinds) > 1
+                else f"no progress for {hang['timeout']:g} s"
+            )
         )
         role = "" if run.role == "candidate" else " (baseline, one process)"
-        stalled = ("ranks " if len(hang["ranks"]) > 1 else "rank ") + ", ".join(map(str, hang["ranks"]))
-        figure = f"{stalled} made no progress for {hang['timeout']:g} s{role}: " + "; ".join(parts)
-        return Check("no-hang", FAIL, figure, cause, details, data={"stalled": hang["ranks"]})
+        stalled = ("ranks " if len(hang["ranks"]) > 1 else "rank ") + ", ".join(
+            map(str, hang["ranks"])
+        )
+        figure = (
+            f"{stalled} made no progress for {hang['timeout']:g} s{role}: "
+            + "; ".join(parts)
+        )
+        return Check(
+            "no-hang", FAIL, figure, cause, details, data={"stalled": hang["ranks"]}
+        )
     return Check("no-hang", PASS, f"no rank stalled for {ctx.timeout:g} s")

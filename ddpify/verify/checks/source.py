@@ -22,7 +22,9 @@ class Sources:
         copies: the user's project folder} (project mode: every file of the tree is copied);
         user_root: the folder names are shown relative to (the project root, or the script's folder)."""
         self.copies = {os.path.realpath(k): v for k, v in (copies or {}).items()}
-        self.roots = [(os.path.realpath(k), os.path.realpath(v)) for k, v in (roots or {}).items()]
+        self.roots = [
+            (os.path.realpath(k), os.path.realpath(v)) for k, v in (roots or {}).items()
+        ]
         self.user_root = os.path.realpath(user_root) if user_root else None
         self._texts: dict[str, str | None] = {}
         self._trees: dict[str, ast.Module | None] = {}
@@ -62,7 +64,7 @@ class Sources:
             return self.copies[real][0]
         for copy, user in self.roots:
             if real.startswith(copy + os.sep):
-                return user + real[len(copy):]
+                return user + real[len(copy) :]
         return path
 
     def copy_of(self, user_path: str) -> str:
@@ -73,7 +75,7 @@ class Sources:
                 return copy
         for copy, user in self.roots:
             if real.startswith(user + os.sep):
-                return copy + real[len(user):]
+                return copy + real[len(user) :]
         return user_path
 
     def is_copy(self, path: str) -> bool:
@@ -100,7 +102,11 @@ class Sources:
         if real not in self.copies:
             return [line]
         self.locate(path, 1)
-        return [j + 1 for j, (orig, added) in enumerate(self._maps[real]) if orig == line and not added]
+        return [
+            j + 1
+            for j, (orig, added) in enumerate(self._maps[real])
+            if orig == line and not added
+        ]
 
     def name(self, path: str) -> str:
         user = os.path.realpath(self.user_file(path))
@@ -109,10 +115,14 @@ class Sources:
         return os.path.basename(user)
 
     def line(self, path: str, line: int) -> str:
-        """ "line M" of the user's file; a line the conversion added: "converted line N, added after line M". """
+        """ "line M" of the user's file; a line the conversion added: "converted line N, added after line M"."""
         _, orig, added = self.locate(path, line)
         if added:
-            return f"converted line {line}, added after line {orig}" if orig else f"converted line {line}, added at the top"
+            return (
+                f"converted line {line}, added after line {orig}"
+                if orig
+                else f"converted line {line}, added at the top"
+            )
         return f"line {orig}"
 
     def where(self, path: str, line: int) -> str:
@@ -129,13 +139,17 @@ class Sources:
             if not self.is_copy(path):
                 return m[0]
             user, orig, added = self.locate(path, line)
-            return f'File "{user}", ' + (self.line(path, line) if added else f"line {orig}")
+            return f'File "{user}", ' + (
+                self.line(path, line) if added else f"line {orig}"
+            )
 
         return _FRAME_REF.sub(one, text)
 
     # ---------------------------------------------------------------- questions about the code
 
-    def enclosing_if(self, path: str, line: int, rank_only: bool = False) -> tuple[int, str] | None:
+    def enclosing_if(
+        self, path: str, line: int, rank_only: bool = False
+    ) -> tuple[int, str] | None:
         """The innermost `if` whose body holds `line` (with rank_only, whose test mentions a rank,
         e.g. `if rank == 0:`): (its line, its test)."""
         tree, source = self.tree(path), self.text(path)
@@ -144,29 +158,45 @@ class Sources:
         found = None
         for node in ast.walk(tree):
             if isinstance(node, ast.If) and node.body:
-                start, end = node.body[0].lineno, max(getattr(n, "end_lineno", 0) or 0 for n in node.body)
+                start, end = (
+                    node.body[0].lineno,
+                    max(getattr(n, "end_lineno", 0) or 0 for n in node.body),
+                )
                 if start <= line <= end and (found is None or node.lineno > found[0]):
                     test = ast.get_source_segment(source, node.test) or ""
                     if not rank_only or re.search(r"rank|is_main|master", test, re.I):
                         found = (node.lineno, test)
         return found
 
-    def loop_left_by_break(self, path: str, out_line: int, in_line: int) -> tuple | None:
+    def loop_left_by_break(
+        self, path: str, out_line: int, in_line: int
+    ) -> tuple | None:
         """A loop that holds in_line but not out_line, in out_line's function, and the break that
         leaves it: (loop line, its head, break line, the `if` around the break)."""
         tree, source = self.tree(path), self.text(path)
         if tree is None or source is None:
             return None
         scope = _scope_of(tree, out_line)
-        loops = [n for n in ast.walk(scope) if isinstance(n, _LOOPS) and _spans(n, in_line) and not _spans(n, out_line)]
+        loops = [
+            n
+            for n in ast.walk(scope)
+            if isinstance(n, _LOOPS) and _spans(n, in_line) and not _spans(n, out_line)
+        ]
         loops = [n for n in loops if _scope_of(tree, n.lineno) is scope]
         # The outermost: leaving an inner loop only goes on with the outer one.
         for loop in sorted(loops, key=lambda n: n.lineno):
             breaks = _owned_breaks(loop)
             if breaks:
-                head = (ast.get_source_segment(source, loop) or "").splitlines()[0].strip()
+                head = (
+                    (ast.get_source_segment(source, loop) or "").splitlines()[0].strip()
+                )
                 brk = breaks[0]
-                return loop.lineno, head, brk.lineno, self.enclosing_if(path, brk.lineno)
+                return (
+                    loop.lineno,
+                    head,
+                    brk.lineno,
+                    self.enclosing_if(path, brk.lineno),
+                )
         return None
 
     def write_sites(self, path: str) -> list[tuple[int, str]]:
@@ -179,21 +209,51 @@ class Sources:
             if not isinstance(node, ast.Call):
                 continue
             f = node.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            name = (
+                f.attr
+                if isinstance(f, ast.Attribute)
+                else f.id
+                if isinstance(f, ast.Name)
+                else ""
+            )
             if name == "open":
-                mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
-                if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax"):
+                mode = (
+                    node.args[1]
+                    if len(node.args) > 1
+                    else next((k.value for k in node.keywords if k.arg == "mode"), None)
+                )
+                if (
+                    isinstance(mode, ast.Constant)
+                    and isinstance(mode.value, str)
+                    and any(c in mode.value for c in "wax")
+                ):
                     sites.append((node.lineno, f"open({mode.value!r})"))
             elif name in _WRITERS:
-                base = ast.unparse(f.value) + "." if isinstance(f, ast.Attribute) else ""
-                if name == "save" and base not in ("torch.", "") and not base.startswith(("np.", "numpy.")):
+                base = (
+                    ast.unparse(f.value) + "." if isinstance(f, ast.Attribute) else ""
+                )
+                if (
+                    name == "save"
+                    and base not in ("torch.", "")
+                    and not base.startswith(("np.", "numpy."))
+                ):
                     continue
                 sites.append((node.lineno, f"{base}{name}"))
         return sorted(set(sites))
 
 
 _FRAME_REF = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_WRITERS = ("save", "save_image", "savefig", "to_csv", "savez", "savez_compressed", "write_text", "write_bytes", "dump")
+_WRITERS = (
+    "save",
+    "save_image",
+    "savefig",
+    "to_csv",
+    "savez",
+    "savez_compressed",
+    "write_text",
+    "write_bytes",
+    "dump",
+)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -213,7 +273,11 @@ def line_map(original: str, converted: str) -> list[tuple[int, bool]]:
                 out[j1 + k] = (i1 + k + 1, False)
         elif tag == "replace" and (i2 - i1) * (j2 - j1) <= 20_000:
             for j in range(j1, j2):
-                scored = [(difflib.SequenceMatcher(None, a[i], b[j]).ratio(), i) for i in range(i1, i2) if b[j]]
+                scored = [
+                    (difflib.SequenceMatcher(None, a[i], b[j]).ratio(), i)
+                    for i in range(i1, i2)
+                    if b[j]
+                ]
                 best = max(scored, default=(0.0, 0))
                 if best[0] >= 0.6:
                     out[j] = (best[1] + 1, False)
@@ -247,7 +311,9 @@ def _owned_breaks(loop) -> list:
 def _scope_of(tree, line: int):
     best = tree
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _spans(node, line):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _spans(
+            node, line
+        ):
             if best is tree or node.lineno > best.lineno:
                 best = node
     return best

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import math
 
-from ddpify.verify.checks.common import FAIL, INFO, NA, PASS, Check, Context, finished, n
+from ddpify.verify.checks.common import (
+    FAIL,
+    INFO,
+    NA,
+    PASS,
+    Check,
+    Context,
+    finished,
+    n,
+)
 from ddpify.verify.runner import RunResult
 
 # Parameters of DDP ranks are bitwise equal in practice; this only absorbs formatting of float64 copies.
@@ -21,7 +30,11 @@ def check_params(ctx: Context) -> Check:
         return Check("params-in-sync", NA, "not every rank finished its steps")
     files = {r: run.run_dir / f"rank{r}.params.pt" for r in range(ctx.nproc)}
     if not all(f.exists() for f in files.values()):
-        return Check("params-in-sync", NA, "no optimizer or DDP model seen: no parameters to compare")
+        return Check(
+            "params-in-sync",
+            NA,
+            "no optimizer or DDP model seen: no parameters to compare",
+        )
     import torch
 
     vecs = {r: torch.load(f, weights_only=True) for r, f in files.items()}
@@ -31,13 +44,19 @@ def check_params(ctx: Context) -> Check:
     for r in range(1, ctx.nproc):
         if vecs[r].shape != vecs[0].shape:
             figure = f"rank {r} has {n(vecs[r].numel())} parameters, rank 0 {n(vecs[0].numel())}"
-            return Check("params-in-sync", FAIL, figure, "the ranks built different models")
+            return Check(
+                "params-in-sync", FAIL, figure, "the ranks built different models"
+            )
         diff = (vecs[r] - vecs[0]).abs().max().item() if vecs[0].numel() else 0.0
         if not diff <= worst:  # NaN counts as the worst
             worst, worst_rank = diff, r
     scale = max(1.0, vecs[0].abs().max().item() if vecs[0].numel() else 1.0)
-    over = f"over {n(numel)} params" + (f" (one in {stride} compared)" if stride > 1 else "")
-    figure = f"max |diff| {worst:.3g} {over}" + (f" (rank {worst_rank} vs rank 0)" if worst_rank else "")
+    over = f"over {n(numel)} params" + (
+        f" (one in {stride} compared)" if stride > 1 else ""
+    )
+    figure = f"max |diff| {worst:.3g} {over}" + (
+        f" (rank {worst_rank} vs rank 0)" if worst_rank else ""
+    )
     data = {"max_abs_diff": worst, "numel": numel, "stride": stride}
     if worst <= PARAM_RTOL * scale:
         return Check("params-in-sync", PASS, figure, data=data)
@@ -69,27 +88,50 @@ def check_loss(ctx: Context) -> Check:
     per_rank = {r: v for r, v in per_rank.items() if v}
     if not per_rank:
         return Check("loss", NA, "no loss recorded (no backward pass)")
-    broken = [r for r in range(ctx.nproc) if (recs.get(r) or {}).get("status") not in ("stopped", "finished")]
+    broken = [
+        r
+        for r in range(ctx.nproc)
+        if (recs.get(r) or {}).get("status") not in ("stopped", "finished")
+    ]
     if broken:
-        return Check("loss", NA, f"rank {broken[0]} did not finish its steps (see ranks): no loss curve to judge")
+        return Check(
+            "loss",
+            NA,
+            f"rank {broken[0]} did not finish its steps (see ranks): no loss curve to judge",
+        )
     if min(len(v) for v in per_rank.values()) < 2 or len(per_rank) < ctx.nproc:
-        return Check("loss", NA, "fewer than two losses on some rank: no loss curve to judge")
+        return Check(
+            "loss", NA, "fewer than two losses on some rank: no loss curve to judge"
+        )
     for r, losses in per_rank.items():
         for i, v in enumerate(losses):
             if not math.isfinite(v):
-                return Check("loss", FAIL, f"rank {r}: loss {v} at backward {i + 1}", "the loss became NaN/inf")
+                return Check(
+                    "loss",
+                    FAIL,
+                    f"rank {r}: loss {v} at backward {i + 1}",
+                    "the loss became NaN/inf",
+                )
     count = min(len(v) for v in per_rank.values())
     first = sum(v[0] for v in per_rank.values()) / len(per_rank)
     last = sum(v[count - 1] for v in per_rank.values()) / len(per_rank)
     cand = f"candidate {first:.4g} -> {last:.4g} (mean of {len(per_rank)} ranks)"
     data = {"candidate_first": first, "candidate_last": last}
-    base_losses = (ctx.baseline.records.get(0) or {}).get("losses") if ctx.baseline else None
+    base_losses = (
+        (ctx.baseline.records.get(0) or {}).get("losses") if ctx.baseline else None
+    )
     if base_losses:
         bf, bl = base_losses[0], base_losses[-1]
         data.update(baseline_first=bf, baseline_last=bl)
         figure = f"baseline {bf:.4g} -> {bl:.4g}, {cand}"
         if diverged(first, last) and not diverged(bf, bl):
-            return Check("loss", FAIL, figure, "the candidate's loss diverges where the baseline's does not", data=data)
+            return Check(
+                "loss",
+                FAIL,
+                figure,
+                "the candidate's loss diverges where the baseline's does not",
+                data=data,
+            )
         return Check("loss", PASS, figure, data=data)
     if diverged(first, last):
         return Check("loss", FAIL, cand, "the loss diverges", data=data)
@@ -119,7 +161,9 @@ def check_throughput(ctx: Context) -> Check:
     unit = rates[0][1]
     cand = sum(x[0] for x in rates)
     if unit == "steps/s":
-        cand /= len(rates)  # every rank steps together: the run's step rate is the ranks' mean
+        cand /= len(
+            rates
+        )  # every rank steps together: the run's step rate is the ranks' mean
     data: dict = {"candidate": cand, "unit": unit}
     shared = ""
     if ctx.shared_gpus:
@@ -127,13 +171,26 @@ def check_throughput(ctx: Context) -> Check:
         shared = f" (ranks shared {'a GPU' if ctx.shared_gpus == 1 else f'{ctx.shared_gpus} GPUs'}: these figures say nothing about scaling)"
     base = _rate(ctx.baseline.records.get(0) or {}) if ctx.baseline else None
     if not base or base[1] != unit:
-        return Check("throughput", INFO, f"candidate {cand:,.1f} {unit} on {ctx.nproc} ranks{shared}", data=data)
-    eff = cand / (ctx.nproc * base[0]) if unit == "samples/s" else cand / base[0]  # per-step work unknown: step rates
+        return Check(
+            "throughput",
+            INFO,
+            f"candidate {cand:,.1f} {unit} on {ctx.nproc} ranks{shared}",
+            data=data,
+        )
+    eff = (
+        cand / (ctx.nproc * base[0]) if unit == "samples/s" else cand / base[0]
+    )  # per-step work unknown: step rates
     data.update(baseline=base[0], scaling=eff)
     figure = f"baseline {base[0]:,.1f}, candidate {cand:,.1f} {unit} on {ctx.nproc} ranks, scaling {eff:.0%}{shared}"
     if ctx.min_scaling is not None and not ctx.shared_gpus:
         if eff < ctx.min_scaling:
-            return Check("throughput", FAIL, figure, f"scaling efficiency below --min-scaling {ctx.min_scaling:.0%}", data=data)
+            return Check(
+                "throughput",
+                FAIL,
+                figure,
+                f"scaling efficiency below --min-scaling {ctx.min_scaling:.0%}",
+                data=data,
+            )
         return Check("throughput", PASS, figure, data=data)
     return Check("throughput", INFO, figure, data=data)
 
@@ -156,11 +213,24 @@ def check_optimized(optimized: RunResult, plain: RunResult, nproc: int) -> Check
         a = (optimized.records.get(r) or {}).get("losses") or []
         b = (plain.records.get(r) or {}).get("losses") or []
         if not a or not b:
-            return Check("optimize-parity", NA, f"rank {r}: no losses recorded by {'the optimised' if not a else 'the plain'} conversion")
+            return Check(
+                "optimize-parity",
+                NA,
+                f"rank {r}: no losses recorded by {'the optimised' if not a else 'the plain'} conversion",
+            )
         for i, (x, y) in enumerate(zip(a, b)):
             if not (math.isfinite(x) and math.isfinite(y)):
-                why = "a loss became NaN/inf in one run only" if math.isfinite(x) != math.isfinite(y) else "the loss became NaN/inf"
-                return Check("optimize-parity", FAIL, f"rank {r}, backward {i + 1}: optimised {x}, plain {y}", why)
+                why = (
+                    "a loss became NaN/inf in one run only"
+                    if math.isfinite(x) != math.isfinite(y)
+                    else "the loss became NaN/inf"
+                )
+                return Check(
+                    "optimize-parity",
+                    FAIL,
+                    f"rank {r}, backward {i + 1}: optimised {x}, plain {y}",
+                    why,
+                )
             rel = abs(x - y) / max(abs(y), 1e-6)
             compared += 1
             if rel > worst[0]:
