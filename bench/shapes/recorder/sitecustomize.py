@@ -43,7 +43,9 @@ if _active():
     _real_open = builtins.open
     _rec = {
         "pid": os.getpid(),
-        "rank": int(os.environ["RANK"]) if "RANK" in os.environ and _ROLE == "ranks" else None,
+        "rank": int(os.environ["RANK"])
+        if "RANK" in os.environ and _ROLE == "ranks"
+        else None,
         "argv": None,
         "writes": [],
         "dirs": [],
@@ -141,7 +143,11 @@ if _active():
             def _npw(file, *a, _real=_real, _name=_name, **k):
                 if not hasattr(file, "write"):
                     p = os.fspath(file) if not isinstance(file, int) else file
-                    if _name == "save" and isinstance(p, str) and not p.endswith(".npy"):
+                    if (
+                        _name == "save"
+                        and isinstance(p, str)
+                        and not p.endswith(".npy")
+                    ):
                         p = p + ".npy"
                     _note_write(p, "numpy." + _name)
                 return _real(file, *a, **k)
@@ -151,7 +157,10 @@ if _active():
         _err("numpy", exc)
 
     import torch
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     def _thash(t) -> str:
@@ -172,7 +181,7 @@ if _active():
 
     torch.save = _save
 
-    _opts = []          # stepped optimizers, in the order of their first step
+    _opts = []  # stepped optimizers, in the order of their first step
     _counts = {}
 
     def _step_hook(opt, args, kwargs):
@@ -207,7 +216,9 @@ if _active():
                 return None
             t = _first_tensor(args, kwargs or {})
             if t is None or t.numel() == 0 or t.grad_fn is not None:
-                return None  # another model's output (features, not samples of the data)
+                return (
+                    None  # another model's output (features, not samples of the data)
+                )
             h = _thash(t)
             _rec["batches"].append([_total_steps(), h, type(module).__name__])
             if t.dim() >= 1 and len(_rec["rows"]) < 20000:
@@ -241,7 +252,9 @@ if _active():
                     for i in range(min(4, len(ds))):
                         item = ds[i]
                         items = item if isinstance(item, (tuple, list)) else [item]
-                        parts += [_thash(x) for x in items if isinstance(x, torch.Tensor)]
+                        parts += [
+                            _thash(x) for x in items if isinstance(x, torch.Tensor)
+                        ]
                     fp = ":".join(parts)
                 _rec["datasets"].append(fp)
         except Exception as exc:
