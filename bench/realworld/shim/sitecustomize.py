@@ -107,6 +107,8 @@ def _old_numpy(mod):
         mod.Inf = mod.inf
     if not hasattr(mod, "product"):
         mod.product = mod.prod
+    if not hasattr(mod, "int"):  # held-back split 4: np.int in an N-shot episode loader (NumPy < 1.24)
+        mod.int = int
     orig = mod.fromstring
 
     def fromstring(string, dtype=float, count=-1, *, sep="", like=None):
