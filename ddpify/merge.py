@@ -211,7 +211,7 @@ def split(out: str, merged: _Merged, files: list[ModuleFile]) -> list[str]:
                 None,
             )
             if dist is not None and re.search(
-                rf"\b({dist}\.|DDP\()", _restore(code, merged)
+                rf"\b({dist}\.|DDP\(|ddp_in_place\()", _restore(code, merged)
             ):  # it needs a group
                 code = (
                     _module_with_header(
@@ -252,6 +252,7 @@ HELPERS = {
     "rank0_value",
     "amp_initialize",
     "ddp_local_batch",
+    "ddp_in_place",
 }
 
 

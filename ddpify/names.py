@@ -36,6 +36,7 @@ GENERATED = (
     "rank0_seed",
     "amp_initialize",
     "ddp_local_batch",
+    "ddp_in_place",
 )
 _ANY = re.compile(r"\b(" + "|".join(GENERATED) + r")\b")
 
@@ -58,6 +59,7 @@ OWN = {
     "rank0_seed": r"broadcast",
     "amp_initialize": r"amp\.initialize in torch\.amp",
     "ddp_local_batch": r"WORLD_SIZE",
+    "ddp_in_place": r"replicate",
 }
 # set by ddpify's amp_initialize (legacy_apex.py) through `global`, starting from None / a disabled scaler
 SWITCHED = {"AMP_DTYPE": r"^None$", "SCALER": r"enabled=False"}

@@ -16,6 +16,7 @@ from ddpify.options import Options
 from ddpify.partial import mark_unresolved
 from ddpify.result import ConversionError, Result
 from ddpify.transforms import LEGACY, OPTIMIZE, PIPELINE, LaunchTransform
+from ddpify.transforms.base import Concern
 from ddpify.transforms.base import Context
 from ddpify.undefined import new_unbound_reads
 from ddpify.rules import declare
@@ -258,13 +259,20 @@ def _run(source: str, analysis: Analysis, ctx: Context, planners) -> Result:
     """Every path: the planners record edits on the one analysed tree, one pass applies them,
     and every output gets the same last check (DDP005)."""
     ctx.legacy = planners is LEGACY
+    order: list = []
     for transform in planners:
         if transform is LaunchTransform and ctx.opts.optimize:
-            for planner in (
-                OPTIMIZE
-            ):  # opt-in speed-ups, after the wrap and before launch's imports
-                planner().plan(ctx)
-        transform().plan(ctx)
+            order += (
+                OPTIMIZE  # opt-in speed-ups, after the wrap and before launch's imports
+            )
+        order.append(transform)
+    concerns = [t() for t in order]
+    # every two-step concern decides first, so each emit can read any plan
+    for concern in concerns:
+        if isinstance(concern, Concern):
+            concern.run_decide(ctx)
+    for concern in concerns:
+        concern.plan(ctx)
     if ctx.edits.is_empty():
         return Result(source, False, "converted", sorted(set(ctx.findings)))
     converted = Applier(ctx.edits).apply(analysis.module)

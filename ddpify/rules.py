@@ -28,6 +28,17 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
 
 
 @dataclass(frozen=True)
+class Said:
+    """One finding a rule makes at a node, its message filled from the rule's template."""
+
+    node: object  # a LibCST node, or None: the file's first line
+    code: str
+    message: str
+    fixed: bool
+    severity: str = ""  # "" takes the rule's
+
+
+@dataclass(frozen=True)
 class Rule:
     code: str
     title: str  # kebab-case name: process-group-setup
@@ -37,10 +48,19 @@ class Rule:
     check: str | None  # the verify check that proves the fix at run time
     module: str  # the module that declared (and raises) it
     tool: str = "convert"  # "lint": raised by `ddpify lint` on distributed scripts
+    # the rule's messages: case -> (template with {fields}, whether ddpify fixed it)
+    says: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def blocking(self) -> bool:
         return self.severity == "blocking"
+
+    def at(self, node: object, case: str = "", **fields: object) -> Said:
+        """The finding of case `case` ("" when the rule has one message) at `node`."""
+        for name, template, fixed in self.says:
+            if name == case:
+                return Said(node, self.code, template.format(**fields), fixed)
+        raise KeyError(f"{self.code} has no message {case!r}")
 
     @property
     def example(self) -> Path:
@@ -59,8 +79,11 @@ def declare(
     fix: bool = False,
     check: str | None = None,
     tool: str = "convert",
+    says: dict[str, str | tuple[str, bool]] | str | None = None,
 ) -> Rule:
-    """Declare a code; call it at the top of the module that raises the code."""
+    """Declare a code; call it at the top of the module that raises the code. `says`: its
+    messages, a template or {case: template}; a case is fixed when the rule is a fix, unless
+    given as (template, fixed)."""
     module = sys._getframe(1).f_globals.get("__name__", "?")
     if not CODE_RE.match(code):
         raise ValueError(f"{code!r}: a code is DDP and three digits")
@@ -68,7 +91,21 @@ def declare(
         raise ValueError(f"{code}: severity {severity!r} / tool {tool!r}")
     if fix and not check and tool == "convert":
         raise ValueError(f"{code}: a fix names the verify check that proves it")
-    rule = Rule(code, title, severity, message, fix, check, module, tool)
+    cases = {"": says} if isinstance(says, str) else dict(says or {})
+    rule = Rule(
+        code,
+        title,
+        severity,
+        message,
+        fix,
+        check,
+        module,
+        tool,
+        tuple(
+            (case, *(t if isinstance(t, tuple) else (t, fix)))
+            for case, t in cases.items()
+        ),
+    )
     old = REGISTRY.get(code)
     if old is not None and old.module != module:
         raise ValueError(f"{code} is declared twice: in {old.module} and in {module}")

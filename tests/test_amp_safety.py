@@ -85,11 +85,11 @@ def test_step_with_a_loss_on_probabilities_gets_no_autocast_by_default():
     )  # the statements unwrapped
     assert result.source.count("with torch.autocast(") == 1  # the regression step only
     assert (
-        "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = ddp_model("
+        "        with torch.autocast(LOCAL_DEVICE.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):\n            out = model("
         in result.source
     )
     assert (
-        "        probs = torch.sigmoid(ddp_model(x.to(device, non_blocking=True)))\n"
+        "        probs = torch.sigmoid(model(x.to(device, non_blocking=True)))\n"
         in result.source
     )
     assert "in_float32" not in result.source
@@ -144,11 +144,11 @@ def test_asked_for_the_op_alone_runs_in_float32_in_any_statement(amp):
         in src
     )
     assert (
-        "loss += sum(in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi) for xi, yi in halves)"
+        "loss += sum(in_float32(criterion)(torch.sigmoid(model(xi)), yi) for xi, yi in halves)"
         in src
     )
     assert (
-        "loss = loss + (in_float32(criterion)(torch.sigmoid(ddp_model(x)), y) if epoch else 0.0)"
+        "loss = loss + (in_float32(criterion)(torch.sigmoid(model(x)), y) if epoch else 0.0)"
         in src
     )
     assert (
@@ -198,11 +198,8 @@ def test_script_with_its_own_in_float32_keeps_it():
         "def ddpify_in_float32(op):" in result.source
         and "def in_float32(x):" in result.source
     )
-    assert (
-        "ddpify_in_float32(criterion)(torch.sigmoid(ddp_model(xi)), yi)"
-        in result.source
-    )
-    assert "loss = in_float32(bce_sum(ddp_model, x, y))" in result.source
+    assert "ddpify_in_float32(criterion)(torch.sigmoid(model(xi)), yi)" in result.source
+    assert "loss = in_float32(bce_sum(model, x, y))" in result.source
     assert "DDP004" in _codes(result)
 
 

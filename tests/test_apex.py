@@ -129,11 +129,12 @@ def test_single_gpu_apex_recipe_order():
         return hits[0]
 
     placed = at(r"model = SmallNet\(\)\.to\(device\)")
+    wrap = at(r"^\s*ddp_in_place\(model\)")
     opt = at(r"optimizer = torch\.optim\.SGD")
     init = at(r'model, optimizer = amp\.initialize\(model, optimizer, opt_level="O1"\)')
-    wrap = at(r"model = ApexDDP\(model\)")
     restore = at(r'amp\.load_state_dict\(ckpt\["amp"\]\)')
-    assert placed < opt < init < wrap < restore
+    # DDP applied in place starts at the first forward: after amp.initialize, as apex asks
+    assert placed < wrap < opt < init < restore
     assert re.search(r'"amp": amp\.state_dict\(\)', src)
     assert re.search(
         r"with amp\.scale_loss\(loss, optimizer\) as scaled_loss:\n\s+scaled_loss\.backward\(\)",
@@ -212,8 +213,8 @@ if __name__ == "__main__":
     assert "with amp.scale_loss(lossD, optD, loss_id=0) as scaled_loss:" in out
     assert "with amp.scale_loss(lossG, optG, loss_id=1) as scaled_loss:" in out
     assert (
-        out.index("amp.initialize(")
-        < out.index("netG = ApexDDP(netG)")
+        out.index("ddp_in_place(netG)")
+        < out.index("amp.initialize(")
         < out.index("for step in range(3)")
     )
     compile(out, "gan.py", "exec")

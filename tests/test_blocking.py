@@ -101,7 +101,7 @@ def test_partial_writes_and_still_exits_2(here):
     res = invoke("--partial", "train.py")
     assert res.exit_code == 2
     out = Path("train.py").read_text()
-    assert "DDP(model" in out and "init_process_group" in out
+    assert "ddp_in_place(model" in out and "init_process_group" in out
     assert "converted with --partial: 1 blocking finding above" in res.stderr
     assert (
         res.stderr.splitlines()[-1] == "1 file converted (1 partially, with --partial)."
@@ -130,7 +130,7 @@ def test_suppressed_blocking_finding_converts(here, how):
     Path("train.py").write_text(src)
     res = invoke(*args)
     assert res.exit_code == 0, res.stderr
-    assert "DDP(model" in Path("train.py").read_text()
+    assert "ddp_in_place(model" in Path("train.py").read_text()
     assert "DDP024" not in res.stderr
 
 
@@ -162,7 +162,9 @@ def test_quiet_prints_only_blocking_and_errors(here):
         and lines[0].startswith("a.py:27:5: DDP024 [blocking]")
         and "refused" in lines[1]
     )
-    assert "DDP(" in Path("b.py").read_text()  # the other file is still converted
+    assert (
+        "ddp_in_place(" in Path("b.py").read_text()
+    )  # the other file is still converted
 
 
 def test_stdin_refused_echoes_input(here):
@@ -222,14 +224,22 @@ def test_force_exclude_applies_to_stdin_filename(here):
     )  # without --force-exclude a named file is converted
 
 
-def test_skip_on_the_model_line_says_what_was_skipped():
+def test_skip_on_the_optimizer_line_says_what_was_skipped():
     src = (ROOT / "fixtures/84_skip_on_model_line/input.py").read_text()
+    assert "  # ddpify: skip" in src
+    # the model line is left as written: the model is made distributed where its optimizer
+    # takes its parameters
+    assert convert_source(src, Options()).status == "converted"
+    src = src.replace("  # ddpify: skip", "").replace(
+        "momentum=0.9)\n", "momentum=0.9)  # ddpify: skip\n", 1
+    )
     result = convert_source(src, Options())
     assert result.status == "refused"
-    (f,) = result.findings
-    assert f.code == "DDP098" and f.blocking and "`net` not wrapped" in f.message
+    (f,) = [f for f in result.findings if f.blocking]
+    assert f.code == "DDP098" and "`net` not made distributed" in f.message
     partial = convert_source(src, Options(partial=True))
-    assert "DDP(net" not in partial.source and "DistributedSampler(" in partial.source
+    assert "ddp_in_place(net" not in partial.source
+    assert "DistributedSampler(" in partial.source
 
 
 def test_off_around_an_epoch_loop_names_the_skip_not_the_loop_shape():

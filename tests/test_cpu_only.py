@@ -73,7 +73,7 @@ def test_cpu_program_has_no_cuda_and_no_precision():
         assert "autocast" not in res.source and "SCALER" not in res.source
         assert (
             'init_process_group("gloo")' in res.source
-            and "ddp_model = DDP(model)\n" in res.source
+            and "ddp_in_place(model)\n" in res.source
         )
         codes = {f.code: f for f in res.findings}
         assert not codes["DDP120"].blocking and not codes["DDP121"].blocking

@@ -62,7 +62,7 @@ def test_the_right_program_goes_through():
     assert result.status == "converted" and not result.blocking, [
         f.format("train.py") for f in result.blocking
     ]
-    assert "ddp_model(x)" in result.source
+    assert "    ddp_in_place(model)\n    optimizer = torch.optim.SGD(" in result.source
     assert not check_program(result.source)
 
 
@@ -322,15 +322,15 @@ def test_a_folder_put_on_sys_path_is_read(tmp_path):
 
 
 @pytest.mark.runs
-def test_first_step_check_stops_a_forward_that_bypasses_the_wrapper(tmp_path, forkrun):
+def test_first_step_check_stops_a_model_that_is_not_made_distributed(tmp_path, forkrun):
     out = convert_source(TRAIN, Options(), path="train.py").source
     ok = tmp_path / "ok"
     bad = tmp_path / "bad"
     ok.mkdir()
     bad.mkdir()
     (ok / "train.py").write_text(out)
-    assert "ddp_model(x)" in out
-    (bad / "train.py").write_text(out.replace("ddp_model(x)", "model(x)"))
+    assert "    ddp_in_place(model)\n" in out
+    (bad / "train.py").write_text(out.replace("    ddp_in_place(model)\n", ""))
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     run = forkrun.run(ok / "train.py", [], ok, nproc=2, env=env)
     assert run.returncode == 0, run.stderr

@@ -1,5 +1,6 @@
-"""Training forwards found by value flow from each backward (ddpify/analysis/loss_flow.py), and how
-each reaches the wrapper (ddpify/analysis/routes.py): the calls that change, and those that stay."""
+"""Training forwards found by value flow from each backward (ddpify/analysis/loss_flow.py), and
+what a conversion makes of them: every call of a model made distributed in place runs DDP's
+hooks, so forwards stay as written; a method that never calls the model becomes an entry."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_method_other_than_forward_and_parameters_outside_forward():
     ]  # a parameter; model.scale is a float
 
 
-def test_training_loss_by_method_routes_through_the_adapter_and_keeps_other_uses():
+def test_a_training_loss_by_a_method_that_calls_the_model_needs_nothing_more():
     r = convert("""
         class Net(nn.Module):
             def __init__(self):
@@ -160,18 +161,45 @@ def test_training_loss_by_method_routes_through_the_adapter_and_keeps_other_uses
             opt.step()
         torch.save(model, "net.pt")
     """)
-    assert (
-        "ddp_model = DDP(ForwardTo(model))" in r.source
-        and "class ForwardTo(torch.nn.Module):" in r.source
-    )
-    assert 'loss = ddp_model(x, y, method="loss")' in r.source
+    # self(x) in the method runs DDP's hooks: no entry
+    assert "ddp_in_place(model)\nopt = torch.optim.SGD(" in r.source
+    assert "loss = model.loss(x, y)" in r.source
     assert (
         "ema = copy.deepcopy(model)" in r.source
         and 'torch.save(model, "net.pt")' in r.source
     )
 
 
-def test_a_model_handed_to_a_library_function_is_refused():
+def test_a_training_loss_by_a_method_that_never_calls_the_model_is_an_entry():
+    r = convert("""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.fc(x)
+
+            def loss(self, x, y):
+                return (self.fc(x) - y).pow(2).mean()
+
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = model.loss(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    assert (
+        'ddp_in_place(model, ("loss",))' in r.source
+        and "loss = model.loss(x, y)" in r.source
+    )
+    f = next(f for f in r.findings if f.code == "DDP030")
+    assert ".loss() run DDP's hooks too" in f.message
+
+
+def test_a_model_handed_to_a_library_function_runs_its_hooks_there():
     r = convert("""
         from torch.utils.checkpoint import checkpoint
 
@@ -183,11 +211,11 @@ def test_a_model_handed_to_a_library_function_is_refused():
             loss.backward()
             opt.step()
     """)
-    f = next(f for f in r.findings if f.code == "DDP139")
-    assert f.blocking and "`checkpoint`" in f.message and "DDP(" not in r.source
+    assert not r.blocking and "ddp_in_place(model)" in r.source
+    assert "checkpoint(model, x, use_reentrant=False)" in r.source
 
 
-def test_a_training_forward_under_skip_is_refused():
+def test_a_training_forward_under_skip_is_left_as_it_is_and_still_synchronised():
     r = convert("""
         model = nn.Linear(4, 1).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -197,13 +225,11 @@ def test_a_training_forward_under_skip_is_refused():
             loss.backward()
             opt.step()
     """)
-    assert (
-        any(f.code == "DDP139" and f.blocking for f in r.findings)
-        and "DDP(" not in r.source
-    )
+    assert not r.blocking and "ddp_in_place(model)" in r.source
+    assert "loss = (model(x) - y).pow(2).mean()  # ddpify: skip" in r.source
 
 
-def test_a_function_that_trains_and_saves_is_wrapped_inside():
+def test_a_function_that_trains_and_saves_keeps_its_model():
     r = convert("""
         def fit(net, opt, epochs):
             for epoch in range(epochs):
@@ -218,15 +244,15 @@ def test_a_function_that_trains_and_saves_is_wrapped_inside():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         fit(model, opt, 2)
     """)
-    assert "    ddp_net = DDP(net)\n" in r.source and "(ddp_net(x) - y)" in r.source
+    assert "ddp_in_place(model)\nopt = torch.optim.SGD(" in r.source
     assert (
-        'torch.save(net.state_dict(), "net.pt")' in r.source
-        and "fit(model, opt, 2)" in r.source
+        "(net(x) - y)" in r.source
+        and 'torch.save(net.state_dict(), "net.pt")' in r.source
     )
-    assert ".module" not in r.source
+    assert "fit(model, opt, 2)" in r.source and ".module" not in r.source
 
 
-def test_a_per_batch_step_gets_the_wrapper_and_module_only_where_it_reads_the_model():
+def test_a_per_batch_step_reads_the_model_as_it_is():
     r = convert("""
         def step(net, opt, x, y):
             loss = (net(x) - y).pow(2).mean() * net.out_features
@@ -241,14 +267,11 @@ def test_a_per_batch_step_gets_the_wrapper_and_module_only_where_it_reads_the_mo
                 step(model, opt, x, y)
         print(model.out_features)
     """)
-    assert (
-        "step(ddp_model, opt, x, y)" in r.source
-        and "net.module.out_features" in r.source
-    )
-    assert "(net(x) - y)" in r.source and "print(model.out_features)" in r.source
+    assert "step(model, opt, x, y)" in r.source and "* net.out_features" in r.source
+    assert ".module" not in r.source
 
 
-def test_a_name_bound_to_another_model_before_its_training_forward_is_refused():
+def test_a_name_bound_to_another_model_gets_its_own_wrap():
     r = convert("""
         model = nn.Linear(4, 1).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -265,9 +288,8 @@ def test_a_name_bound_to_another_model_before_its_training_forward_is_refused():
             loss.backward()
             opt.step()
     """)
-    f = next(f for f in r.findings if f.code == "DDP139")
-    assert f.blocking and "bound to another model" in f.message
-    # a model built again in each pass of a loop is wrapped again in each pass
+    assert not r.blocking and r.source.count("ddp_in_place(model)\nopt =") == 2
+    # a model built again in each pass of a loop is made distributed in each pass
     r = convert("""
         for fold in range(2):
             model = nn.Linear(4, 1).to(device)
@@ -278,7 +300,7 @@ def test_a_name_bound_to_another_model_before_its_training_forward_is_refused():
                 loss.backward()
                 opt.step()
     """)
-    assert not r.blocking and "\n    ddp_model = DDP(model)\n" in r.source
+    assert not r.blocking and "\n    ddp_in_place(model)\n" in r.source
 
 
 MODULE_HOLDER = """
@@ -302,23 +324,19 @@ MODULE_HOLDER = """
 """
 
 
-def test_a_part_of_an_nn_module_gets_a_wrapper_outside_its_state_dict():
-    r = convert(
-        MODULE_HOLDER.format(
-            arg=", device", move="self.to(device)", build="Pair(device)"
-        )
-    )
-    assert (
-        'object.__setattr__(self, "ddp_net", NotPickled(DDP(self.net)))' in r.source
-        and "self.ddp_net(x)" in r.source
-    )
-    assert r.source.index("self.to(device)") < r.source.index(
-        'object.__setattr__(self, "ddp_net"'
-    )
-    # moved from outside after __init__ wrapped its part: DDP could not follow
-    r = convert(MODULE_HOLDER.format(arg="", move="pass", build="Pair().to(device)"))
-    f = next(f for f in r.findings if f.code == "DDP036")
-    assert f.blocking and "`self.net`" in f.message and "DDP(" not in r.source
+def test_a_part_of_an_nn_module_is_made_distributed_in_place():
+    for arg, move, build in (
+        (", device", "self.to(device)", "Pair(device)"),
+        (
+            "",
+            "pass",
+            "Pair().to(device)",
+        ),  # moved after __init__: before training, taken
+    ):
+        r = convert(MODULE_HOLDER.format(arg=arg, move=move, build=build))
+        assert not r.blocking, r.findings
+        assert "ddp_in_place(self.net)\n" in r.source and "self.net(x)" in r.source
+        assert 'torch.save(pair.state_dict(), "pair.pt")' in r.source
 
 
 RUNNER = """
@@ -341,17 +359,12 @@ RUNNER = """
 
 
 def test_an_instance_attribute_trained_outside_its_class():
-    for build in ("Runner()", "make_runner()"):
+    for build in ("Runner()", "make_runner()", "{'a': Runner()}['a']"):
         r = convert(RUNNER.format(build=build))
-        assert (
-            "self.ddp_net = DDP(self.net)" in r.source
-            and "loss = (runner.ddp_net(x) - y)" in r.source
-        ), build
+        assert not r.blocking, (build, r.findings)
+        assert "ddp_in_place(self.net)" in r.source, build
+        assert "loss = (runner.net(x) - y)" in r.source
         assert 'torch.save(runner.net.state_dict(), "net.pt")' in r.source
-    # an object ddpify cannot tie to the class that wraps its model: refused, not left unsynchronised
-    r = convert(RUNNER.format(build="{'a': Runner()}['a']"))
-    f = next(f for f in r.findings if f.code == "DDP139")
-    assert f.blocking and "`runner.net`" in f.message
 
 
 def test_a_forward_in_the_step_the_walk_cannot_follow_still_counts():
@@ -371,7 +384,7 @@ def test_a_forward_in_the_step_the_walk_cannot_follow_still_counts():
     assert got == ["model(x)"]
 
 
-def test_a_model_no_forward_of_which_reaches_a_backward_is_not_wrapped():
+def test_a_model_whose_optimizer_never_steps_is_not_made_distributed():
     r = convert("""
         teacher = nn.Linear(4, 1).to(device)
         t_opt = torch.optim.SGD(teacher.parameters(), lr=0.1)  # built, never stepped here
@@ -385,10 +398,7 @@ def test_a_model_no_forward_of_which_reaches_a_backward_is_not_wrapped():
             loss.backward()
             opt.step()
     """)
-    assert (
-        "ddp_model = DDP(model)" in r.source
-        and "DDP(teacher" not in r.source
-        and not r.blocking
-    )
+    assert "ddp_in_place(model)" in r.source and "ddp_in_place(teacher" not in r.source
+    assert not r.blocking
     f = next(f for f in r.findings if f.code == "DDP030" and "`teacher`" in f.message)
-    assert not f.fixed and "no call of it reaches a backward()" in f.message
+    assert not f.fixed and "no optimizer over its parameters steps" in f.message

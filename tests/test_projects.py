@@ -462,10 +462,7 @@ def test_names_another_file_imports_are_not_the_entrys(tmp_path):
         f.format(Path(r.path).name) for r in result.files for f in r.findings
     ]
     out = {Path(r.path).name: r.output for r in result.files}["train.py"]
-    assert (
-        "from torch.nn.parallel import DistributedDataParallel as DDP\n" in out
-        and "ddp_model = DDP(model)" in out
-    )
+    assert "def ddp_in_place(module" in out and "ddp_in_place(model)" in out
     assert (
         "import torch.distributed as dist\n" in out
         and "dist.destroy_process_group()" in out
@@ -488,21 +485,21 @@ def test_a_name_only_another_file_binds_is_refused_per_file(tmp_path, monkeypatc
                 self,
                 "_bound",
                 {
-                    "DistributedDataParallel": {
-                        "torch.nn.parallel.DistributedDataParallel"
+                    "DistributedTrainSampler": {
+                        "torch.utils.data.distributed.DistributedSampler"
                     }
                 },
             )
             or {
                 **{k: v[1] for k, v in base.IMPORTS.items()},
-                "DDP": "DistributedDataParallel",
+                "DistributedSampler": "DistributedTrainSampler",
             }
         ),
     )
     _tree(
         tmp_path,
         {
-            "helpers.py": "from torch.nn.parallel import DistributedDataParallel\nimport torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n",
+            "helpers.py": "from torch.utils.data.distributed import DistributedSampler as DistributedTrainSampler\nimport torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1)\n",
             "train.py": TINY_ENTRY,
         },
     )
@@ -510,6 +507,6 @@ def test_a_name_only_another_file_binds_is_refused_per_file(tmp_path, monkeypatc
     assert result.status == "refused"
     findings = [f for r in result.files for f in r.findings]
     assert any(
-        f.code == "DDP005" and "DistributedDataParallel" in f.message for f in findings
+        f.code == "DDP005" and "DistributedTrainSampler" in f.message for f in findings
     ), findings
     assert all(r.output == r.source for r in result.files)

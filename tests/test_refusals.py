@@ -51,7 +51,7 @@ def test_an_optimizer_chosen_by_name_still_names_its_model(build):
     assert a.models == ["net"], a.models
     res = convert_source(src, Options())
     assert not res.blocking, [f.message for f in res.blocking]
-    assert "net = DDP(net)" in res.source
+    assert "ddp_in_place(net)" in res.source
 
 
 @pytest.mark.parametrize(

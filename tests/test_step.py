@@ -47,7 +47,7 @@ def test_manual_update_with_fp16_leaves_precision_off():
     assert "autocast" not in result.source and "SCALER" not in result.source
     assert "DDP045" in _codes(result, fixed=False)
     assert (
-        "model = DDP(model" in result.source
+        "ddp_in_place(model" in result.source
     )  # found by its update loop, wrapped all the same
 
 
@@ -78,7 +78,7 @@ for epoch in range(2):
     # asked for: the op alone leaves autocast, in the one statement of forward and loss
     result = convert_source(src, Options(amp="bf16", ignore=CPU_OK.ignore))
     assert (
-        "        loss = in_float32(criterion)(torch.sigmoid(ddp_model(x)), y)\n"
+        "        loss = in_float32(criterion)(torch.sigmoid(model(x)), y)\n"
         in result.source
     )
     assert "DDP044" in _codes(result, fixed=True) and "DDP043" not in _codes(result)

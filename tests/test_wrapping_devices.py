@@ -1,11 +1,10 @@
-"""The DDP wrap and the process group follow the device the script actually puts its model on
-(a --cuda flag left off keeps it on the CPU on a GPU machine): no device_ids, a gloo+NCCL group,
-checkpoints that keep CPU tensors on the CPU. A model run more than once before one backward
-gets broadcast_buffers=False (DDP136) where it may hold buffers. Fixtures 170-173."""
+"""DDP applied in place and the process group follow the device the script actually puts its
+model on (a --cuda flag left off keeps it on the CPU on a GPU machine): no device_ids, a
+gloo+NCCL group, checkpoints that keep CPU tensors on the CPU. DDP applied in place broadcasts
+no buffers, so a model run more than once before one backward needs nothing more. Fixtures
+170-173."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
@@ -99,17 +98,18 @@ def convert(step: str, script: str = FLAG_SCRIPT, **opts):
 
 
 def ddp_line(code: str) -> str:
-    return next(line.strip() for line in code.splitlines() if "= DDP(" in line)
+    return next(
+        line.strip() for line in code.splitlines() if "ddp_in_place(model" in line
+    )
 
 
 def test_wrap_has_no_device_ids_and_the_group_has_gloo_for_cpu_tensors():
     code, findings = convert(ONE_FORWARD)
-    assert ddp_line(code) == "ddp_model = DDP(model)"
-    assert "device_ids" not in code.split("ddp_setup()")[-1]
+    assert ddp_line(code) == "ddp_in_place(model)"
+    assert "device_id" not in code.split("ddp_setup()")[-1]
     # CUDA tensors through NCCL, the CPU tensors of a model kept on the CPU through gloo
     assert 'backend, device_id = "cpu:gloo,cuda:nccl", LOCAL_DEVICE' in code
     assert 'backend, device_id = "gloo", None' in code
-    assert "DDP136" not in {f.code for f in findings}
 
 
 def test_checkpoint_keeps_cpu_tensors_on_the_cpu():
@@ -129,94 +129,38 @@ def test_cpu_program_still_maps_everything_to_the_cpu():
     code, findings = convert(ONE_FORWARD, script)
     assert "DDP120" in {f.code for f in findings}
     assert "map_location=LOCAL_DEVICE" in code
-    assert ddp_line(code) == "ddp_model = DDP(model)"
+    assert ddp_line(code) == "ddp_in_place(model)"
 
 
-def test_sync_bn_follows_the_model_device():
+def test_sync_bn_on_gpus_only_before_the_optimizer_takes_the_parameters():
     code, _ = convert(
         ONE_FORWARD, sync_bn=True, line_length=0
     )  # the statements unwrapped
-    assert (
-        "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) if next(model.parameters()).is_cuda else model"
-        in code
+    convert_line = (
+        "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) "
+        'if LOCAL_DEVICE.type == "cuda" else model'
     )
+    assert code.index(convert_line) < code.index("ddp_in_place(model)")
+    assert code.index("ddp_in_place(model)") < code.index("opt = torch.optim.SGD(")
 
 
 @pytest.mark.parametrize(
     "step",
-    [TWO_FORWARDS, LOOP_FORWARD, TWO_FORWARDS_TWO_BACKWARDS, NO_GRAD_AFTER],
-    ids=["two-sites", "loop", "two-backwards", "no-grad-after"],
-)
-def test_repeated_forward_gets_broadcast_buffers_false(step):
-    code, findings = convert(step)
-    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
-    notes = [f for f in findings if f.code == "DDP136"]
-    assert len(notes) == 1 and notes[0].fixed
-    assert "rank 0's are the ones saved" in notes[0].message
-
-
-@pytest.mark.parametrize(
-    "step",
-    [EITHER_FORWARD, FORWARD_BACKWARD_TWICE, NO_GRAD_FIRST],
-    ids=["if-else", "each-forward-its-backward", "no-grad-first"],
-)
-def test_one_forward_per_backward_keeps_the_broadcast(step):
-    code, findings = convert(step)
-    assert ddp_line(code) == "ddp_model = DDP(model)"
-    assert "DDP136" not in {f.code for f in findings}
-
-
-def test_model_without_buffers_keeps_the_broadcast():
-    # its code is read: Linear layers only, nothing to broadcast, so nothing to change
-    script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8), ", "")
-    code, findings = convert(TWO_FORWARDS, script)
-    assert ddp_line(code) == "ddp_model = DDP(model)"
-    assert "DDP136" not in {f.code for f in findings}
-
-
-def test_model_whose_code_is_not_read_is_assumed_to_hold_buffers():
-    script = FLAG_SCRIPT.replace(
-        "import torch\n", "import torch\nimport torchvision\n"
-    ).replace(
-        "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))",
-        "torchvision.models.resnet18()",
-    )
-    code, findings = convert(TWO_FORWARDS, script)
-    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
-
-
-def test_sync_bn_note_says_what_happens():
-    code, findings = convert(TWO_FORWARDS, sync_bn=True)
-    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
-    note = next(f for f in findings if f.code == "DDP136")
-    assert "computed over all ranks" in note.message
-
-
-def test_repeated_forward_in_a_helper_the_model_is_handed_to():
-    script = FLAG_SCRIPT.replace(
-        "for epoch in range(2):",
-        "def train_step(net, x, y):\n"
-        "    loss = ((net(x) - y) ** 2).mean() + ((net(-x) - y) ** 2).mean()\n"
-        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n\n\nfor epoch in range(2):",
-    )
-    code, findings = convert("        train_step(model, x, y)\n", script)
-    assert ddp_line(code) == "ddp_model = DDP(model, broadcast_buffers=False)"
-    note = next(f for f in findings if f.code == "DDP136")
-    assert re.search(r"`model` runs a second time here", note.message)
-
-
-@pytest.mark.parametrize(
-    "norm,expected",
     [
-        ("nn.InstanceNorm1d(8)", False),
-        ("nn.InstanceNorm1d(8, track_running_stats=True)", True),
-        ("nn.utils.spectral_norm(nn.Linear(8, 8))", True),
+        TWO_FORWARDS,
+        LOOP_FORWARD,
+        TWO_FORWARDS_TWO_BACKWARDS,
+        NO_GRAD_AFTER,
+        EITHER_FORWARD,
+        FORWARD_BACKWARD_TWICE,
+        NO_GRAD_FIRST,
     ],
 )
-def test_which_layers_make_buffers(norm, expected):
-    script = FLAG_SCRIPT.replace("nn.BatchNorm1d(8)", norm)
-    code, _ = convert(TWO_FORWARDS, script)
-    assert ("broadcast_buffers=False" in ddp_line(code)) is expected
+def test_repeated_forwards_need_no_option(step):
+    # DDP applied in place synchronises no buffers: nothing to turn off for a second forward
+    code, findings = convert(step)
+    assert ddp_line(code) == "ddp_in_place(model)"
+    assert "broadcast_buffers" not in code
 
 
 def test_sync_bn_says_converted_only_where_the_model_has_batchnorm():
@@ -237,7 +181,8 @@ def test_sync_bn_says_converted_only_where_the_model_has_batchnorm():
         (fixtures / "173_gan_trainer_loop_sync_bn" / "input.py").read_text()
     )
     assert [f.message for f in found] == [
-        f"BatchNorm layers of `self.{n}` converted to SyncBatchNorm (--sync-bn)"
+        f"BatchNorm layers of `self.{n}` converted to SyncBatchNorm on GPUs (--sync-bn), "
+        "before its optimizer takes the new layers' parameters"
         for n in "GD"
     ]
     # a model whose class ddpify cannot read: converted (a no-op without BatchNorm), said as such

@@ -96,6 +96,7 @@ class Analysis(
         ) or self._launcher_device(self.local_rank_flag)
         self.legacy_api = self.apex_api or self.local_rank_flag
         self.optimizers: dict[str, cst.Call] = {}
+        self.optimizer_calls: list[cst.Call] = []  # every optimizer construction
         self.schedulers: set[str] = set()
         self.models: list[str] = []
         self.model_aliases: dict[

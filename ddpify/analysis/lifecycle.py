@@ -16,7 +16,6 @@ import libcst as cst
 
 import ddpify.match as m
 from ddpify.analysis.core import Analysis
-from ddpify.analysis.model_uses import rebound_unwrapped
 from ddpify.analysis.tree import (
     _flatten_targets,
     _inside,
@@ -337,44 +336,6 @@ def _runs(a: Analysis, fn: cst.FunctionDef, param: str, depth: int) -> bool:
     return False
 
 
-def statement_effect(a: Analysis, stmt: cst.CSTNode, name: str) -> str | None:
-    """ "use" when stmt runs the model or hands it to code that does (the wrap must come
-    before), "change" when it changes the model (the wrap must come after), else None."""
-    change = False
-    for c in a.findall(stmt, m.Call()):
-        if dotted(c.func) == name:
-            return "use"
-        fname = dotted(c.func)
-        if (
-            fname
-            and fname.rsplit(".", 1)[-1] in a.functions
-            and any(dotted(x.value) == name for x in c.args)
-        ):
-            eff = helper_effect(a, c, name)
-            if eff[0] == "use":
-                return "use"
-            change = change or (eff[0] == "change" and eff[2] not in NEUTRAL)
-        elif a._is_forward_call(c) or a._calls_function_in(c, a.forward_functions):
-            return "use"  # an alias of the model, or train() reaching it as a global
-        elif (
-            name.startswith("self.")
-            and fname
-            and fname.startswith("self.")
-            and fname.count(".") == 1
-        ):
-            eff2 = _method_effect(a, c, name, 0)  # self._setup_model() in __init__
-            if eff2 == "use":
-                return "use"
-            change = change or eff2 == "change"
-    if change or any(
-        k not in NEUTRAL
-        for part in (name, *model_parts(a, name))
-        for _, k in changes_in(a, stmt, part)
-    ):
-        return "change"
-    return None
-
-
 def changes(a: Analysis, stmt: cst.CSTNode, name: str) -> bool:
     """stmt changes the model (the wrap must come after it), whatever else it does with it:
     directly or through a part, rebinding the name (`model = prepare(model)`), through a
@@ -427,46 +388,6 @@ def holder_changes(
     return out
 
 
-def instance_changes(
-    a: Analysis, name: str, cls: cst.ClassDef
-) -> list[tuple[cst.Call, str]]:
-    """Changes made to instances of cls from outside it, after its __init__ has run: `gan =
-    GAN().to(device)`, `gan.cuda()` move the parts (`self.gen`) __init__ built."""
-    if not name.startswith("self."):
-        return []
-    instances: set[str] = set()
-    out: list[tuple[cst.Call, str]] = []
-    for c in a.calls:
-        if (dotted(c.func) or "").rsplit(".", 1)[-1] != cls.name.value or a.class_of(
-            c
-        ) is cls:
-            continue
-        par = a.parent.get(c)
-        if (
-            isinstance(par, cst.Attribute)
-            and par.attr.value in METHODS
-            and isinstance(a.parent.get(par), cst.Call)
-        ):
-            kind = METHODS[par.attr.value]
-            if kind not in NEUTRAL | {"structure"}:
-                out.append((a.parent[par], kind))  # type: ignore[arg-type]
-        for t in getattr(par, "targets", []):
-            if (d := dotted(t.target)) is not None:
-                instances.add(d)
-    for c in a.calls:
-        f = c.func
-        if (
-            isinstance(f, cst.Attribute)
-            and dotted(f.value) in instances
-            and f.attr.value in METHODS
-            and a.class_of(c) is not cls
-        ):
-            kind = METHODS[f.attr.value]
-            if kind not in NEUTRAL | {"structure"}:
-                out.append((c, kind))
-    return out
-
-
 def _helper_changes(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
     """Kinds of change a function of the script makes to the model handed to it (also when it
     runs the model too), through the functions it hands it on to."""
@@ -501,57 +422,6 @@ def _method_of(a: Analysis, call: cst.Call) -> cst.FunctionDef | None:
     )
 
 
-def _method_effect(a: Analysis, call: cst.Call, name: str, depth: int) -> str | None:
-    meth = _method_of(a, call)
-    if meth is None or depth > 3:
-        return None
-    change = False
-    for c in a.findall(meth.body, m.Call()):
-        if (
-            dotted(c.func) == name
-            or any(dotted(x.value) == name for x in c.args)
-            and helper_effect(a, c, name)[0] == "use"
-        ):
-            return "use"
-        if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "").count(
-            "."
-        ) == 1:
-            inner = _method_effect(a, c, name, depth + 1)
-            if inner == "use":
-                return "use"
-            change = change or inner == "change"
-    return (
-        "change"
-        if change or any(k not in NEUTRAL for _, k in changes_in(a, meth.body, name))
-        else None
-    )
-
-
-def last_change(a: Analysis, anchor: cst.CSTNode, name: str) -> str | None:
-    """What the statement the wrap follows does to the model, where that is more than building
-    or placing it (the finding then says why the wrap is there)."""
-    kinds = [
-        k for _, k in changes_in(a, anchor, name) if k not in ("move", "rebind", "attr")
-    ]
-    for c in a.findall(anchor, m.Call()):
-        if any(dotted(x.value) == name for x in c.args):
-            eff = helper_effect(a, c, name)
-            if eff[0] == "change" and eff[2]:
-                kinds.append(eff[2])
-        elif (
-            name.startswith("self.")
-            and (dotted(c.func) or "").startswith("self.")
-            and (meth := _method_of(a, c)) is not None
-        ):
-            kinds += [
-                k
-                for _, k in changes_in(a, meth.body, name)
-                if k not in ("move", "rebind", "attr")
-            ]
-    kinds = [k for k in kinds if k not in NEUTRAL]
-    return "; ".join(WHAT[k] for k in dict.fromkeys(kinds)) or None
-
-
 def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
     """A statement that holds a training step (or is a loop that runs the model)."""
     return any(s.stmt is stmt or _inside(a, s.stmt, stmt) for s in a.steps) or (
@@ -560,92 +430,6 @@ def trains(a: Analysis, stmt: cst.CSTNode) -> bool:
 
 
 # -- changes the wrap cannot go after ---------------------------------------------------------
-def late_changes(
-    a: Analysis, name: str, anchor: cst.BaseStatement, before: bool = False
-) -> list[tuple[cst.CSTNode, str]]:
-    """Changes DDP cannot take once it holds the model, that run after the wrap (after anchor,
-    or from anchor on where the wrap goes before it): later in the function of the wrap (the
-    training loop included), in functions that get the model after it, and, for `self.model`,
-    in the other methods of its class."""
-    out: list[tuple[cst.CSTNode, str]] = []
-    afn = a.function_of(anchor)
-    scope = afn.body if afn is not None else a.module
-    aend = a.pos[anchor].start.line - 1 if before else a.pos[anchor].end.line
-    end = _training_end(a, afn)
-    # `model.to(device)` again each epoch: the same placement, a no-op for DDP
-    parts = model_parts(
-        a, name
-    )  # `backbone` in `model = nn.Sequential(backbone, head)`
-    placed = {
-        _move_key(c)
-        for c in a.findall(scope, m.Call(func=m.Attribute()))
-        if a.pos[c].end.line <= aend and c.func.attr.value in PLACEMENT
-    }  # type: ignore[attr-defined]
-    for s in a.findall(scope, m.SimpleStatementLine()):
-        if a.function_of(s) is not afn or a.pos[s].start.line <= aend:
-            continue
-        if end is not None and a.pos[s].start.line > end:
-            continue  # training is over: the model is only evaluated, exported, ...
-        if rebound_unwrapped(a, name, anchor, s):
-            continue  # the name holds a new, plain model now
-        for part in (name, *parts):
-            for node, kind in changes_in(a, s, part):
-                if kind in UNSAFE_AFTER_WRAP and not (
-                    kind == "move"
-                    and isinstance(node, cst.Call)
-                    and _move_key(node) in placed
-                ):
-                    out.append((node, kind))
-        out.extend(
-            (node, kind)
-            for node, kind in holder_changes(a, s, name)
-            if kind in UNSAFE_AFTER_WRAP
-        )
-        for c in a.findall(s, m.Call()):
-            fname = dotted(c.func)
-            if (
-                fname
-                and fname.rsplit(".", 1)[-1] in a.functions
-                and any(dotted(x.value) == name for x in c.args)
-            ):
-                eff = helper_effect(a, c, name)
-                if eff[0] == "change" and eff[2] in UNSAFE_AFTER_WRAP:
-                    out.append((c, eff[2]))
-                elif eff[0] == "use":
-                    out.extend((c, k) for k in _changes_through(a, c, name, 0))
-    if name.startswith("self.") and afn is not None:
-        cls = a.class_of(afn)
-        for meth in cls.body.body if cls is not None else []:
-            if (
-                isinstance(meth, cst.FunctionDef)
-                and meth is not afn
-                and meth.name.value != "__init__"
-            ):
-                callers = a.callers(meth)
-                if callers and all(
-                    a.function_of(c) is afn and a.pos[c].end.line <= aend
-                    for c in callers
-                ):
-                    continue  # set-up methods __init__ calls before the wrap
-                out.extend(
-                    (n, k)
-                    for n, k in changes_in(a, meth.body, name)
-                    + holder_changes(a, meth.body, name)
-                    if k in UNSAFE_AFTER_WRAP
-                )
-        if cls is not None and afn.name.value == "__init__":
-            out.extend(
-                (n, k)
-                for n, k in instance_changes(a, name, cls)
-                if k in UNSAFE_AFTER_WRAP
-            )
-    seen: set[int] = set()
-    uniq = []
-    for n, k in out:
-        if id(n) not in seen:
-            seen.add(id(n))
-            uniq.append((n, k))
-    return uniq
 
 
 def model_parts(a: Analysis, name: str) -> list[str]:
@@ -688,50 +472,131 @@ def _move_key(call: cst.Call) -> str:
     return code(call.func.attr) + "(" + ", ".join(code(x) for x in call.args) + ")"  # type: ignore[attr-defined]
 
 
-def _training_end(a: Analysis, fn: cst.FunctionDef | None) -> int | None:
-    """Last line of fn that still trains: the end of the outermost loop (or statement) around a
-    training step in fn, or around a call of a function that holds one. None: not found."""
-    trainers = {
-        f.name.value
-        for s in a.steps
-        if (f := a.function_of(s.stmt)) is not None and f is not fn
-    }
-    nodes: list[cst.CSTNode] = [s.stmt for s in a.steps if a.function_of(s.stmt) is fn]
-    nodes += [
-        c
-        for c in a.calls
-        if a.function_of(c) is fn
-        and (dotted(c.func) or "").rsplit(".", 1)[-1] in trainers
-    ]
-    end = None
-    for node in nodes:
-        outer = a.statement(node)
-        cur = a.parent.get(node)
-        while cur is not None and cur is not fn:
-            if isinstance(cur, (cst.For, cst.While)):
-                outer = cur
-            cur = a.parent.get(cur)
-        line = a.pos[outer].end.line
-        end = line if end is None else max(end, line)
-    return end
-
-
-def _changes_through(a: Analysis, call: cst.Call, name: str, depth: int) -> list[str]:
-    """Unsafe changes made by a function that also runs the model (train(model) that unfreezes
-    the backbone at some epoch)."""
-    kinds: list[str] = []
-    fname = dotted(call.func) or ""
-    for fn in a.functions.get(fname.rsplit(".", 1)[-1], []):
-        param = _param_for(fn, call, name)
-        if param is None or depth > 3:
-            continue
-        kinds.extend(
-            k for _, k in changes_in(a, fn.body, param) if k in UNSAFE_AFTER_WRAP
-        )
-        for c in a.findall(fn.body, m.Call()):
+# -- changes while the model trains -------------------------------------------------------------
+def changes_in_training(a: Analysis, name: str) -> list[tuple[cst.CSTNode, str]]:
+    """Changes DDP cannot take once it has run the model, made while the model trains. DDP
+    applied in place starts at the model's first forward: from then on its parameters, their
+    device and which of them need gradients are fixed. So a change counts when it runs inside a
+    loop that holds one of the model's training steps (or in a function such a loop calls), or
+    between two such loops of one function; changes before the first step (placement,
+    initialisation, weights, freezing) and after the last (export, evaluation) do not."""
+    loops = _training_loops(a, name)
+    if not loops:
+        return []
+    parts = (name, *model_parts(a, name))
+    # the placement the model got where it was built: the same again each epoch moves nothing
+    placed: set[str] = set()
+    for n in parts:
+        for c in a.calls:
             if (
-                any(dotted(x.value) == param for x in c.args)
-                and (dotted(c.func) or "").rsplit(".", 1)[-1] in a.functions
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value in PLACEMENT
+                and not any(_inside(a, c, loop) for loop in loops)
+                and any(_built_here(a, c, n, loop) for loop in loops)
             ):
-                kinds.extend(_changes_through(a, c, param, depth + 1))
-    return kinds
+                placed.add(_move_key(c))
+    regions: list[cst.CSTNode] = list(loops)
+    by_fn: dict[int, list[cst.CSTNode]] = {}
+    for loop in loops:
+        by_fn.setdefault(id(a.function_of(loop)), []).append(loop)
+    for group in by_fn.values():
+        if len(group) > 1:  # between the first and the last training loop of a function
+            lo = min(a.pos[x].start.line for x in group)
+            hi = max(a.pos[x].end.line for x in group)
+            block = a.block(group[0])
+            regions += [
+                s
+                for s in getattr(block, "body", ())
+                if lo < a.pos[s].start.line < hi and s not in group
+            ]
+    out: list[tuple[cst.CSTNode, str]] = []
+    seen: set[int] = set()
+    for region in regions:
+        for node, kind in _changes_reached(a, region, parts, 0, seen):
+            if (
+                kind == "move"
+                and isinstance(node, cst.Call)
+                and _move_key(node) in placed
+            ):
+                continue  # the same placement again each epoch: nothing moves
+            if kind in UNSAFE_AFTER_WRAP and id(node) not in {id(n) for n, _ in out}:
+                out.append((node, kind))
+    return out
+
+
+def _built_here(a: Analysis, call: cst.Call, name: str, loop: cst.CSTNode) -> bool:
+    """call places the model (name.to(...), or the expression bound to name) before `loop`, in
+    the same function."""
+    if a.function_of(call) is not a.function_of(loop):
+        return False
+    if a.pos[call].end.line >= a.pos[loop].start.line:
+        return False
+    if dotted(call.func.value) == name:  # type: ignore[attr-defined]
+        return True
+    stmt = a.statement(call)
+    return any(kind == "move" for _, kind in changes_in(a, stmt, name)) or any(
+        dotted(t.target) == name
+        for asg in a.findall(stmt, m.Assign())
+        for t in asg.targets
+    )
+
+
+def _changes_reached(
+    a: Analysis, node: cst.CSTNode, names: tuple[str, ...], depth: int, seen: set[int]
+) -> list[tuple[cst.CSTNode, str]]:
+    """Changes of the model in node, and in the script's functions node calls (the model
+    handed to them, or `self.X` in the methods of its class)."""
+    out = [hit for n in names for hit in changes_in(a, node, n)]
+    out += [hit for n in names for hit in holder_changes(a, node, n)]
+    if depth > 3:
+        return out
+    for c in a.findall(node, m.Call()):
+        fname = (dotted(c.func) or "").rsplit(".", 1)[-1]
+        for fn in a.functions.get(fname, []):
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            inner = [p for n in names if (p := _param_for(fn, c, n)) is not None]
+            own = [
+                n for n in names if n.startswith("self.") and a.class_of(fn) is not None
+            ]
+            if inner or own:
+                out += _changes_reached(a, fn.body, (*inner, *own), depth + 1, seen)
+    return out
+
+
+def _training_loops(a: Analysis, name: str) -> list[cst.CSTNode]:
+    """The statements that run the model's training: the outermost loop around each of its
+    steps in the step's function, or, where the step's function has none, each call of that
+    function (followed through up to three callers: a train_step called from the epoch loop,
+    fit(model) called twice from main)."""
+    out: list[cst.CSTNode] = []
+    several = len(a.models) > 1
+    bound = a._propagate([name]) if several else {}
+    for step in a.steps:
+        fn = a.function_of(step.stmt)
+        names = bound.get(fn, set()) | {name}
+        if several and not names & set(step.models):
+            continue
+        work: list[tuple[cst.CSTNode, int]] = [(step.stmt, 0)]
+        while work:
+            node, depth = work.pop()
+            outer, cur = None, a.parent.get(node)
+            fn = a.function_of(node)
+            while cur is not None and cur is not fn:
+                if isinstance(cur, (cst.For, cst.While)):
+                    outer = cur
+                cur = a.parent.get(cur)
+            if outer is None and depth > 0:
+                outer = a.statement(node)  # a call of the function that trains
+            if outer is not None and not any(outer is o for o in out):
+                out.append(outer)
+            if fn is not None and depth < 3:
+                work += [(c, depth + 1) for c in a.callers(fn)]
+    return out
+
+
+def training_start(a: Analysis, name: str) -> int | None:
+    """The first line of the model's training (see _training_loops), or None."""
+    loops = _training_loops(a, name)
+    return min((a.pos[x].start.line for x in loops), default=None)

@@ -376,6 +376,7 @@ class ModelsMixin:
                 continue
             if not self._is_optimizer_call(call):
                 continue
+            self.optimizer_calls.append(call)
             if target:
                 self.optimizers[target] = call
             for src in self._param_sources(call):
@@ -414,6 +415,8 @@ class ModelsMixin:
                             value
                         ):
                             self.optimizers.setdefault(target, value)
+                            if not any(value is c for c in self.optimizer_calls):
+                                self.optimizer_calls.append(value)
                             # model.configure_optimizers(): `self` there is `model` here
                             receiver = (
                                 dotted(call.func.value)
@@ -569,6 +572,17 @@ class ModelsMixin:
                     ):
                         return True
         return False
+
+    def optimizer_calls_of(self, name: str) -> list[cst.Call]:
+        """Every call that builds an optimizer over the model's parameters (or parts of them),
+        under any name the model had where it was built; two classes may both keep theirs as
+        `self.opt`."""
+        names = {name} | self.__dict__.get("model_aliases", {}).get(name, set())
+        return [
+            c
+            for c in self.optimizer_calls
+            if any(_covers(n, self._param_sources(c)) for n in names)
+        ]
 
     def optimizers_of(self, name: str) -> dict[str, cst.Call]:
         """The optimizers over the model's parameters, or over parts of it (param groups), under

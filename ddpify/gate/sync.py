@@ -33,15 +33,24 @@ SHARDED = (
     "torch.distributed.fsdp.FullyShardedDataParallel",
     "torch.distributed.fsdp.fully_shard",
 )
+IN_PLACE = ("torch.distributed._composable.replicate",)
 PARAM_METHODS = ("parameters", "named_parameters")
 
 
 def is_ddp(p: Program, call: ast.Call) -> bool:
+    """A DDP wrapper, FSDP, torch's in-place `replicate`, or a function of the program that
+    applies `replicate` to the module it is handed (ddpify's ddp_in_place)."""
     name = p.call_name(call)
     return (
         name in DDP_CLASSES
-        or name.startswith(SHARDED)
+        or name.startswith(SHARDED + IN_PLACE)
         or name.endswith(".DistributedDataParallel")
+        or any(
+            p.last(c) == "replicate"
+            for fn in p.callees(call)
+            for c in ast.walk(fn)
+            if isinstance(c, ast.Call)
+        )
     )
 
 
@@ -112,8 +121,7 @@ def stepped(
 
 
 def held(p: Program, call: ast.Call) -> list[Origin]:
-    """What a DDP(...) call holds: its module, and through a program class that wraps a module
-    (ForwardTo(model): the model it holds)."""
+    """What a DDP(...) call holds: its module (a module made distributed in place: itself)."""
     arg = (
         call.args[0]
         if call.args
@@ -126,7 +134,7 @@ def held(p: Program, call: ast.Call) -> list[Origin]:
 
 def expand(p: Program, origins: list[Origin], depth: int = 0) -> list[Origin]:
     """Origins and what they were made from: a call handed a module holds its parameters
-    (torch.compile(model), amp.initialize(model, opt), ForwardTo(model), nn.Sequential(a, b))."""
+    (torch.compile(model), amp.initialize(model, opt), nn.Sequential(a, b))."""
     out = list(origins)
     if depth > 3:
         return out
@@ -179,8 +187,6 @@ def check(p: Program, notes: set[str]) -> list[Violation]:
     wrapped = [o for c in ddp_calls for o in held(p, c)]
     for key, step in steps.items():
         call, roots = opts[key]
-        if "DDP039" in notes:
-            break  # a model left unwrapped on purpose, every parameter frozen
         verdicts = [
             covered(p.origins(r), wrapped, expand(p, p.origins(r))) for r in roots
         ]

@@ -19,6 +19,8 @@ DDP_NAMES = (
     "torch.nn.DistributedDataParallel",
     "apex.parallel.DistributedDataParallel",
 )
+# DDP applied in place: the module keeps its name (torch's composable replicate)
+IN_PLACE_NAMES = ("torch.distributed._composable.replicate",)
 FSDP_NAMES = (
     "torch.distributed.fsdp.FullyShardedDataParallel",
     "torch.distributed.fsdp.fully_shard",
@@ -118,6 +120,30 @@ class WrappersMixin:
                                 )
                             )
         return out
+
+    @cached_property
+    def in_place(self) -> list[cst.Call]:
+        """DDP applied to a module in place (torch's composable replicate, or a function of the
+        file that applies it to the module it is handed, as ddpify's ddp_in_place does): the
+        module keeps its name and is no wrapper, so the wrapper's rules do not apply to it."""
+        return [
+            call
+            for call, qs in self.qualified_calls
+            if qs & set(IN_PLACE_NAMES) or self._applies_in_place(call)
+        ]
+
+    def _applies_in_place(self, call: cst.Call) -> bool:
+        """A function of the file that applies torch's replicate to the module it is handed
+        (ddpify's ddp_in_place)."""
+        a = self.a
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        return any(
+            any(
+                (dotted(c.func) or "").rsplit(".", 1)[-1] == "replicate"
+                for c in a.findall(fn, m.Call())
+            )
+            for fn in a.functions.get(name, [])
+        )
 
     @cached_property
     def ddp_wraps(self) -> list[Wrap]:

@@ -24,10 +24,8 @@ from ddpify.transforms.optimize_optimizer import FusedOptimizerTransform
 from ddpify.transforms.optimize_static_graph import StaticGraphTransform
 from ddpify.transforms.precision import PrecisionTransform
 from ddpify.transforms.rank0 import Rank0Transform
-from ddpify.transforms.routing import RoutingTransform
 from ddpify.transforms.sampler import SamplerTransform
 from ddpify.transforms.seeds import SeedsTransform
-from ddpify.transforms.unwrap import UnwrapTransform
 from ddpify.transforms.wrapping import WrappingTransform
 
 PIPELINE = (
@@ -40,9 +38,7 @@ PIPELINE = (
     InputPipelineTransform,
     WrappingTransform,
     ApexTransform,
-    RoutingTransform,
     ModerniseTransform,
-    UnwrapTransform,
     PrecisionTransform,
     AccumulationTransform,
     CheckpointTransform,

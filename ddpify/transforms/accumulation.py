@@ -1,22 +1,27 @@
-"""Gradient accumulation: micro-steps that do not step the optimizer run under no_sync(),
-so DDP all-reduces once per optimizer step instead of once per micro-step."""
+"""Gradient accumulation: micro-steps that do not step the optimizer skip DDP's gradient
+averaging (`model.set_requires_gradient_sync(False)` before their forward pass), so DDP
+all-reduces once per optimizer step instead of once per micro-step."""
 
 from __future__ import annotations
 
 import ddpify.match as m
 
 from ddpify.analysis import code
+from ddpify.analysis.loss_flow import loss_flow
 from ddpify.analysis.tree import _inside
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare(
+DDP050 = declare(
     "DDP050",
     "accumulation-no-sync",
-    "gradient-accumulation micro-steps run under model.no_sync()",
+    "gradient-accumulation micro-steps do not average gradients: one all-reduce per optimizer step",
     fix=True,
     check="params-in-sync",
+    says="micro-steps that do not step the optimizer skip DDP's gradient averaging "
+    "({models}.set_requires_gradient_sync({test}) before the forward pass): one all-reduce per "
+    "optimizer step",
 )
 
 
@@ -25,8 +30,9 @@ class AccumulationTransform(Transform):
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
-        if ctx.opts.amp == "apex":
-            return  # apex's DistributedDataParallel has no no_sync()
+        plan = ctx.plans.wrap
+        if plan is None or not plan.wraps:
+            return
         for step in a.steps:
             test = step.accumulation_test
             if (
@@ -46,40 +52,25 @@ class AccumulationTransform(Transform):
             names = {n.value for n in a.findall(test, m.Name())}
             if any(a._assigns(s, n) for s in region for n in names):
                 continue
-            wrappers = self._wrappers(ctx, step)
-            if len(wrappers) != 1:
+            models = self._models(ctx, region)
+            if not models:
                 continue
-            ctxlib = ctx.name("contextlib")
-            header = ctx.expr(
-                f"{ctxlib}.nullcontext() if {code(test)} else {wrappers[0]}.no_sync()"
-            )
-            ctx.edits.wraps.append((step.forward_first, step.stmt, header))
-            ctx.finding(
-                step.stmt,
-                "DDP050",
-                f"micro-steps that do not step the optimizer run under {wrappers[0]}.no_sync(): one all-reduce per optimizer step",
-                True,
-            )
+            for model in models:
+                ctx.edits.before[step.forward_first].append(
+                    ctx.stmt(f"{model}.set_requires_gradient_sync({code(test)})\n")
+                )
+            ctx.say(DDP050.at(step.stmt, models=", ".join(models), test=code(test)))
 
     @staticmethod
-    def _wrappers(ctx: Context, step) -> list[str]:
-        """The DDP wrappers the step's training forwards run through, as named in the step."""
-        from ddpify.transforms.routing import wrapper_at
-
+    def _models(ctx: Context, region) -> list[str]:
+        """The distributed models the step's training forwards run, as the step names them."""
         a = ctx.a
-        body = list(step.block.body)
-        region = body[body.index(step.forward_first) : body.index(step.stmt) + 1]
+        wrapped = {w.model for w in ctx.plans.wrap.wraps}
         out: list[str] = []
-        for name, r in ctx.routes.items():
-            for tf, _node, holder in r.direct:  # type: ignore[attr-defined]
-                if any(tf.call is s or _inside(a, tf.call, s) for s in region):
-                    w = wrapper_at(ctx.wrappers[name], holder)
-                    if w not in out:
-                        out.append(w)
-            for tf, param in r.holder_forwards:  # type: ignore[attr-defined]
-                if (
-                    any(tf.call is s or _inside(a, tf.call, s) for s in region)
-                    and param not in out
-                ):
-                    out.append(param)
+        for tf in loss_flow(a).forwards:
+            if not any(tf.call is s or _inside(a, tf.call, s) for s in region):
+                continue
+            name = code(tf.receiver)
+            if (name in wrapped or len(wrapped) == 1) and name not in out:
+                out.append(name)
         return out

@@ -1,9 +1,9 @@
 """The opt-in apex target (--amp apex): the classic recipe for teams pinned to apex <= 25.04.
 
-amp.initialize(models, optimizers, opt_level=...) once, after the model reaches its device and
-the optimizer exists, then apex.parallel.DistributedDataParallel; backward through
-amp.scale_loss; amp.state_dict() saved with the optimizer's and restored after amp.initialize.
-WrappingTransform hands each model over in ctx.apex_models instead of wrapping it itself.
+amp.initialize(models, optimizers, opt_level=...) once the optimizers exist; the models are made
+distributed in place by wrapping.py, and DDP starts at their first forward, after
+amp.initialize, as the recipe asks; backward through amp.scale_loss; amp.state_dict() saved with
+the optimizer's and restored after amp.initialize.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis import builds, call_args, code, dotted
 from ddpify.transforms.amp_safety import unsafe_calls
 from ddpify.transforms.base import Context, Transform
 from ddpify.rules import declare
@@ -58,7 +58,6 @@ def guard_block(names: dict[str, str], sync_bn: bool) -> list[cst.BaseStatement]
     amp = "amp" if names["amp"] == "amp" else f"amp as {names['amp']}"
     imports = [
         f"    from apex import {amp}\n",
-        f"    from apex.parallel import DistributedDataParallel as {names['ApexDDP']}\n",
     ]
     if sync_bn:
         imports.append("    from apex.parallel import convert_syncbn_model\n")
@@ -84,7 +83,7 @@ class ApexTransform(Transform):
         if a.apex_amp:
             self._own_amp(ctx)
             return
-        entries = list(ctx.apex_models)
+        entries = self._entries(ctx)
         if not entries:
             return  # wrapping already reported that no model was found
         if a.existing_amp:
@@ -99,10 +98,7 @@ class ApexTransform(Transform):
             self._fallback(ctx, entries, place)
             return
         point, optimizers = place
-        names = {
-            "amp": free_name(ctx, "amp", "apex_amp"),
-            "ApexDDP": free_name(ctx, "ApexDDP", "ApexDistributedDataParallel"),
-        }
+        names = {"amp": free_name(ctx, "amp", "apex_amp")}
         amp = names["amp"]
         steps = [s for s in a.steps if self._scalable(ctx, s)]
         models = [n for n, _, _ in entries]
@@ -121,29 +117,13 @@ class ApexTransform(Transform):
                 f'{lhs} = {amp}.initialize({args}, opt_level="{ctx.opts.opt_level}"{extra})\n'
             )
         )
-        for name in models:
-            ctx.edits.after[point].append(
-                ctx.stmt(
-                    f"{ctx.wrappers.get(name, name)} = {names['ApexDDP']}({name})\n"
-                )
-            )
-            ctx.wrapped[name] = (
-                point  # the training forwards run through the wrapper (routing.py)
-            )
         first_bind = entries[0][1]
         ctx.finding(
             first_bind,
             "DDP093",
-            f'amp.initialize({", ".join(models + optimizers)}, opt_level="{ctx.opts.opt_level}") once the optimizer exists, before apex\'s DistributedDataParallel',
+            f'amp.initialize({", ".join(models + optimizers)}, opt_level="{ctx.opts.opt_level}") once the optimizer exists; DDP starts at the first forward, after it',
             True,
         )
-        for name, bind, _ in entries:
-            ctx.finding(
-                bind,
-                "DDP030",
-                f"`{name}` wrapped in apex.parallel.DistributedDataParallel after amp.initialize",
-                True,
-            )
         for i, step in enumerate(steps):
             self._scale_loss(ctx, step, amp, i if len(steps) > 1 else None, optimizers)
         self._checkpoints(ctx, amp, point)
@@ -152,25 +132,12 @@ class ApexTransform(Transform):
 
     def _own_amp(self, ctx: Context) -> None:
         """A script that uses apex amp already keeps its amp.initialize and scale_loss as they are;
-        the model is wrapped in torch's DDP after amp.initialize (wrapping.py: the wrap follows the
-        model's last change), and amp's state joins the checkpoint where amp.initialize always runs
+        the model is made distributed in place (wrapping.py), and DDP starts at its first forward,
+        after amp.initialize; amp's state joins the checkpoint where amp.initialize always runs
         (amp.state_dict() fails before amp.initialize: a script that initialises amp behind a
         switch saves it itself, or not at all)."""
         a = ctx.a
         inits = [c for c in a.calls if a.is_call(c, "apex.amp.initialize")]
-        for init in inits:
-            stmt = a.statement(init)
-            for name, anchor in ctx.wrapped.items():
-                if (
-                    a.function_of(anchor) is a.function_of(stmt)
-                    and a.pos[anchor].end.line < a.pos[stmt].start.line
-                ):
-                    ctx.finding(
-                        init,
-                        "DDP096",
-                        f"amp.initialize comes after the point where `{name}` is wrapped (its first use): apex needs it before the DDP wrap; move it next to the model's creation",
-                        False,
-                    )
         if len(inits) != 1 or any(
             a.is_call(c, "apex.amp.state_dict", "apex.amp.load_state_dict")
             for c in a.calls
@@ -250,27 +217,22 @@ class ApexTransform(Transform):
                 return True
         return False
 
+    @staticmethod
+    def _entries(ctx: Context) -> list[tuple[str, cst.CSTNode, cst.BaseStatement]]:
+        """(model as the wrap names it, its binding, the wrap's statement), once a model."""
+        out = []
+        for w in ctx.plans.wrap.wraps if ctx.plans.wrap is not None else ():
+            if not any(w.model == n for n, _, _ in out):
+                bind = builds.binding(ctx.a, w.model) or w.site
+                out.append((w.module, bind, w.site))
+        return out
+
     def _sync_bn(self, ctx: Context, entries, optimizers) -> bool:
-        """apex's convert_syncbn_model builds new parameters: it must run before any
-        optimizer takes model.parameters()."""
-        a = ctx.a
-        for name, bind, anchor in entries:
-            body = list(a.block(anchor).body)
-            if any(
-                a._assigns(s, o)
-                for s in body[: body.index(anchor) + 1]
-                for o in optimizers
-            ):
-                ctx.finding(
-                    bind,
-                    "DDP096",
-                    f"--sync-bn not applied to `{name}`: apex's convert_syncbn_model must run before the optimizer is built; move the optimizer below the model's .to(device)",
-                    False,
-                )
-                return False
-        for name, bind, anchor in entries:
-            ctx.edits.after[anchor].append(
-                ctx.stmt(f"{name} = convert_syncbn_model({name})\n")
+        """apex's convert_syncbn_model builds new parameters: it goes with the wrap, before the
+        optimizer takes the model's parameters."""
+        for name, bind, site in entries:
+            ctx.edits.before[site].insert(
+                0, ctx.stmt(f"{name} = convert_syncbn_model({name})\n")
             )
             ctx.finding(
                 bind,
@@ -281,30 +243,22 @@ class ApexTransform(Transform):
         return True
 
     def _fallback(self, ctx: Context, entries, why: str) -> None:
-        """The apex recipe does not fit: plain torch DDP, as without --amp apex."""
-        ddp = ctx.name("DDP")
-        for name, bind, anchor in entries:
-            if ctx.opts.sync_bn:
-                ctx.edits.after[anchor].append(
+        """The apex recipe does not fit: the models stay as wrapping.py made them, without
+        mixed precision."""
+        if ctx.opts.sync_bn:
+            torch = ctx.name("torch")
+            for name, _, site in entries:
+                ctx.edits.before[site].insert(
+                    0,
                     ctx.stmt(
-                        f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name})\n"
-                    )
+                        f"{name} = {torch}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) "
+                        f'if LOCAL_DEVICE.type == "cuda" else {name}\n'
+                    ),
                 )
-            ctx.edits.after[anchor].append(
-                ctx.stmt(
-                    f'{ctx.wrappers.get(name, name)} = {ddp}({name}, device_ids=[LOCAL_RANK] if LOCAL_DEVICE.type == "cuda" else None)\n'
-                )
-            )
-            ctx.finding(
-                bind,
-                "DDP030",
-                f"`{name}` wrapped in DistributedDataParallel after it reaches its device",
-                True,
-            )
         ctx.finding(
             entries[0][1],
             "DDP096",
-            f"--amp apex not applied: {why}; wrapped in torch's DistributedDataParallel without mixed precision",
+            f"--amp apex not applied: {why}; made distributed in place without mixed precision",
             False,
         )
 

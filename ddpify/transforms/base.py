@@ -10,7 +10,8 @@ from ddpify.edits import Edits
 from ddpify.analysis.writes import Effects
 from ddpify.findings import Finding
 from ddpify.options import Options
-from ddpify.rules import declare
+from ddpify.rules import Said, declare
+from ddpify.transforms.plans import Plans
 
 # The codes this module raises (the registry: ddpify/rules.py).
 declare(
@@ -55,21 +56,7 @@ class Context:
         self.helpers: set[str] = (
             set()
         )  # generated helper blocks: "amp", "rank0_decides"
-        self.wrapped: dict[
-            str, cst.BaseStatement
-        ] = {}  # model name -> statement the DDP wrap follows
-        self.wrap_before: set[str] = (
-            set()
-        )  # models wrapped before ctx.wrapped's statement (a parameter used at once)
-        self.relocated: set[str] = (
-            set()
-        )  # models built at import time, wrapped in the function that trains them
-        self.wrappers: dict[
-            str, str
-        ] = {}  # model name -> the wrapper's own name there ("ddp_model", "self.ddp_model")
-        self.routes: dict[
-            str, object
-        ] = {}  # model name -> its training forwards' Route (ddpify/analysis/routes.py)
+        self.plans = Plans()  # what the two-step concerns decided (plans.py)
         self.helper_texts: list[
             str
         ] = []  # generated helper definitions the set-up block ends with
@@ -236,6 +223,10 @@ class Context:
         line, col = self.a.line_col(node) if node is not None else (1, 1)
         self.findings.append(Finding(line, col, code, message, fixed, severity))
 
+    def say(self, said: Said) -> None:
+        """A finding made by its rule (`DDP030.at(node, ...)`)."""
+        self.finding(said.node, said.code, said.message, said.fixed, said.severity)  # type: ignore[arg-type]
+
     def editable_header(self, compound: cst.CSTNode) -> bool:
         """For an edit at the top of a loop's body: only the header line and the first body
         statement count, not a skipped line deeper inside the loop."""
@@ -316,3 +307,35 @@ class Transform:
 
     def plan(self, ctx: Context) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+class PipelineOrderError(RuntimeError):
+    """A concern reads a plan that no concern before it in the pipeline makes."""
+
+
+class Concern(Transform):
+    """A concern in two steps. decide() is a function of the analysis, the options and the plans
+    named in `reads`, and returns the plan kept as `ctx.plans.<makes>`; emit() turns it into
+    edits and findings. The pipeline runs every decide() first, in its order, then every
+    concern's emit() or plan() in the same order, so an emit may read any plan."""
+
+    makes = ""  # the field of Plans its decide() fills
+    reads: tuple[str, ...] = ()  # the plans its decide() reads
+
+    def decide(self, ctx: Context) -> object:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def emit(self, ctx: Context, plan: object) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run_decide(self, ctx: Context) -> None:
+        missing = [r for r in self.reads if getattr(ctx.plans, r) is None]
+        if missing:
+            raise PipelineOrderError(
+                f"{type(self).__name__} reads plans.{', plans.'.join(missing)}, which no "
+                "concern before it in the pipeline made"
+            )
+        setattr(ctx.plans, self.makes, self.decide(ctx))
+
+    def plan(self, ctx: Context) -> None:
+        self.emit(ctx, getattr(ctx.plans, self.makes))

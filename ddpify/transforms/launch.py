@@ -31,7 +31,7 @@ declare(
 declare(
     "DDP156",
     "first-step-sync-check",
-    "each optimizer's first step checks that every rank has the same gradients, and stops the run if not (a forward that bypasses the DDP wrapper)",
+    "each optimizer's first step checks that every rank has the same gradients, and stops the run if not (a forward that runs no DDP hook)",
     fix=True,
     check="params-in-sync",
 )
@@ -135,8 +135,8 @@ QUIET_STDOUT = """\
         sys.stdout.flush()
         {os}.dup2({os}.open({os}.devnull, {os}.O_WRONLY), 1)
 """
-# Ends ddp_setup()'s body where a model is wrapped: what the source cannot show (a forward that
-# bypasses the wrapper) shows at the first step, when every rank's gradients must agree.
+# Ends ddp_setup()'s body where a model is made distributed: what the source cannot show (a
+# forward that runs no DDP hook) shows at the first step, when every rank's gradients must agree.
 SYNC_HOOK = """\
     if WORLD_SIZE > 1:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -149,8 +149,8 @@ SYNC_CHECK = '''\
 
 def ddp_check_sync(optimizer, args, kwargs):
     """At an optimizer's first step, stop unless every rank has the same gradients."""
-    # DDP averages only what its wrapper's forward computed: a forward that bypasses it
-    # would train copies that drift apart
+    # DDP averages what its forward hooks saw: a forward that runs none (a method or a
+    # part of the model no module call reaches) would train copies that drift apart
     if getattr(optimizer, "ddp_checked", False):
         return
     optimizer.ddp_checked = True
@@ -169,8 +169,8 @@ def ddp_check_sync(optimizer, args, kwargs):
         raise RuntimeError(
             f"ddpify: {{len(apart)}} of the {{len(params)}} parameters this optimizer "
             f"steps (shapes {{shapes}}) have different gradients on different ranks "
-            "at its first step: their training forward does not run through the "
-            "DistributedDataParallel wrapper, so each rank would train its own copy"
+            "at its first step: their training forward runs none of DDP's hooks, so "
+            "each rank would train its own copy"
         )
 '''
 DECIDES = '''\
@@ -395,13 +395,13 @@ class LaunchTransform(Transform):
                 text += SCALER
         text += SETUP_CPU if ctx.cpu_only else SETUP
         text += QUIET_STDOUT
-        synced = bool(ctx.wrappers or ctx.apex_models)
+        synced = bool(ctx.plans.wrap is not None and ctx.plans.wrap.wraps)
         if synced:
             text += SYNC_HOOK + SYNC_CHECK
             ctx.finding(
                 prelude_end(ctx) or a.module.body[0],
                 "DDP156",
-                "each optimizer's first step checks that every rank has the same gradients (ddp_check_sync), and stops the run with an error if not: a training forward that bypasses the DDP wrapper would otherwise train copies that drift apart",
+                "each optimizer's first step checks that every rank has the same gradients (ddp_check_sync), and stops the run with an error if not: a training forward that runs none of DDP's hooks would otherwise train copies that drift apart",
                 True,
             )
         if "rank0_decides" in ctx.helpers:
@@ -424,7 +424,9 @@ class LaunchTransform(Transform):
             text += RANK0_SEED
         if "next_epoch" in ctx.helpers:
             text += NEXT_EPOCH
-        text += "".join(ctx.helper_texts)  # the concerns' own (wrapping.py: ForwardTo)
+        text += "".join(
+            ctx.helper_texts
+        )  # the concerns' own (wrapping.py: ddp_in_place)
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
         # a leading statement keeps the block's first comment out of the module header
@@ -594,9 +596,7 @@ class LaunchTransform(Transform):
     def _module_level_work(self, ctx: Context, guard: cst.If) -> bool:
         """True when code outside the main guard needs the process group at import time."""
         a = ctx.a
-        anchors = list(ctx.wrapped.values()) + [
-            ld.stmt for ld in getattr(ctx, "sharded", [])
-        ]
+        anchors = _wrap_sites(ctx) + [ld.stmt for ld in getattr(ctx, "sharded", [])]
         anchors += [a.statement(c) for c in a.calls if a.is_call(c, "torch.load")]
         anchors += [s.stmt for s in a.steps]
         anchors += ctx.barrier_stmts + ctx.setup_before
@@ -615,6 +615,11 @@ class LaunchTransform(Transform):
             fix_launch(ctx)
 
 
+def _wrap_sites(ctx: Context) -> list[cst.BaseStatement]:
+    """The statements the models are made distributed with."""
+    return [w.site for w in ctx.plans.wrap.wraps] if ctx.plans.wrap is not None else []
+
+
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:
     """The last of the leading imports: the set-up block goes after it (None: before everything)."""
     a = ctx.a
@@ -623,7 +628,7 @@ def prelude_end(ctx: Context) -> cst.BaseStatement | None:
     # the first top-level statement of the entry that needs the group (a wrap, a sharded loader,
     # a barrier, a training step): the set-up goes before it, whatever is imported later
     needs = (
-        list(ctx.wrapped.values())
+        _wrap_sites(ctx)
         + [ld.stmt for ld in getattr(ctx, "sharded", [])]
         + ctx.barrier_stmts
     )

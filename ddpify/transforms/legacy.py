@@ -69,9 +69,9 @@ class LegacyTorchTransform(Transform):
         from ddpify.transforms.wrapping import WrappingTransform
 
         PrecisionTransform()._modernise(ctx)  # torch.cuda.amp -> torch.amp
-        WrappingTransform()._replace_dataparallel(
-            ctx
-        )  # DDP already does the parallelism
+        # DDP already does the parallelism
+        calls = [c for c in ctx.a.dataparallel_calls if ctx.editable(c)]
+        WrappingTransform._replace_dataparallel(ctx, calls)
 
 
 class LegacyLaunchTransform(Transform):

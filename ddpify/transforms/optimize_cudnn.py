@@ -11,7 +11,12 @@ import ddpify.match as m
 from ddpify.analysis import call_args
 from ddpify.analysis.model_code import convolutions
 from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.optimize_common import before_wrap, code_of, wrapped_models
+from ddpify.transforms.optimize_common import (
+    anchor_of,
+    before_wrap,
+    code_of,
+    wrapped_models,
+)
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -46,7 +51,7 @@ class CudnnBenchmarkTransform(Transform):
         if not convs:
             return  # cuDNN benchmarking only picks convolution algorithms: nothing to gain
         name = convs[0]
-        anchor = ctx.wrapped[name]
+        anchor = anchor_of(ctx, name)
         set_by_script = next(
             (
                 n

@@ -10,49 +10,65 @@ import libcst as cst
 import ddpify.match as m
 
 from ddpify.analysis import dotted
-from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.optimize_common import add_ddp_kwarg, wrapped_models
 from ddpify.rules import declare
+from ddpify.transforms.base import Concern, Context
+from ddpify.transforms.optimize_common import anchor_of, wrapped_models
+from ddpify.transforms.plans import DDPOptions
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare(
+DDP132 = declare(
     "DDP132",
     "optimize-ddp-buckets",
     "--optimize: DDP gradient_as_bucket_view=True and bucket_cap_mb from the model's size (or why not)",
     fix=True,
     check="throughput",
+    says={
+        "": "DDP of `{model}`: gradient_as_bucket_view=True (grads are views into the all-reduce "
+        "buckets: no copies, less memory) and bucket_cap_mb from the model's size (about 16 "
+        "buckets, at least DDP's 25 MB)",
+        "grad": (
+            "DDP buckets of `{model}` left at their defaults: line {line} replaces or detaches a "
+            ".grad, which gradient_as_bucket_view=True (grads that are views into DDP's "
+            "buckets) does not allow",
+            False,
+        ),
+    },
 )
 
-CODE = "DDP132"
 # 25 MB is DDP's default; a model of P MB gets about 16 buckets of P/16 MB above 400 MB.
 BUCKET_MB = "max(25, sum(p.numel() * p.element_size() for p in {name}.parameters()) / 2**20 / 16)"
 
 
-class DDPBucketsTransform(Transform):
+class DDPBucketsTransform(Concern):
     name = "optimize_ddp"
+    makes = "ddp_buckets"
+    reads = ("wrap",)
 
-    def plan(self, ctx: Context) -> None:
+    def decide(self, ctx: Context) -> DDPOptions:
         if "ddp-buckets" not in ctx.opts.optimize:
-            return
-        for name in wrapped_models(ctx):
-            anchor = ctx.wrapped[name]
-            touched = self._grad_rebound(ctx)
-            if touched is not None:
-                ctx.finding(
-                    anchor,
-                    CODE,
-                    f"DDP buckets of `{name}` left at their defaults: line {ctx.a.pos[touched].start.line} replaces or detaches a .grad, which gradient_as_bucket_view=True (grads that are views into DDP's buckets) does not allow",
-                    False,
-                )
+            return DDPOptions()
+        options, said = [], []
+        touched = self._grad_rebound(ctx)
+        for w in ctx.plans.wrap.wraps:
+            if w.model not in wrapped_models(ctx) or any(
+                o[0] == w.model for o in options
+            ):
                 continue
-            if add_ddp_kwarg(ctx, name, "gradient_as_bucket_view", "True"):
-                add_ddp_kwarg(ctx, name, "bucket_cap_mb", BUCKET_MB.format(name=name))
-                ctx.finding(
-                    anchor,
-                    CODE,
-                    f"DDP of `{name}`: gradient_as_bucket_view=True (grads are views into the all-reduce buckets: no copies, less memory) and bucket_cap_mb from the model's size (about 16 buckets, at least DDP's 25 MB)",
-                    True,
-                )
+            anchor = anchor_of(ctx, w.model)
+            if touched is not None:
+                line = ctx.a.pos[touched].start.line
+                said.append(DDP132.at(anchor, "grad", model=w.model, line=line))
+                continue
+            options += [
+                (w.model, "gradient_as_bucket_view", "True"),
+                (w.model, "bucket_cap_mb", BUCKET_MB.format(name=w.module)),
+            ]
+            said.append(DDP132.at(anchor, model=w.model))
+        return DDPOptions(tuple(options), tuple(said))
+
+    def emit(self, ctx: Context, plan: DDPOptions) -> None:
+        for said in plan.said:  # the keywords go into the wrap (wrapping.py's emit)
+            ctx.say(said)
 
     @staticmethod
     def _grad_rebound(ctx: Context) -> cst.CSTNode | None:

@@ -17,7 +17,12 @@ from ddpify.analysis.model_code import (
     model_hazards,
 )
 from ddpify.transforms.base import Context, Transform, append_kwarg
-from ddpify.transforms.optimize_common import before_wrap, code_of, wrapped_models
+from ddpify.transforms.optimize_common import (
+    anchor_of,
+    before_wrap,
+    code_of,
+    wrapped_models,
+)
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -43,7 +48,7 @@ class ChannelsLastTransform(Transform):
 
     def _model(self, ctx: Context, name: str) -> None:
         a = ctx.a
-        anchor = ctx.wrapped[name]
+        anchor = anchor_of(ctx, name)
         mc = code_of(ctx, name)
         if isinstance(mc, str):
             ctx.finding(

@@ -89,13 +89,17 @@ class FusedOptimizerTransform(Transform):
 
     @staticmethod
     def _before_placement(ctx: Context, call, sources: list[str]) -> bool:
+        """The optimizer is built before the model it steps is moved to its device."""
+        from ddpify.analysis.lifecycle import changes_in
+
         a = ctx.a
         stmt = a.statement(call)
-        for name, anchor in ctx.wrapped.items():
-            if name.split(".")[0] in {s.split(".")[0] for s in sources} and a.block(
-                anchor
-            ) is a.block(stmt):
-                body = list(a.block(stmt).body)
-                if body.index(stmt) < body.index(anchor):
-                    return True
-        return False
+        body = list(getattr(a.block(stmt), "body", ()))
+        later = body[body.index(stmt) + 1 :] if stmt in body else []
+        roots = {s.split(".")[0] for s in sources}
+        return any(
+            kind == "move"
+            for s in later
+            for r in roots
+            for _, kind in changes_in(a, s, r)
+        )

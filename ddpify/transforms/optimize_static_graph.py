@@ -10,59 +10,57 @@ import ddpify.match as m
 
 from ddpify.analysis import dotted
 from ddpify.analysis.model_code import dynamic_forward
-from ddpify.transforms.base import Context, Transform
-from ddpify.transforms.optimize_common import (
-    add_ddp_kwarg,
-    code_of,
-    ddp_call,
-    wrapped_models,
-)
 from ddpify.rules import declare
+from ddpify.transforms.base import Concern, Context
+from ddpify.transforms.optimize_common import anchor_of, code_of, wrapped_models
+from ddpify.transforms.plans import DDPOptions
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare(
+DDP133 = declare(
     "DDP133",
     "optimize-static-graph",
     "--optimize: DDP static_graph=True where the graph provably does not change (or why not)",
     fix=True,
     check="throughput",
+    says={
+        "": "DDP of `{model}` with static_graph=True: its forward has no branch or "
+        "data-dependent loop, every parameter gets a gradient, and it runs once per backward",
+        "not": ("static_graph not set for `{model}`: {why}", False),
+    },
 )
 
-CODE = "DDP133"
 
-
-class StaticGraphTransform(Transform):
+class StaticGraphTransform(Concern):
     name = "optimize_static_graph"
+    makes = "static_graph"
+    reads = ("wrap",)
 
-    def plan(self, ctx: Context) -> None:
+    def decide(self, ctx: Context) -> DDPOptions:
         if "static-graph" not in ctx.opts.optimize:
-            return
+            return DDPOptions()
+        options, said = [], []
         for name in wrapped_models(ctx):
             why = self._why_not(ctx, name)
-            anchor = ctx.wrapped[name]
+            anchor = anchor_of(ctx, name)
             if why:
-                ctx.finding(
-                    anchor, CODE, f"static_graph not set for `{name}`: {why}", False
-                )
-            elif add_ddp_kwarg(ctx, name, "static_graph", "True"):
-                ctx.finding(
-                    anchor,
-                    CODE,
-                    f"DDP of `{name}` with static_graph=True: its forward has no branch or data-dependent loop, every parameter gets a gradient, and it runs once per backward",
-                    True,
-                )
+                said.append(DDP133.at(anchor, "not", model=name, why=why))
+            else:
+                options.append((name, "static_graph", "True"))
+                said.append(DDP133.at(anchor, model=name))
+        return DDPOptions(tuple(options), tuple(said))
+
+    def emit(self, ctx: Context, plan: DDPOptions) -> None:
+        for said in plan.said:  # the keyword goes into the wrap (wrapping.py's emit)
+            ctx.say(said)
 
     @staticmethod
     def _why_not(ctx: Context, name: str) -> str | None:
         a = ctx.a
-        found = ddp_call(ctx, name)
-        if found is None:
-            return "ddpify did not find its DDP wrap"
-        if any(
-            x.keyword is not None and x.keyword.value == "find_unused_parameters"
-            for x in found[2].args
-        ):
+        w = next(w for w in ctx.plans.wrap.wraps if w.model == name)
+        if dict(w.options).get("find_unused_parameters") == "True":
             return "some parameters may get no gradient (find_unused_parameters=True), so the graph may change"
+        if w.entries:
+            return "its training runs its methods or parts directly, which a static graph does not cover"
         if any(a.is_call(c, "torch.compile") for c in a.calls):
             return "torch.compile may change the graph DDP sees"
         mc = code_of(ctx, name)
@@ -76,7 +74,7 @@ class StaticGraphTransform(Transform):
             return f"it takes part in {len(steps)} backward passes, not exactly one"
         step = steps[0]
         if step.accumulation_test is not None:
-            return "gradients are accumulated over micro-steps (no_sync), which a static graph does not cover"
+            return "gradients are accumulated over micro-steps, which a static graph does not cover"
         body = list(step.block.body)
         region = (
             body[body.index(step.forward_first) : body.index(step.stmt) + 1]

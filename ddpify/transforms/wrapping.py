@@ -1,182 +1,572 @@
-"""Model wrapping: DistributedDataParallel after the model reaches its device; DataParallel
-replaced, not wrapped; SyncBatchNorm where asked."""
+"""Wrapping: DDP applied in place to each module the optimizers step, right before the statement
+that takes its parameters for the optimizer (torch's composable `replicate`, through the
+generated `ddp_in_place`). The model stays one object under every name: every call of it, from
+any function, method or library, runs DDP's forward hooks, so backward averages its gradients;
+its class, attributes, state_dict keys, copies and pickles stay those of the plain model. DDP
+starts at the model's first forward, so what the script does to the model before it trains
+(placement, initialisation, loaded weights, freezing, torch.compile) is taken as it is; a change
+while it trains is refused (DDP036). nn.DataParallel is removed: DDP does its work."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import (
-    devices,
-    forwards,
-    gradients,
-    lifecycle,
-    loss_flow,
-    model_code,
-    model_uses,
-    routes,
-)
+from ddpify.analysis import builds, devices, gradients, lifecycle, loss_flow, model_code
 from ddpify.analysis import call_args, code, dotted
 from ddpify.analysis.tree import _inside
-from ddpify.transforms.base import Context, Transform
-from ddpify.rules import declare
+from ddpify.rules import Said, declare
+from ddpify.transforms.base import Concern, Context
+from ddpify.transforms.plans import Wrap, WrapPlan
 
 # The codes this module raises (the registry: ddpify/rules.py).
-declare(
+DDP030 = declare(
     "DDP030",
-    "ddp-wrap",
-    "model wrapped in DistributedDataParallel",
+    "ddp-in-place",
+    "model made distributed in place (DDP's hooks on the module itself)",
     fix=True,
     check="params-in-sync",
+    says={
+        "": "`{model}` made distributed in place before its optimizer takes its parameters "
+        "(ddp_in_place: DDP's hooks on the module itself): every call of it, under any name, "
+        "averages its gradients, and it keeps its class, attributes and state_dict keys{more}",
+        "relocated": "`{model}` made distributed in place in `{fn}()`, before it trains (it is "
+        "built when its module is imported, before the process group exists){more}",
+        "unstepped": (
+            "`{model}` is not made distributed: no optimizer over its parameters steps",
+            False,
+        ),
+    },
 )
-declare(
+DDP031 = declare(
     "DDP031",
     "dataparallel-replaced",
-    "nn.DataParallel replaced by DistributedDataParallel",
+    "nn.DataParallel replaced by DDP (one process per GPU)",
     fix=True,
     check="params-in-sync",
+    says={
+        "": "nn.DataParallel removed: DDP, one process per GPU, does its work",
+        "functional": "nn.parallel.data_parallel(model, x) becomes model(x); DDP does the "
+        "parallelism",
+        "module": "{name}.module was DataParallel's: without DataParallel it is {name} itself",
+    },
 )
-declare(
+DDP032 = declare(
     "DDP032",
     "sync-batchnorm",
     "BatchNorm converted to SyncBatchNorm",
     fix=True,
     check="params-in-sync",
+    says={
+        "": "BatchNorm layers of `{model}`{maybe} converted to SyncBatchNorm on GPUs "
+        "(--sync-bn), before its optimizer takes the new layers' parameters",
+        "none": (
+            "--sync-bn: `{model}` has no BatchNorm layers (its code is read), so nothing is "
+            "converted",
+            False,
+        ),
+    },
 )
-declare(
+DDP034 = declare(
     "DDP034",
     "model-not-found",
-    "no model found: wrap it in DistributedDataParallel by hand",
+    "no model to make distributed found: make it distributed by hand",
     severity="blocking",
+    says={
+        "": "no model found: no optimizer ddpify can follow takes a module's parameters; "
+        "before the optimizer is built, apply DDP to the trained module in place by hand "
+        "(`from torch.distributed._composable import replicate`; `replicate(model)`)",
+        "tensors": "the optimizer built at line {line} steps tensors that no module holds "
+        "({what}): DDP averages the gradients of modules; keep them as nn.Parameter "
+        "attributes of an nn.Module the training calls, or average their gradients by hand "
+        "before each step (dist.all_reduce(t.grad); t.grad /= WORLD_SIZE)",
+        "itself": "class `{cls}` builds its own optimizer over self.parameters() (line {line}) and "
+        "updates itself in its method `{fn}`: no forward of the model runs outside it, so DDP "
+        "would sync nothing; by hand, give each rank its share of the data and average the "
+        "gradients before each step (for p in self.parameters(): dist.all_reduce(p.grad); "
+        "p.grad /= WORLD_SIZE)",
+        "inner": "`{model}` runs a backward pass inside its own `{fn}` (line {line}), as inner "
+        "training loops do (meta-learning): DDP would average gradients inside the forward it "
+        "is running, which it cannot; average the outer gradients by hand "
+        "(dist.all_reduce(p.grad) over its parameters before the outer step)",
+        "part-method": "the training runs `{call}`, a method of a part of `{model}`, which no "
+        "module call reaches: DDP averages gradients through module calls and the model's own "
+        "methods; call it through a method of `{model}` (or make it that part's forward)",
+    },
 )
-declare(
+DDP035 = declare(
     "DDP035",
     "model-on-cpu",
     "model never moved to a device: it stays on the CPU",
     severity="blocking",
+    says="`{model}` is never moved to a device, but the script places other things on one: on "
+    "GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there "
+    "already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on "
+    "the CPU: remove its device handling)",
 )
-declare(
+DDP036 = declare(
     "DDP036",
-    "model-changed-after-wrap",
-    "model changed where DDP cannot follow (in training, or later): not wrapped",
+    "model-changed-while-training",
+    "model changed while it trains, where DDP cannot follow: not made distributed",
     severity="blocking",
+    says="`{model}` is changed here ({what}) while it trains: DDP fixes the model's parameters, "
+    "their device and which of them need gradients at its first forward, and cannot follow "
+    "this change: not made distributed; make the change before training starts (or train each "
+    "phase as a run of its own, the next one loading the last one's weights)",
 )
-declare(
+DDP037 = declare(
     "DDP037",
     "unused-parameters",
     "parameters that may get no gradient: find_unused_parameters=True",
     fix=True,
     check="ranks",
+    says='`{model}`: {why}: DDP would wait for their gradients ("Expected to have finished '
+    'reduction" at step 2), so find_unused_parameters=True (slower; drop what is never used '
+    "to avoid it)",
 )
-declare(
-    "DDP038",
-    "model-in-container",
-    "model run through a list or dict that holds it: not wrapped",
-    severity="blocking",
-)
-declare(
+DDP039 = declare(
     "DDP039",
     "model-frozen",
-    "model with every parameter frozen: not wrapped",
+    "model with every parameter frozen: not made distributed",
     fix=True,
     check="ranks",
+    says="every parameter of `{model}` is frozen here, and DDP refuses a module with nothing "
+    "to train: not made distributed (its weights must be the same on every rank: loaded, or "
+    "built after the same seed)",
 )
-declare(
+DDP138 = declare(
     "DDP138",
     "params-outside-forward",
-    "parameters read outside forward reach the loss while find_unused_parameters=True is needed: not wrapped",
+    "parameters read outside forward reach the loss while find_unused_parameters=True is "
+    "needed: not made distributed",
     severity="blocking",
-)
-declare(
-    "DDP139",
-    "forward-not-routable",
-    "a training forward that cannot run through the DDP wrapper: not wrapped",
-    severity="blocking",
-)
-declare(
-    "DDP136",
-    "broadcast-buffers-off",
-    "model run more than once before one backward: DDP broadcast_buffers=False (each rank keeps its own BatchNorm statistics)",
-    fix=True,
-    check="ranks",
+    says="`{what}` is read outside the forward of `{model}` and its value reaches the loss, "
+    "while some parameters may get no gradient ({why}): with find_unused_parameters=True, DDP "
+    "marks parameters its forward did not use as ready at the forward, and their gradient "
+    'then arrives a second time at backward ("Expected to mark a variable ready only '
+    "once\"): not made distributed; move the computation that reads `{what}` into the model's "
+    "forward (return it with the output), or make every parameter get a gradient",
 )
 
-PLACEMENT_METHODS = ("to", "cuda", "half", "float", "bfloat16", "double", "to_empty")
+# DDP's hooks on the module itself. torch's composable replicate swaps in a subclass of the
+# model's own class for that one module; copies and pickles are given the plain model back.
+IN_PLACE = '''
 
-# Holds the DDP wrapper of a part beside an nn.Module that owns that part: pickling or copying
-# the module (torch.save(gan), deepcopy) leaves the wrapper out, whose unpickling would need a
-# process group; calls and attributes go to the wrapper.
-NOT_PICKLED = '''\
+def ddp_in_place(module, entries=(), **options):
+    """DDP on `module` itself: every call of it, under any name, syncs its gradients."""
+    # torch's composable replicate: the module keeps its class, attributes and
+    # state_dict keys, and its copies and pickles are the plain model. `entries`:
+    # methods and parts the training calls directly, which run DDP's hooks too.
+    import copy
+    import copyreg
 
+    from torch.distributed._composable import _get_registry, replicate
 
-class NotPickled:
-    """The DDP wrapper kept beside a module (not a submodule, not pickled with it)."""
+    # no process group: another script imports this one
+    if not {dist}.is_initialized() or "replicate" in (_get_registry(module) or {{}}):
+        return module
+    replicate(module, **options)
+    state, cls = replicate.state(module), type(module)  # cls: replicate's subclass
+    hooks = (state.forward_pre_hook, state.forward_post_hook)
+    base = cls.__mro__[2]  # the model's own class
+{entries}
+    def plain(self):
+        out = object.__new__(base)
+        for key, value in self.__dict__.items():
+            if key in ("_forward_pre_hooks", "_forward_hooks"):  # all but DDP's
+                value = type(value)((k, h) for k, h in value.items() if h not in hooks)
+            if not key.startswith("__composable_api_state_key"):
+                out.__dict__[key] = value
+        return out
 
-    def __init__(self, wrapper):
-        self.wrapper = wrapper
-
-    def __call__(self, *args, **kwargs):
-        return self.wrapper(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["wrapper"], name)
-
-    def __reduce__(self):
-        return type(None), ()
+    # copies (an EMA, the best model) and pickles (a whole model saved): the plain model
+    cls.__deepcopy__ = lambda self, memo: copy.deepcopy(plain(self), memo)
+    cls.__reduce_ex__ = lambda self, protocol: (
+        copyreg._reconstructor,
+        (base, object, None),
+        plain(self).__dict__,
+    )
+    return module
 '''
+ENTRIES = """
+    def through(method):
+        def run(self, *args, **kwargs):
+            state.forward_pre_hook(self, args, kwargs)
+            return state.forward_post_hook(self, args, method(self, *args, **kwargs))
 
-# Runs a model's method (or a submodule) as the forward of a module DDP wraps: DDP synchronises
-# gradients only through its own forward, so model.loss(x) trains as ddp_model(x, method="loss").
-FORWARD_TO = '''\
+        return run
+
+    parts = []
+    for name in entries:
+        if name.endswith("*"):  # every part of a container the training runs one by one
+            parts += list(module.get_submodule(name[:-2]).children())
+            continue
+        run = module.get_submodule(name) if "." in name else getattr(module, name)
+        if isinstance(run, {torch}.nn.Module):
+            parts.append(run)
+        else:
+            setattr(cls, name, through(getattr(base, name)))
+    if parts:
+        # global hooks: the parts hold nothing of DDP, and copy and pickle as they were
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        def pre(part, args):
+            if any(part is p for p in parts):
+                state.forward_pre_hook(part, args, {{}})
+
+        def post(part, args, out):
+            if any(part is p for p in parts):
+                return state.forward_post_hook(part, args, out)
+
+        register_module_forward_pre_hook(pre)
+        register_module_forward_hook(post)
+
+"""
+
+PARAMETERS = ("parameters", "named_parameters")
 
 
-class ForwardTo({torch}.nn.Module):
-    """A model whose training loss comes from a method: ddp_model(x, method="loss")
-    runs model.loss(x) as DDP's forward (DDP synchronises gradients only through its
-    forward)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, method="__call__", **kwargs):
-        run = self.model
-        for part in method.split("."):  # "encoder": a submodule's forward
-            run = getattr(run, part)
-        return run(*args, **kwargs)
-'''
-
-
-class WrappingTransform(Transform):
+class WrappingTransform(Concern):
     name = "wrapping"
+    makes = "wrap"
 
-    def plan(self, ctx: Context) -> None:
+    # -- decide -----------------------------------------------------------------------------------
+    def decide(self, ctx: Context) -> WrapPlan:
         a = ctx.a
-        dp_stmts = self._replace_dataparallel(ctx)
-        held = model_uses.container_models(a)
-        for call, what in held:
-            ctx.finding(
-                call,
-                "DDP034",
-                f"the model `{what}` is held in a dict or list: wrap each trained one by hand after its last change, under a name of its own (ddp_net = DDP({what}), no device_ids: it follows the model's device), and run its training forward through that",
-                False,
-            )
+        said = []
+        dp = tuple(c for c in a.dataparallel_calls if ctx.editable(c))
         if not a.models:
-            if a.steps and not held:
-                why = (
+            if a.steps:
+                said.append(
                     self._trains_itself(ctx)
-                    or "no model found (no optimizer over model.parameters()): wrap it by hand after its last change, ddp_model = DDP(model) (no device_ids: it follows the model's device), and run its training forward through ddp_model"
+                    or self._tensors(ctx)
+                    or DDP034.at(a.steps[0].backward)
                 )
-                ctx.finding(a.steps[0].backward, "DDP034", why, False)
-            return
-        for name in a.models:
-            self._wrap(ctx, name, dp_stmts)
+            return WrapPlan(dataparallel=dp, said=tuple(said))
+        wraps: list[Wrap] = []
+        for model in a.models:
+            found, why = self._wraps_of(ctx, model)
+            said += why
+            for w in found:
+                if not any(w.module == o.module and w.site is o.site for o in wraps):
+                    wraps.append(w)
+        return WrapPlan(tuple(wraps), dp, tuple(said))
+
+    def _wraps_of(self, ctx: Context, model: str) -> tuple[list[Wrap], list]:
+        """Where `model` is made distributed, and what it takes; or the findings that say why it
+        cannot be."""
+        a = ctx.a
+        said: list = []
+        opts = a.optimizer_calls_of(model)
+        if opts and not builds.stepped(a, model):
+            # an auxiliary model: its optimizer is built, never stepped
+            return [], [DDP030.at(opts[0], "unstepped", model=model)]
+        late = lifecycle.changes_in_training(a, model)
+        if late:
+            for node, kind in late:
+                said.append(DDP036.at(node, model=model, what=lifecycle.WHAT[kind]))
+            return [], said
+        inner = self._inner_training(ctx, model)
+        if inner is not None:
+            return [], [inner]
+        frozen = self._frozen(ctx, model)
+        if frozen is not None:
+            return [], [DDP039.at(frozen, model=model)]
+        sites = self._sites(ctx, model, opts)
+        if not sites and not opts and (hand := self._by_hand(ctx, model)) is not None:
+            return [hand], [DDP030.at(hand.site, model=model, more="")]
+        if not sites:
+            said.append(DDP034.at(None))
+            return [], said
+        bind = builds.binding(a, model)
+        build = builds.build_node(a, model, bind) if bind is not None else None
+        entries, bad = self._entries(ctx, model)
+        if bad is not None:
+            return [], [bad]
+        options: list[tuple[str, str]] = []
+        if build is not None:
+            unused, outside = self._unused(ctx, model, build, entries)
+            if unused and outside:
+                node, _, what = outside[0]
+                return [], [DDP138.at(node, what=what, model=model, why=unused[0])]
+            if unused:
+                options.append(("find_unused_parameters", "True"))
+                said.append(DDP037.at(bind, model=model, why="; ".join(unused)))
+        if (
+            not ctx.cpu_only
+            and devices.places_anything(a)
+            and bind is not None
+            and not builds.ever_placed(a, model, bind)
+        ):
+            said.append(DDP035.at(bind, model=model))
+        sync_bn = False
+        if ctx.opts.sync_bn and build is not None and ctx.opts.amp != "apex":
+            bn = model_code.has_batchnorm(model_code.model_code(a, build, ctx.path))
+            if bn is False:
+                said.append(DDP032.at(bind, "none", model=model))
+            else:
+                sync_bn = True
+                maybe = (
+                    ""
+                    if bn
+                    else ", if it has any (ddpify cannot read all of its code),"
+                )
+                said.append(DDP032.at(bind, model=model, maybe=maybe))
+        wraps = []
+        for module, site, moved, over in sites:
+            if not ctx.editable(site):
+                what = f"`{model}` not made distributed before this statement: the ranks would train unsynchronised copies"
+                said.append(
+                    Said(
+                        site,
+                        "DDP098",
+                        f"not done because of `# ddpify: skip`/`off`: {what}",
+                        False,
+                        "blocking",
+                    )
+                )
+                return [], said
+            wraps.append(
+                Wrap(module, site, model, entries, tuple(options), sync_bn, over=over)
+            )
+            said.append(self._done(ctx, wraps[-1], moved))
+        return wraps, said
+
+    def _sites(
+        self, ctx: Context, model: str, opts: dict
+    ) -> list[tuple[str, cst.BaseStatement, bool]]:
+        """(the module as named there, the statement it goes before) for each optimizer over
+        the model: the statement that takes the module's parameters (`model.parameters()` in
+        the optimizer's call, or in the list of parameter groups built before it), where the
+        module is in scope by construction. A model updated by hand goes after its binding."""
+        a = ctx.a
+        out: list[tuple[str, cst.BaseStatement, bool, str]] = []
+        for call in opts:
+            sources = [_plain_source(s) for s in a._param_sources(call)]
+            owner = _owner(model, sources)
+            if owner is None:
+                continue
+            site, over = self._taking(a, call, owner)
+            site = site or a.statement(call)
+            site = self._before_forward_reads(ctx, model, site)
+            moved = self._relocated(ctx, owner, site)
+            if not any(o == owner and s is (moved or site) for o, s, _, _ in out):
+                out.append((owner, moved or site, moved is not None, over))
+        return out
+
+    def _before_forward_reads(self, ctx: Context, model: str, site):
+        """A bound `model.forward` kept before the site is taken before the wrap exists: the
+        wrap goes before the first such statement of the site's block."""
+        a = ctx.a
+        body = list(getattr(a.block(site), "body", ()))
+        if site not in body:
+            return site
+        for read in self._forward_reads(ctx, model):
+            stmt = a.statement(read)
+            if stmt in body and body.index(stmt) < body.index(site):
+                site = stmt
+        return site
 
     @staticmethod
-    def _trains_itself(ctx: Context) -> str | None:
+    def _by_hand(ctx: Context, model: str) -> Wrap | None:
+        """A model updated by hand (no optimizer): made distributed after its binding."""
+        bind = builds.binding(ctx.a, model)
+        if isinstance(bind, cst.BaseStatement):
+            return Wrap(model, bind, model, after=True)
+        return None
+
+    @staticmethod
+    def _taking(a, call: cst.Call, owner: str) -> tuple[cst.BaseStatement | None, str]:
+        """The statement that takes `owner`'s parameters for the optimizer `call`: the call's
+        own statement when it does, else the first statement of the call's function (the
+        parameter groups built before it), else of any function (handed in by a caller); and,
+        where a comprehension binds the module (`[p for m in models for p in m.parameters()]`),
+        the `for` that gives each of them."""
+        stmt = a.statement(call)
+        fn = a.function_of(call)
+        found = []
+        for c in a.findall(a.module, m.Call(func=m.Attribute())):
+            if c.func.attr.value not in PARAMETERS:  # type: ignore[attr-defined]
+                continue
+            base = _plain_source(dotted(c.func.value) or "")  # type: ignore[attr-defined]
+            if base == owner or base.startswith(owner + "."):
+                found.append(c)
+        mine = [c for c in found if _within(a, c, stmt)]
+        local = [c for c in found if a.function_of(c) is fn]
+        earlier = [c for c in local if a.pos[c].start.line < a.pos[call].start.line]
+        pick = mine or earlier or local or found
+        if not pick:
+            return None, ""
+        return (stmt if mine else a.statement(pick[0])), _comprehension(
+            a, pick[0], owner
+        )
+
+    def _relocated(self, ctx: Context, owner: str, site) -> cst.BaseStatement | None:
+        """A model built with its optimizer when its module is imported (or by the module a
+        console script starts): the process group does not exist yet there, so it is made
+        distributed at the start of the one module-level function that trains it."""
+        a = ctx.a
+        if a.function_of(site) is not None or not (
+            a.region_of(site) != 0 or ctx.console()
+        ):
+            return None
+        fns = {
+            id(f): f
+            for tf in loss_flow.loss_flow(a).forwards
+            if (f := a.function_of(tf.call)) is not None
+        }
+        if len(fns) != 1 or "." in owner:
+            return None
+        fn = next(iter(fns.values()))
+        if a.function_of(fn) is not None or a.class_of(fn) is not None:
+            return None
+        body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
+        body = body[1:] if body and builds._is_docstring(body[0]) else body
+        return body[0] if body and not a._is_local(fn, owner) else None
+
+    def _entries(self, ctx: Context, model: str) -> tuple[tuple[str, ...], object]:
+        """The model's methods and submodules its training forwards call directly
+        (`model.loss(x)`, `model.encoder(x)`): DDP's hooks must run around them too. A method
+        that calls the model itself (`self(x)`) runs them already."""
+        a = ctx.a
+        out: list[str] = []
+        for tf in loss_flow.loss_flow(a).forwards:
+            if tf.method is None or not _same_model(a, tf.receiver, model):
+                continue
+            cls = loss_flow.model_class(a, tf.receiver)
+            head, *rest = tf.method.split(".")
+            methods = (
+                {
+                    f.name.value: f
+                    for f in cls.body.body
+                    if isinstance(f, cst.FunctionDef)
+                }
+                if cls is not None
+                else {}
+            )
+            if head in methods:
+                if rest:
+                    return (), DDP034.at(
+                        tf.call, "part-method", call=code(tf.call.func), model=model
+                    )
+                if head == "forward" or not _calls_itself(a, cls, methods[head]):
+                    name = head
+                else:
+                    continue
+            elif (
+                rest and cls is not None and head in loss_flow.owned_attributes(a, cls)
+            ):
+                name = tf.method  # a submodule's submodule: model.encoder.block(x)
+            else:
+                name = tf.method
+            if name not in out:
+                out.append(name)
+        for part in self._parts_called(ctx, model):
+            if part not in out:
+                out.append(part)
+        # model.forward read, not called through the module (step = model.forward): it runs
+        # no hook unless forward itself does
+        if "forward" not in out and self._forward_reads(ctx, model):
+            out.append("forward")
+        return tuple(out), None
+
+    @staticmethod
+    def _parts_called(ctx: Context, model: str) -> list[str]:
+        """Parts of the model the training calls by index (`model[0](x)`) or one by one (`for
+        layer in model.layers: x = layer(x)`): "0", or "layers.*" for every part of
+        model.layers."""
+        a = ctx.a
+        out: list[str] = []
+        for call in a.calls:
+            func = call.func
+            if isinstance(func, cst.Subscript) and dotted(func.value) == model:
+                index = func.slice[0].slice
+                if isinstance(index, cst.Index) and isinstance(
+                    index.value, (cst.Integer, cst.SimpleString)
+                ):
+                    value = index.value
+                    key = (
+                        value.value
+                        if isinstance(value, cst.Integer)
+                        else value.evaluated_value
+                    )
+                    out.append(str(key))
+                    continue
+                out.append("*")
+            elif isinstance(func, cst.Name):
+                loop = next(
+                    (
+                        f
+                        for f in a.fors
+                        if isinstance(f.target, cst.Name)
+                        and f.target.value == func.value
+                        and _inside(a, call, f)
+                    ),
+                    None,
+                )
+                holder = dotted(loop.iter) if loop is not None else None
+                if holder == model or (holder or "").startswith(model + "."):
+                    rest = holder[len(model) + 1 :]
+                    part = f"{rest}.*" if rest else "*"
+                    if part not in out:
+                        out.append(part)
+        return out
+
+    @staticmethod
+    def _forward_reads(ctx: Context, model: str) -> list[cst.Attribute]:
+        a = ctx.a
+        return [
+            attr
+            for attr in a.attributes
+            if attr.attr.value == "forward"
+            and (d := dotted(attr.value)) is not None
+            and (d == model or (d != "self" and _same_model(a, attr.value, model)))
+        ]
+
+    @staticmethod
+    def _unused(ctx: Context, model: str, build, entries) -> tuple[list[str], list]:
+        """Why some parameters may get no gradient (DDP then needs find_unused_parameters), and
+        the parameters read outside forward on the way to the loss."""
+        a = ctx.a
+        outside = [
+            (node, ref, what)
+            for node, ref, what in loss_flow.loss_flow(a).outside
+            if _same_model(a, ref, model)
+        ]
+        used = {
+            "self." + (dotted(node) or "")[len(dotted(ref) or "") + 1 :].split(".")[0]
+            for node, ref, _ in outside
+        }
+        methods = [e for e in entries if "." not in e]
+        runs = ["forward"] + [e for e in methods if e != "forward"]
+        unused = gradients.unused_parameters(a, build, runs, used)
+        if not unused and len(runs) > 1:
+            # each kind of training forward has its own backward (TD3's critic: forward() for
+            # its loss, Q1() in the actor's): what one of them never reaches gets no gradient
+            for e in runs:
+                per = gradients.unused_parameters(a, build, [e], used)
+                if per:
+                    unused = [
+                        per[0].replace(" in forward", f" in .{e}()")
+                        + ", which runs in a backward of its own"
+                    ]
+                    break
+        dropped = gradients.discarded_outputs(a, model)
+        if dropped:
+            unused.append(
+                f"outputs of {model}(...) are discarded at line {a.pos[dropped[0]].start.line} "
+                "(the parameters behind them may get no gradient from that loss)"
+            )
+        return unused, outside
+
+    def _trains_itself(self, ctx: Context):
         """A module class that builds its own optimizer over self.parameters() and steps it in
-        its own method (forward-forward's per-layer training): no outside forward for a DDP
-        wrap to sync, so say that, and what to do by hand."""
+        its own method (forward-forward's per-layer training)."""
         a = ctx.a
         for step in a.steps:
             cls, fn = a.class_of(step.stmt), a.function_of(step.stmt)
@@ -184,26 +574,130 @@ class WrappingTransform(Transform):
                 continue
             for call in a.findall(cls, m.Call()):
                 if a._is_optimizer_call(call) and "self" in a._param_sources(call):
-                    return (
-                        f"class `{cls.name.value}` builds its own optimizer over self.parameters() (line {a.pos[call].start.line}) "
-                        f"and updates itself in its method `{fn.name.value}`: no forward of the model runs outside it, so a DDP wrap "
-                        "would sync nothing; by hand, give each rank its share of the data and average the gradients before "
-                        "each step (for p in self.parameters(): dist.all_reduce(p.grad); p.grad /= WORLD_SIZE)"
+                    return DDP034.at(
+                        step.backward,
+                        "itself",
+                        cls=cls.name.value,
+                        line=a.pos[call].start.line,
+                        fn=fn.name.value,
                     )
         return None
 
-    def _replace_dataparallel(self, ctx: Context) -> set[cst.BaseStatement]:
+    @staticmethod
+    def _frozen(ctx: Context, model: str) -> cst.CSTNode | None:
+        """The statement that freezes every parameter of the model before it trains."""
         a = ctx.a
-        stmts: set[cst.BaseStatement] = set()
-        for call in a.dataparallel_calls:
-            if not ctx.editable(call):
-                continue
+        bind = builds.binding(a, model)
+        if not isinstance(bind, cst.BaseStatement):
+            return None
+        start = lifecycle.training_start(a, model)
+        body = list(getattr(a.block(bind), "body", ()))
+        stmts = body[body.index(bind) :] if bind in body else []
+        if start is not None:
+            stmts = [st for st in stmts if a.pos[st].start.line < start]
+        return gradients.fully_frozen(a, model, stmts)
+
+    @staticmethod
+    def _tensors(ctx: Context):
+        """An optimizer over tensors the script made itself, no module's parameters."""
+        a = ctx.a
+        for call in a.optimizer_calls:
+            pos, _ = call_args(call)
+            if pos and isinstance(pos[0].value, (cst.List, cst.Tuple)):
+                names = [code(e.value) for e in pos[0].value.elements]
+                return DDP034.at(
+                    call, "tensors", line=a.pos[call].start.line, what=", ".join(names)
+                )
+        return None
+
+    @staticmethod
+    def _inner_training(ctx: Context, model: str):
+        """A backward pass inside the model's own forward (an inner loop: meta-learning)."""
+        a = ctx.a
+        bind = builds.binding(a, model)
+        build = builds.build_node(a, model, bind) if bind is not None else None
+        if build is None:
+            return None
+        cls = next(
+            (
+                a.classes[n]
+                for c in a.findall(build, m.Call())
+                if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes
+            ),
+            None,
+        )
+        if cls is None:
+            return None
+        for step in a.steps:
+            fn = a.function_of(step.stmt)
+            if fn is not None and a.class_of(fn) is cls and fn.name.value == "forward":
+                return DDP034.at(
+                    step.backward,
+                    "inner",
+                    model=model,
+                    fn=fn.name.value,
+                    line=a.pos[step.backward].start.line,
+                )
+        return None
+
+    @staticmethod
+    def _done(ctx: Context, w: Wrap, moved: bool):
+        if w.over:  # every module a comprehension takes the parameters of
+            w = replace(w, model=f"{w.module}` in `{w.over}")
+        more = ""
+        if w.entries:
+            shown = ", ".join(f".{e}()" for e in w.entries)
+            more = f"; {shown} run DDP's hooks too (the training calls them directly)"
+        if moved:
+            fn = ctx.a.function_of(w.site)
+            return DDP030.at(
+                w.site, "relocated", model=w.model, fn=fn.name.value, more=more
+            )
+        return DDP030.at(w.site, model=w.model, more=more)
+
+    # -- emit -------------------------------------------------------------------------------------
+    def emit(self, ctx: Context, plan: WrapPlan) -> None:
+        for said in plan.said:
+            ctx.say(said)
+        self._replace_dataparallel(ctx, plan.dataparallel)
+        if not plan.wraps:
+            return
+        torch = ctx.name("torch")
+        options = {}
+        for extra in (ctx.plans.ddp_buckets, ctx.plans.static_graph):
+            for model, key, value in extra.options if extra is not None else ():
+                options.setdefault(model, []).append((key, value))
+        for w in plan.wraps:
+            if w.sync_bn:
+                # SyncBatchNorm runs on GPUs only: on the CPU, BatchNorm stays
+                ctx.edits.before[w.site].append(
+                    ctx.stmt(
+                        f"{w.module} = {torch}.nn.SyncBatchNorm.convert_sync_batchnorm("
+                        f'{w.module}) if LOCAL_DEVICE.type == "cuda" else {w.module}\n'
+                    )
+                )
+            args = [w.module]
+            if w.entries:
+                args.append("(" + ", ".join(f'"{e}"' for e in w.entries) + ",)")
+            args += [f"{k}={v}" for k, v in (*w.options, *options.get(w.model, ()))]
+            at = ctx.edits.after if w.after else ctx.edits.before
+            call = f"ddp_in_place({', '.join(args)})\n"
+            at[w.site].append(ctx.stmt(f"{w.over}:\n    {call}" if w.over else call))
+        # launch.py fills in {dist} and {torch}
+        entries = ENTRIES if any(w.entries for w in plan.wraps) else "\n"
+        text = IN_PLACE.replace("{entries}\n", entries)
+        if not any("def ddp_in_place(" in t for t in ctx.helper_texts):
+            ctx.helper_texts.append(text)
+
+    @staticmethod
+    def _replace_dataparallel(ctx: Context, calls) -> None:
+        a = ctx.a
+        for call in calls:
             pos, _ = call_args(call)
             if not pos:
                 continue
             inner = pos[0].value
             stmt = a.statement(call)
-            stmts.add(stmt)
             par = a.parent.get(call)
             if (
                 isinstance(par, cst.Assign)
@@ -215,18 +709,11 @@ class WrappingTransform(Transform):
                 ctx.edits.removed.add(stmt)
             else:
                 ctx.edits.replace(call, lambda node: node.args[0].value)
-            ctx.finding(
-                call,
-                "DDP031",
-                "nn.DataParallel replaced by DistributedDataParallel (one process per GPU)",
-                True,
-            )
-            self._dataparallel_module(ctx, dotted(inner), call)
+            ctx.say(DDP031.at(call))
+            _dataparallel_module(ctx, dotted(inner), call)
         for call in a.functional_dp_calls:
-            if not ctx.editable(call):
-                continue
             pos, _ = call_args(call)
-            if len(pos) < 2:
+            if not ctx.editable(call) or len(pos) < 2:
                 continue
 
             def fn(node):
@@ -236,930 +723,133 @@ class WrappingTransform(Transform):
                 )
 
             ctx.edits.replace(call, fn)
-            ctx.finding(
-                call,
-                "DDP031",
-                "nn.parallel.data_parallel(model, x) becomes model(x); DDP does the parallelism",
-                True,
-            )
-        return stmts
+            ctx.say(DDP031.at(call, "functional"))
 
-    @staticmethod
-    def _dataparallel_module(ctx: Context, name: str | None, call: cst.Call) -> None:
-        """`model.module` written for DataParallel names the model itself once DataParallel is
-        gone (the model keeps its name; the DDP wrapper has its own)."""
-        a = ctx.a
-        if name is None:
-            return
-        fn = a.function_of(call)
-        for attr in a.attributes:
-            if (
-                attr.attr.value != "module"
-                or dotted(attr.value) != name
-                or not ctx.editable(attr)
-            ):
-                continue
-            if a.pos[attr].start.line <= a.pos[call].start.line or (
-                a.function_of(attr) is not fn
-                and "." not in name
-                and a.function_of(attr) is not None
-                and a._is_local(a.function_of(attr), name)
-            ):
-                continue
-            done = ctx.__dict__.setdefault("_dp_module_attrs", set())
-            if id(attr) in done:
-                continue  # several DataParallel(...) calls of one model: one edit per attribute
-            done.add(id(attr))
-            ctx.edits.replace(attr, lambda n: n.value)
-            ctx.finding(
-                attr,
-                "DDP031",
-                f"{name}.module was DataParallel's: without DataParallel it is {name} itself",
-                True,
-            )
 
-    def _binding(self, ctx: Context, name: str) -> cst.BaseStatement | cst.Param | None:
-        """Where the model is bound for the wrap: its assignment in the function that builds its
-        optimizer; the parameter of that function when the model is handed in (`def
-        train(model, ...): opt = SGD(model.parameters())`: wrapped there, where it trains);
-        else its first assignment in a block."""
-        a = ctx.a
-        opt_fns = {a.function_of(c) for c in a.optimizers_of(name).values()}
-        cands = []
-        for asg in a.assigns:
-            targets = (
-                [t.target for t in asg.targets]
-                if isinstance(asg, cst.Assign)
-                else [asg.target]
-            )
-            from ddpify.analysis import _flatten_targets
-
-            if any(dotted(el) == name for t in targets for el in _flatten_targets(t)):
-                stmt = self._lift(ctx, a.statement(asg), name)
-                if (
-                    isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module))
-                    and stmt not in cands
-                ):
-                    cands.append(stmt)
-        # a factory that builds the model and returns it (model, opt, sched = build(cfg)): the
-        # model trains where it is returned to, so it is wrapped there
-        factories = {
-            id(fn)
-            for fn in opt_fns
-            if fn is not None
-            and _returns(a, fn, name)
-            and not any(a.function_of(st.stmt) is fn for st in a.steps)
-        }
-        kept = [s for s in cands if id(a.function_of(s)) not in factories]
-        cands = kept or cands
-        same = [
-            s
-            for s in cands
-            if a.function_of(s) in opt_fns and id(a.function_of(s)) not in factories
-        ]
-        if same:
-            return same[0]
-        for fn in opt_fns:
-            if id(fn) in factories:
-                continue
-            param = next(
-                (
-                    p
-                    for p in (fn.params.params if fn is not None else ())
-                    if p.name.value == name
-                ),
-                None,
-            )
-            if param is not None and "." not in name:
-                return param
-        return cands[0] if cands else None
-
-    def _lift(
-        self, ctx: Context, stmt: cst.BaseStatement, name: str
-    ) -> cst.BaseStatement:
-        """A model built in `if/else` (or try, with) branches is wrapped once, after the
-        whole statement, unless the branch goes on to train it."""
-        a = ctx.a
-        while True:
-            block = a.block(stmt)
-            if not isinstance(block, cst.IndentedBlock):
-                return stmt
-            rest = list(block.body)[list(block.body).index(stmt) + 1 :]
-            if any(
-                isinstance(s, (cst.For, cst.While))
-                or ctx.a.findall(s, m.For() | m.While())
-                or self._uses_model(ctx, s, name)
-                for s in rest
-            ):
-                return stmt
-            owner = a.branch_owner(stmt)
-            if owner is None:
-                return stmt
-            stmt = owner
-
-    @staticmethod
-    def _other_trainers(a, name: str, bind: cst.CSTNode) -> list[str]:
-        """Other classes that also bind `self.X` and train (GAN, CGAN, ... each with self.G): one
-        wrap of self.X covers only the class it is placed in."""
-        if not name.startswith("self.") or name.count(".") != 1:
-            return []
-        mine = a.class_of(bind)
-        training = {
-            id(c): c
-            for c in (a.class_of(st.stmt) for st in a.steps)
-            if c is not None and c is not mine
-        }
-        out = []
-        for cls in training.values():
-            binds = any(
-                isinstance(t.target, cst.Attribute) and dotted(t.target) == name
-                for asg in a.findall(cls, m.Assign())
-                for t in asg.targets
-            )
-            if binds:
-                out.append(cls.name.value)
-        return sorted(out)
-
-    def _wrap(
-        self, ctx: Context, name: str, dp_stmts: set[cst.BaseStatement], bind=None
-    ) -> None:
-        a = ctx.a
-        bind = bind or self._binding(ctx, name)
-        if bind is None:
-            ctx.finding(
-                None,
-                "DDP034",
-                f"could not find where `{name}` is created: wrap it by hand after its last change, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that",
-                False,
-            )
-            return
-        r = routes.route(a, name, bind)
-        anchor, first_need = self._anchor(ctx, name, bind, r, dp_stmts)
-        place = (
-            anchor if anchor is not None else first_need
-        )  # the wrap goes after anchor, else before the first need
-        if place is None:
-            ctx.finding(
-                None,
-                "DDP139",
-                f"no statement of `{a.function_of(bind).name.value}()` that trains `{name}` was found to wrap it before: not wrapped; wrap it by hand, ddp_{name} = DDP({name}), and run its training forward through that",
-                False,
-            )
-            return
-        if a.function_of(place) is None and (a.region_of(place) != 0 or ctx.console()):
-            # a model built at import time of a module (or of one a console script starts from):
-            # the group is set up later, in the entry or in the function that trains it
-            moved = self._into_trainer(ctx, name, r)
-            if moved is not None:
-                anchor, place = None, moved
-                ctx.relocated.add(name)
-        if not ctx.editable(place):
-            ctx.skipped_here(
-                place,
-                f"`{name}` not wrapped in DistributedDataParallel: the ranks would train unsynchronised copies",
-                blocking=True,
-            )
-            return
-        body = list(a.block(place).body)
-        start = body.index(bind) if bind in body else 0
-        frozen = gradients.fully_frozen(
-            a, name, body[start : body.index(anchor) + 1] if anchor is not None else []
-        )
-        if frozen is not None:
-            ctx.finding(
-                frozen,
-                "DDP039",
-                f"every parameter of `{name}` is frozen here, and DDP refuses a module with nothing to train: not wrapped (its weights must be the same on every rank: loaded, or built after the same seed)",
-                True,
-            )
-            return
-        held = model_uses.forward_through_container(a, name)
-        if held is not None:
-            ctx.finding(
-                held[0],
-                "DDP038",
-                f"`{held[1]}` holds `{name}` itself and runs it: forwards through `{held[1]}` would bypass a DDP wrapper (no gradient sync): not wrapped; wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run the training forwards through ddp_{name.rsplit('.', 1)[-1]} instead of `{held[1]}`",
-                False,
-            )
-            return
-        part = next(
-            (
-                c
-                for c in a.calls
-                if isinstance(c.func, cst.Subscript) and dotted(c.func.value) == name
-            ),
-            None,
-        )
-        if part is not None:
-            # model[0](x) runs a layer of the model itself: no DDP forward, and a wrapper has no [ ]
-            ctx.finding(
-                part,
-                "DDP038",
-                f"`{code(part.func)}` runs a part of `{name}` directly: a DDP wrapper has no `[ ]`, and a forward that bypasses it syncs no gradients: not wrapped; run the whole model (or give it a forward that does this) and wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name})",
-                False,
-            )
-            return
-        late = lifecycle.late_changes(a, name, place, before=anchor is None)
-        inner = (
-            self._descend(ctx, r, late)
-            if late or self._holder_needs_module(ctx, r)
-            else None
-        )
-        if inner is not None:
-            # the function that trains it changes it first (moves it to the device): the wrap
-            # goes there, after that change, and the caller hands it the plain model
-            self._wrap(ctx, inner.name.value, dp_stmts, bind=inner)
-            return
-        if late:
-            for node, kind in late:
-                ctx.finding(
-                    node,
-                    "DDP036",
-                    f"`{name}` is changed here ({lifecycle.WHAT[kind]}) after the point where it must be wrapped (before its first training forward), and DDP cannot follow that change once it holds the model (it fixed the parameters, their device and which need gradients when it was built): not wrapped; make the change before training starts, or build the wrapper again after it (ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), no device_ids: it follows the model's device)",
-                    False,
-                )
-            return
-        others = self._other_trainers(a, name, bind)
-        if others:
-            ctx.finding(
-                bind,
-                "DDP034",
-                f"`{name}` is a model trained in several classes ({', '.join(others)} besides "
-                f"{a.class_of(bind).name.value}), and which one trains is decided at run time: ddpify wraps one model in one place, "
-                f"so the others would train unsynchronised; wrap it by hand in each class, self.ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that",
-                False,
-            )
-            return
-        if not self._routable(ctx, name, r, place):
-            return
-        methods = sorted({f.method.split(".")[0] for f in r.forwards() if f.method})
-        plain = any(f.method is None for f in r.forwards())
-        build = _build(a, name, bind)
-        outside = self._outside_reads(ctx, name, r)
-        # a parameter read outside forward on the way to the loss gets its gradient there
-        used = {
-            "self." + (dotted(node) or "")[len(dotted(ref) or "") + 1 :].split(".")[0]
-            for node, ref, _ in outside
-        }
-        entries = (["forward"] if plain or not methods else []) + methods
-        unused = gradients.unused_parameters(a, build, entries, used)
-        if not unused and len(entries) > 1:
-            # each kind of training forward has its own backward (TD3's critic: forward() for
-            # its loss, Q1() in the actor's): parameters one of them never reaches get no
-            # gradient in that backward
-            for e in entries:
-                per = gradients.unused_parameters(a, build, [e], used)
-                if per:
-                    unused = [
-                        per[0].replace(" in forward", f" in .{e}()")
-                        + ", which runs in a backward of its own"
-                    ]
-                    break
-        dropped = gradients.discarded_outputs(a, name)
-        if dropped:
-            unused.append(
-                f"outputs of {name}(...) are discarded at line {a.pos[dropped[0]].start.line} (the parameters behind them may get no gradient from that loss)"
-            )
-        if unused and outside:
-            node, _, what = outside[0]
-            ctx.finding(
-                node,
-                "DDP138",
-                f'`{what}` is read outside the forward of `{name}` and its value reaches the loss, while some parameters may get no gradient ({unused[0]}): with find_unused_parameters=True, DDP marks parameters its forward did not use as ready at the forward, and their gradient then arrives a second time at backward ("Expected to mark a variable ready only once"): not wrapped; move the computation that reads `{what}` into the model\'s forward (return it with the output), or make every parameter get a gradient',
-                False,
-            )
-            return
-        wrapper = self._wrapper_name(ctx, name, bind)
-        ctx.wrapped[name] = place
-        if anchor is None:
-            ctx.wrap_before.add(name)
-        ctx.wrappers[name] = wrapper
-        ctx.routes[name] = r
+def _dataparallel_module(ctx: Context, name: str | None, call: cst.Call) -> None:
+    """`model.module` written for DataParallel names the model itself once DataParallel is gone."""
+    a = ctx.a
+    if name is None:
+        return
+    fn = a.function_of(call)
+    done = ctx.__dict__.setdefault("_dp_module_attrs", set())
+    for attr in a.attributes:
         if (
-            ctx.opts.amp == "apex" and not a.apex_amp
-        ):  # apex.py places amp.initialize and apex's DDP
-            ctx.apex_models.append((name, bind, place))
-            return
-        ddp = ctx.name("DDP")
-        at = ctx.edits.after[anchor] if anchor is not None else ctx.edits.before[place]
-        bn = (
-            model_code.has_batchnorm(model_code.model_code(a, build, ctx.path))
-            if ctx.opts.sync_bn
-            else None
-        )
-        if ctx.opts.sync_bn and bn is False:
-            ctx.finding(
-                bind,
-                "DDP032",
-                f"--sync-bn: `{name}` has no BatchNorm layers (its code is read), so nothing is converted",
-                False,
-            )
-        elif ctx.opts.sync_bn:
-            # SyncBatchNorm runs on GPUs only: a model the script keeps on the CPU keeps BatchNorm
-            at.append(
-                ctx.stmt(
-                    f"{name} = {ctx.name('torch')}.nn.SyncBatchNorm.convert_sync_batchnorm({name}) if next({name}.parameters()).is_cuda else {name}\n"
-                )
-            )
-            maybe = (
-                "" if bn else ", if it has any (ddpify cannot read all of its code),"
-            )
-            ctx.finding(
-                bind,
-                "DDP032",
-                f"BatchNorm layers of `{name}`{maybe} converted to SyncBatchNorm (--sync-bn)",
-                True,
-            )
-        extra = ", find_unused_parameters=True" if unused else ""
-        repeat = forwards.repeated_forward(a, name, methods)
-        if repeat is not None and forwards.may_hold_buffers(a, build, ctx.path):
-            extra += ", broadcast_buffers=False"
-            self._repeat_finding(ctx, name, *repeat)
-        inner = name
-        if methods:
-            inner = f"{self._adapter(ctx)}({name})"
-        # no device_ids: DDP works on the device the model is on, this rank's GPU or the CPU
-        # where the script keeps it (a --cuda flag left off); device_ids=[LOCAL_RANK] would
-        # refuse a CPU module, and would also move every input (CPU lengths included) to the GPU
-        stmt = f"{wrapper} = {ddp}({inner}{extra})\n"
-        if wrapper.startswith("self.") and self._module_class(a, a.class_of(bind)):
-            # the holder is an nn.Module itself: the wrapper must not become its submodule (its
-            # state dict would gain the wrapper's keys)
-            held = self._not_pickled(ctx)
-            stmt = f'# ddpify: not a submodule: state dict and pickle stay as they were\nobject.__setattr__(self, "{wrapper[5:]}", {held}({ddp}({inner}{extra})))\n'
-        at.append(ctx.stmt(stmt))
-        if unused:
-            ctx.finding(
-                bind,
-                "DDP037",
-                f'`{name}`: {"; ".join(unused)}: DDP would wait for their gradients ("Expected to have finished reduction" at step 2), so find_unused_parameters=True (slower; drop what is never used to avoid it)',
-                True,
-            )
-        uses = f"; training forwards run through `{wrapper}`, every other use keeps the plain `{name}`"
-        if methods:
-            uses += f" (`{inner}` runs {', '.join(f'.{x}()' for x in methods)} as DDP's forward: DDP synchronises gradients only through its forward)"
-        why = (
-            lifecycle.last_change(a, anchor, name)
-            if anchor is not bind and anchor is not None
-            else None
-        )
-        if why:
-            ctx.finding(
-                bind,
-                "DDP030",
-                f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` after line {a.pos[anchor].start.line}, the last statement that changes it before training ({why}){uses}",
-                True,
-            )
-        else:
-            where = (
-                "where it is built (a CPU program: no device_ids)"
-                if ctx.cpu_only
-                else "after it reaches its device (no device_ids: DDP follows the model's own device, this rank's GPU or the CPU where the script keeps it)"
-            )
-            if name in ctx.relocated:
-                where = f"in `{a.function_of(place).name.value}()`, before it trains (the model is built when its module is imported, before the process group exists)"
-            ctx.finding(
-                bind,
-                "DDP030",
-                f"`{name}` wrapped in DistributedDataParallel as `{wrapper}` {where}{uses}",
-                True,
-            )
-        # only where something else is placed: a script that places nothing trains on the CPU
-        # wherever it runs, its model and batches alike (a GradScaler or autocast enabled by
-        # torch.cuda.is_available() names a device without placing anything)
-        if (
-            not ctx.cpu_only
-            and devices.places_anything(a)
-            and not self._ever_placed(ctx, name, bind)
+            attr.attr.value != "module"
+            or dotted(attr.value) != name
+            or not ctx.editable(attr)
         ):
-            ctx.finding(
-                bind,
-                "DDP035",
-                f"`{name}` is never moved to a device, but the script places other things on one: on GPUs it would stay on the CPU while its inputs go to the GPU (the script fails there already); move it with .to(LOCAL_DEVICE) where it is built (or keep the whole script on the CPU: remove its device handling)",
-                False,
-            )
-
-    @staticmethod
-    def _into_trainer(ctx: Context, name: str, r) -> cst.BaseStatement | None:
-        """The first statement of the one module-level function that runs every training forward
-        of a model built at module level (wrapped there, once the group exists), or None."""
-        a = ctx.a
-        fns = {id(f): f for f in (a.function_of(tf.call) for tf, _, _ in r.direct)}
-        fns.update({id(f): f for f in (a.function_of(c) for c, _, _ in r.handed)})
-        if len(fns) != 1 or "." in name:
-            return None
-        fn = next(iter(fns.values()))
-        if (
-            fn is None
-            or a.function_of(fn) is not None
-            or a.class_of(fn) is not None
-            or a._is_local(fn, name)
+            continue
+        if a.pos[attr].start.line <= a.pos[call].start.line or (
+            a.function_of(attr) is not fn
+            and "." not in name
+            and a.function_of(attr) is not None
+            and a._is_local(a.function_of(attr), name)
         ):
-            return None
-        body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
-        sites = r.sites()
-        return next(
-            (s for s in body if any(n is s or _inside(a, n, s) for n in sites)), None
-        )
+            continue
+        if id(attr) in done:
+            continue  # several DataParallel(...) calls of one model: one edit per attribute
+        done.add(id(attr))
+        ctx.edits.replace(attr, lambda n: n.value)
+        ctx.say(DDP031.at(attr, "module", name=name))
 
-    @staticmethod
-    def _holder_needs_module(ctx: Context, r) -> bool:
-        """A function handed the wrapper would need the plain module back (`model.state_dict()`,
-        an evaluation, a save inside train(model))."""
-        return any(routes.module_uses(ctx.a, r, fn, p) for fn, p in r.holders)
 
-    @staticmethod
-    def _descend(ctx: Context, r, late) -> cst.Param | None:
-        """The parameter to wrap instead: the one function that runs all the training forwards
-        (`train(model)`) makes every change the wrap cannot follow (it moves the model, then
-        trains it), or uses the model for more than training (saves it, evaluates it): wrapped
-        there, after the change, so every other use keeps the plain model. Not where that
-        function is called in loops within loops (once per batch: a DDP built per call), nor in
-        one loop only to keep the module inside (a DDP built per epoch: handed the wrapper, the
-        function reads `model.module` instead)."""
-        a = ctx.a
-        if r.direct or len(r.holders) != 1:
-            return None
-        fn, param = r.holders[0]
-        if any(
-            (dotted(c.func) or "").rsplit(".", 1)[-1] != fn.name.value
-            for c, _, _ in r.handed
-        ):
-            return None
-        for c, _, _ in r.handed:
-            loops, cur = 0, a.enclosing_loop(a.statement(c))
-            while cur is not None:
-                loops, cur = loops + 1, a.enclosing_loop(cur)
-            if (
-                loops > 1
-                or (loops == 1 and not late)
-                or (a.function_of(c) is not None and a.function_of(c) is fn)
-            ):
-                return None
-        for node, _ in late:
-            inside = a.function_of(node) is fn
-            if not inside and not (
-                isinstance(node, cst.Call) and any(node is c for c, _, _ in r.handed)
-            ):
-                return None
-        return next((p for p in fn.params.params if p.name.value == param), None)
+def _plain_source(source: str) -> str:
+    """`model.module` (DataParallel's) is the model itself once DataParallel is gone."""
+    while source.endswith(".module"):
+        source = source[: -len(".module")]
+    return source
 
-    # -- where the wrap goes -------------------------------------------------------------------
-    def _anchor(
-        self, ctx: Context, name: str, bind, r, dp_stmts: set[cst.BaseStatement]
-    ) -> tuple[cst.BaseStatement | None, cst.BaseStatement | None]:
-        """(the statement the wrap follows, or None; the first statement that needs it). After
-        the last change to the model (placement, init, weights, freezing, compile, SyncBatchNorm),
-        before the first statement that needs the wrapper: one that holds a training forward or
-        hands the wrapper on, or calls code that does. Uses that are no training forward (a
-        summary, an EMA copy, evaluation) keep the plain model: the wrap does not have to come
-        before them. A model bound as a parameter may need it at the function's first statement:
-        (None, that statement)."""
-        a = ctx.a
-        if isinstance(bind, cst.Param):
-            body, anchor = list(a.function_of(bind).body.body), None
-            rest = body[1:] if body and _is_docstring(body[0]) else body
-        else:
-            body, anchor = list(a.block(bind).body), bind
-            rest = body[body.index(bind) + 1 :]
-        needs = self._needs(a, r)
-        prev = None
-        for s in rest:
-            if needs:
-                if any(n is s or _inside(a, n, s) for n in needs):
-                    return anchor or prev, s
-            elif (
-                lifecycle.trains(a, s)
-                or lifecycle.statement_effect(a, s, name) == "use"
-            ):
-                return (
-                    anchor or prev,
-                    s,
-                )  # no training forward found: before the model first runs
-            if (
-                lifecycle.changes(a, s, name)
-                or s in dp_stmts
-                or any(x in dp_stmts for x in a.findall(s, m.SimpleStatementLine()))
-            ):
-                anchor = s
-            prev = s
-        return anchor, None
 
-    @staticmethod
-    def _needs(a, r) -> list[cst.CSTNode]:
-        """The nodes that need the wrapper (its training forwards and hand-overs), and the calls
-        that lead to them."""
-        nodes: list[cst.CSTNode] = list(r.sites())
-        work = [fn for n in nodes if (fn := a.function_of(n)) is not None]
-        seen: set[int] = set()
-        while work:
-            fn = work.pop()
-            if id(fn) in seen:
-                continue
-            seen.add(id(fn))
-            for c in a.callers(fn):
-                nodes.append(c)
-                if (g := a.function_of(c)) is not None:
-                    work.append(g)
-        return nodes
+def _owner(model: str, sources: list[str]) -> str | None:
+    """The module to make distributed for `model` among an optimizer's parameter sources: the
+    common owner of the parts it takes (`model` for model.backbone and model.head), the source
+    that is the model, or, for a model named otherwise at the optimizer (a factory's local,
+    `net` for `self.net`), the one source there is."""
+    if not sources:
+        return None
+    roots: dict[str, list[str]] = {}
+    for s in sources:
+        head = s.split(".")[0]
+        key = ".".join(s.split(".")[:2]) if head == "self" and "." in s else head
+        roots.setdefault(key, []).append(s)
+    owners = [_common(group) for group in roots.values()]
+    last = model.rsplit(".", 1)[-1]
+    for o in owners:
+        if o == model or model.startswith(o + ".") or o.startswith(model + "."):
+            return o
+    for o in owners:
+        if o.rsplit(".", 1)[-1] == last:
+            return o
+    return owners[0] if len(owners) == 1 else None
 
-    # -- the wrapper -----------------------------------------------------------------------------
-    @staticmethod
-    def _wrapper_name(ctx: Context, name: str, bind: cst.CSTNode) -> str:
-        """ddp_<name> (self.ddp_<attr> for an attribute), unless the script uses that name."""
-        a = ctx.a
-        head, _, last = name.rpartition(".")
-        taken = {n for names in a.bindings.values() for n in names} | {
-            x.attr.value for x in a.attributes
-        }
-        taken |= {w.rpartition(".")[2] for w in ctx.wrappers.values()}
-        base = f"ddp_{last}"
-        cand, k = base, 1
-        while cand in taken:
-            cand, k = f"{base}_{k}", k + 1
-        return f"{head}.{cand}" if head else cand
 
-    @staticmethod
-    def _module_class(a, cls: cst.ClassDef | None) -> bool:
-        """cls derives from nn.Module (or another *Module class)."""
-        if cls is None:
-            return False
-        for base in cls.bases:
-            d = dotted(base.value) or ""
-            if d.endswith("Module") or any(
-                q.startswith("torch.nn.") for q in a.qualified(base.value)
-            ):
-                return True
-            inner = a.classes.get(d.rsplit(".", 1)[-1])
-            if (
-                inner is not None
-                and inner is not cls
-                and WrappingTransform._module_class(a, inner)
-            ):
-                return True
-        return False
+def _common(paths: list[str]) -> str:
+    parts = [p.split(".") for p in paths]
+    out = []
+    for group in zip(*parts):
+        if len(set(group)) != 1:
+            break
+        out.append(group[0])
+    return ".".join(out) or paths[0]
 
-    @staticmethod
-    def _stepped(a, name: str) -> bool:
-        """An optimizer over the model's parameters is stepped (opt.step(), scaler.step(opt))."""
-        opts = set(a.optimizers_of(name))
-        for c in a.calls:
-            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "step":
-                if dotted(c.func.value) in opts or any(
-                    dotted(x.value) in opts for x in c.args
-                ):
-                    return True
-        return False
 
-    @staticmethod
-    def _not_pickled(ctx: Context) -> str:
-        """The generated holder that keeps a wrapper out of its module's pickle (once per file)."""
-        taken = {n for names in ctx.a.bindings.values() for n in names}
-        name = "NotPickled" if "NotPickled" not in taken else "DDPNotPickled"
-        if not any(f"class {name}:" in t for t in ctx.helper_texts):
-            ctx.helper_texts.append(NOT_PICKLED.replace("NotPickled", name))
-        return name
-
-    @staticmethod
-    def _adapter(ctx: Context) -> str:
-        """The generated module that runs any method of a model as its forward (once per file)."""
-        a = ctx.a
-        taken = {n for names in a.bindings.values() for n in names}
-        name = "ForwardTo" if "ForwardTo" not in taken else "DDPForwardTo"
-        if not any(name in t for t in ctx.helper_texts):
-            ctx.helper_texts.append(FORWARD_TO.replace("ForwardTo", name))
-        return name
-
-    def _routable(self, ctx: Context, name: str, r, place: cst.CSTNode) -> bool:
-        """Every training forward of the model can name the wrapper where it runs; else say which
-        cannot and why (nothing is wrapped: the ranks would train unsynchronised copies)."""
-        a = ctx.a
-        bad = list(r.unresolved)
-        for tf, node, _ in r.direct:
-            if not ctx.editable(tf.call):
-                bad.append((tf, "it is in code marked `# ddpify: skip`/`off`"))
-            elif model_uses.rebound_unwrapped(a, name, place, tf.call):
-                bad.append(
-                    (
-                        tf,
-                        f"`{name}` is bound to another model between the wrap and this call, and one wrapper holds one model",
-                    )
-                )
-        for c, arg, _ in r.handed:
-            if not ctx.editable(c):
-                bad.append(
-                    (
-                        None,
-                        f"the call `{code(c.func)}(...)` that hands `{name}` to the function running it is marked `# ddpify: skip`/`off`",
-                    )
-                )
-        lf = loss_flow.loss_flow(a)
-        for call, ref in lf.foreign:
-            if (
-                dotted(ref) == name
-                or routes.reaches(a, r, a.statement(call), ref) is not None
-            ):
-                if not any(
-                    a.statement(tf.call) is a.statement(call) for tf in r.forwards()
-                ):
-                    fname = code(call.func)
-                    ctx.finding(
-                        call,
-                        "DDP139",
-                        f"`{name}` is handed to `{fname}`, outside this program, and what it returns reaches the loss: its forward runs in code ddpify does not change, so it cannot run through the DDP wrapper (DDP synchronises gradients only through its own forward): not wrapped; restructure so that the script calls the model itself (what `{fname}` does around the call can move into the model's forward), then wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and call ddp_{name.rsplit('.', 1)[-1]}(...)",
-                        False,
-                    )
-                    return False
-        for tf, why in bad:
-            node = tf.call if tf is not None else None
-            ctx.finding(
-                node,
-                "DDP139",
-                f"a training forward of `{name}` cannot run through the DDP wrapper: {why}; the ranks would train unsynchronised copies: not wrapped; run that forward through a wrapper by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name})",
-                False,
-            )
-        if bad:
-            return False
-        if not r.direct and not r.handed and self._stepped(a, name):
-            # its optimizer steps, so its parameters change: the forward is where ddpify cannot see
-            ctx.finding(
-                bind_or_none(a, name),
-                "DDP139",
-                f"`{name}`'s optimizer steps, but ddpify found no call of `{name}` whose output reaches a backward(): its training forward runs where ddpify cannot follow it, and unwrapped the ranks would train unsynchronised copies: not wrapped; call the model in the training step itself (its output assigned, then the loss), or wrap it by hand, ddp_{name.rsplit('.', 1)[-1]} = DDP({name}), and run its training forward through that",
-                False,
-            )
-            return False
-        if not r.direct and not r.handed:
-            # an optimizer over it, but no forward of it reaches a backward: nothing to synchronise
-            ctx.finding(
-                bind_or_none(a, name),
-                "DDP030",
-                f"`{name}` has an optimizer, but no call of it reaches a backward() in this program: not wrapped (its parameters get no gradient to average)",
-                False,
-            )
-            return False
+def _same_model(a, ref: cst.BaseExpression, model: str) -> bool:
+    """`ref` (a training forward's receiver) names `model`: the same path, an alias or a
+    parameter the model is handed to, the same class; with one model, any."""
+    if len(a.models) == 1:
         return True
-
-    @staticmethod
-    def _outside_reads(ctx: Context, name: str, r) -> list:
-        """Parameters of the model read outside its forward on the way to the loss (learned
-        loss weights, a penalty over model.parameters()): (read, model reference, what)."""
-        a = ctx.a
-        out = []
-        for node, ref, what in loss_flow.loss_flow(a).outside:
-            holder = any(
-                p == dotted(ref) and a.function_of(node) is fn for fn, p in r.holders
-            )
-            if (
-                dotted(ref) == name
-                or holder
-                or routes.reaches(a, r, a.statement(node), ref) is not None
-            ):
-                out.append((node, ref, what))
-        return out
-
-    @staticmethod
-    def _repeat_finding(
-        ctx: Context, name: str, again: cst.Call, backward: cst.Call
-    ) -> None:
-        a = ctx.a
-        how = (
-            "in a loop"
-            if forwards._in_loop(a, again, a.block(a.statement(backward)))
-            else "a second time"
-        )
-        why = (
-            f"`{name}` runs {how} here before one backward ({code(backward).strip()}): DDP copies rank 0's buffers into "
-            "it in place at every forward, which (torch < 2.13, pytorch issue #175024) breaks the first forward's backward "
-            'on GPUs (BatchNorm: "modified by an inplace operation"), so broadcast_buffers=False'
-        )
-        if ctx.opts.sync_bn:
-            why += (
-                "; with --sync-bn its BatchNorm statistics are computed over all ranks on GPUs (SyncBatchNorm), so they stay "
-                "the same on every rank without the broadcast; on CPU, where BatchNorm stays, each rank keeps its own"
-            )
-        else:
-            why += (
-                "; each rank keeps its own buffers (BatchNorm running statistics from its own shard) and rank 0's are "
-                "the ones saved; parameters stay in sync (--sync-bn would share the statistics)"
-            )
-        ctx.finding(again, "DDP136", why, True)
-
-    def _ever_placed(self, ctx: Context, name: str, bind) -> bool:
-        """Whether anything in the script may put the model on a device: a placement call on
-        it, on a name it is handed in under (`model.to(device)` in the entry script, then
-        `Trainer(model)`), or in a statement that builds it; a device handed to its constructor,
-        or a default device. Unsure means yes: the finding is for scripts that plainly train on CPU."""
-        a = ctx.a
-        origins = _origins(a, name, bind)
-        names = {name, "self"} | {d for o in origins if (d := dotted(o)) is not None}
-        names |= a.model_aliases.get(name, set())  # the factory's own name for it
-        cls = a.class_of(bind) if name.startswith("self.") else None
-        if cls is not None and self._module_class(a, cls):
-            # a part of a module that is placed whole: gan = GAN().to(device) moves self.gen
-            for c in a.calls:
-                if (dotted(c.func) or "").rsplit(".", 1)[-1] == cls.name.value:
-                    if (
-                        isinstance(a.parent.get(c), cst.Attribute)
-                        and a.parent[c].attr.value in PLACEMENT_METHODS
-                    ):
-                        return True
-                    names |= {
-                        dotted(t.target)
-                        for t in getattr(a.parent.get(c), "targets", [])
-                    } - {None}
-        names |= {
-            dotted(t.target)
-            for o in origins
-            if isinstance(o, cst.SimpleStatementLine)
-            for asg in o.body
-            if isinstance(asg, cst.Assign)
-            for t in asg.targets
-        }
-        for c in a.calls:
-            f = c.func
-            if (
-                isinstance(f, cst.Attribute)
-                and f.attr.value in PLACEMENT_METHODS
-                and dotted(f.value) in names
-            ):
-                return True
-            if (
-                isinstance(f, cst.Attribute)
-                and f.attr.value in PLACEMENT_METHODS
-                and isinstance(f.value, cst.Call)
-                and any(dotted(x.value) in names for x in f.value.args)
-            ):
-                return True  # nn.DataParallel(model).cuda() moves the model it holds
-            if (
-                a.is_call(c, "torch.set_default_device")
-                or a.is_call(c, "torch.device")
-                and isinstance(a.parent.get(a.parent.get(c)), cst.WithItem)
-            ):
-                return True
-        for node in origins:
-            for c in a.findall(node, m.Call()) + (
-                [node] if isinstance(node, cst.Call) else []
-            ):
-                if (
-                    isinstance(c.func, cst.Attribute)
-                    and c.func.attr.value in PLACEMENT_METHODS
-                ):
-                    return True
-                if any(
-                    x.keyword is not None and "device" in x.keyword.value
-                    for x in c.args
-                ):
-                    return True
-                if any("device" in (dotted(x.value) or "").lower() for x in c.args):
-                    return True
-                # a model built by the script's own function, or unpickled whole, may already be placed
-                if (dotted(c.func) or "").split(".")[0] in a.functions or a.is_call(
-                    c, "torch.load"
-                ):
-                    return True
+    d = dotted(ref)
+    if d == model or (d and d.rsplit(".", 1)[-1] == model.rsplit(".", 1)[-1]):
+        return True
+    mine = loss_flow.model_class(a, ref)
+    bind = builds.binding(a, model)
+    if mine is None or bind is None:
         return False
-
-    def _uses_model(self, ctx: Context, stmt: cst.CSTNode, name: str) -> bool:
-        """The model runs or is handed to other code: it must be wrapped by then."""
-        for c in ctx.a.findall(stmt, m.Call()):
-            if dotted(c.func) == name:
-                return True
-            fname = dotted(c.func)
-            if (
-                fname
-                and fname.rsplit(".", 1)[-1] in ctx.a.functions
-                and any(dotted(x.value) == name for x in c.args)
-            ):
-                return True
-        return False
+    node = builds.build_node(a, model, bind)
+    names = {
+        (dotted(c.func) or "").rsplit(".", 1)[-1] for c in a.findall(node, m.Call())
+    }
+    return mine.name.value in names
 
 
-def _origins(a, name: str, bind) -> list[cst.CSTNode]:
-    """What the model is built from: the statement that binds it, and where it is a parameter
-    (`def train(model)`, `self.model = model.to(device)` in __init__), what the callers hand it
-    and the statements that bind that (the model built in the entry script, handed to a Trainer)."""
-    out: list[cst.CSTNode] = []
-    work: list[tuple[cst.CSTNode, int]] = [(bind, 0)]
-    while work:
-        node, depth = work.pop()
-        if node is None or any(node is o for o in out) or depth > 4:
+def _calls_itself(a, cls: cst.ClassDef, fn: cst.FunctionDef) -> bool:
+    """fn (a method of the model's class) calls the model itself, `self(...)`, on every path
+    ddpify can read: the module call runs DDP's hooks."""
+    methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+    todo, seen = [fn], set()
+    while todo:
+        f = todo.pop()
+        if f.name.value in seen:
             continue
-        out.append(node)
-        fn = a.function_of(node)
-        params: list[str] = []
-        if isinstance(node, cst.Param):
-            params = [node.name.value]
-        elif isinstance(node, cst.SimpleStatementLine) and fn is not None:
-            for asg in node.body:
-                value = getattr(asg, "value", None)
-                while (
-                    isinstance(value, cst.Call)
-                    and isinstance(value.func, cst.Attribute)
-                    and value.func.attr.value in PLACEMENT_METHODS
-                ):
-                    value = value.func.value  # self.model = model.to(device)
-                if isinstance(value, cst.Name) and value.value in {
-                    p.name.value for p in fn.params.params
-                }:
-                    params.append(value.value)
-        for p in params:
-            for c in a.callers(fn):
-                arg = a.argument_for(c, fn, p)
-                if arg is None:
-                    continue
-                work.append((arg, depth + 1))
-                if isinstance(arg, cst.Name):  # the caller's binding of it
-                    g = a.function_of(c)
-                    for asg in a.assigns:
-                        if (
-                            isinstance(asg, cst.Assign)
-                            and a.function_of(asg) is g
-                            and any(dotted(t.target) == arg.value for t in asg.targets)
-                        ):
-                            work.append((a.statement(asg), depth + 1))
-                    if g is not None and arg.value in {
-                        q.name.value for q in g.params.params
-                    }:
-                        work.append(
-                            (
-                                next(
-                                    q
-                                    for q in g.params.params
-                                    if q.name.value == arg.value
-                                ),
-                                depth + 1,
-                            )
-                        )
-    return out
-
-
-def _build(a, name: str, bind) -> cst.CSTNode:
-    """The node that builds the model (its class's constructor call in it), for reading its class."""
-    stmt = (
-        bind.body[0]
-        if isinstance(bind, cst.SimpleStatementLine) and len(bind.body) == 1
-        else bind
-    )
-    if (
-        isinstance(stmt, cst.Assign)
-        and len(stmt.targets) == 1
-        and isinstance(stmt.targets[0].target, cst.Tuple)
-        and isinstance(stmt.value, cst.Tuple)
-    ):
-        # `actor, critic = Actor(), Critic()`: the element that builds this one
-        names = [dotted(el.value) for el in stmt.targets[0].target.elements]
-        if name in names and len(names) == len(stmt.value.elements):
-            bind = stmt.value.elements[names.index(name)].value
-    for node in _origins(a, name, bind):
-        calls = a.findall(node, m.Call()) + (
-            [node] if isinstance(node, cst.Call) else []
-        )
-        if any(
-            (dotted(c.func) or "").rsplit(".", 1)[-1] in a.classes
-            or a.call_qualname(c).startswith("torch.nn.")
-            for c in calls
-        ):
-            return node
-    return bind
-
-
-def _returns(a, fn: cst.FunctionDef, name: str) -> bool:
-    """fn returns the model to its caller: `return model`, or inside a returned tuple or dict."""
-    for ret in a.findall(fn, m.Return()):
-        if a.function_of(ret) is not fn or ret.value is None:
-            continue
-        value = ret.value
-        parts = (
-            [value]
-            if not isinstance(value, (cst.Tuple, cst.List, cst.Dict))
-            else (
-                [
-                    e.value
-                    for e in value.elements
-                    if isinstance(e, (cst.Element, cst.DictElement))
-                ]
-            )
-        )
-        if any(dotted(p) == name for p in parts):
-            return True
+        seen.add(f.name.value)
+        for c in a.findall(f, m.Call()):
+            d = dotted(c.func) or ""
+            if d == "self":
+                return True
+            if d.startswith("self.") and d[5:] in methods:
+                todo.append(methods[d[5:]])
     return False
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
+def _comprehension(a, node: cst.CSTNode, owner: str) -> str:
+    """`for m in models.values()` where a comprehension around node binds owner's root."""
+    root = owner.split(".")[0]
+    cur = a.parent.get(node)
+    while cur is not None and not isinstance(cur, cst.BaseStatement):
+        comp = getattr(cur, "for_in", None)
+        while comp is not None:
+            if root in {n.value for n in a.findall(comp.target, m.Name())}:
+                return f"for {code(comp.target)} in {code(comp.iter)}"
+            comp = comp.inner_for_in
+        cur = a.parent.get(cur)
+    return ""
 
 
-def bind_or_none(a, name: str):
-    return next(
-        (
-            asg
-            for asg in a.assigns
-            if any(dotted(t.target) == name for t in getattr(asg, "targets", []))
-        ),
-        None,
-    )
+def _within(a, node: cst.CSTNode, stmt: cst.CSTNode) -> bool:
+    cur = node
+    while cur is not None:
+        if cur is stmt:
+            return True
+        cur = a.parent.get(cur)
+    return False

@@ -27,7 +27,7 @@ WRAPPING = re.compile(
 
 def check(ctx) -> None:
     a, f = ctx.a, ctx.facts
-    if not torch_ddp(ctx) or f.wraps or not a.steps:
+    if not torch_ddp(ctx) or f.wraps or f.in_place or not a.steps:
         return
     if not (
         f.samplers or a._find_api(("torch.distributed.init_process_group",)) is not None
