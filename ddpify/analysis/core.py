@@ -13,6 +13,7 @@ from ddpify.analysis.loops import LoopsMixin
 from ddpify.analysis.manual import ManualUpdatesMixin
 from ddpify.analysis.models import ModelsMixin
 from ddpify.analysis.names import NamesMixin
+from ddpify.analysis.kernels import compiled_lines
 from ddpify.analysis.project import ProjectMixin
 from ddpify.analysis.seeds import SeedsMixin
 from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
@@ -69,6 +70,8 @@ class Analysis(
         self._skipped_lines = skipped_lines(
             text
         )  # `# ddpify: skip` / `off` ... `on` comments
+        # compiled code (a triton kernel, extension sources) is left as it is, like skipped lines
+        self._skipped_lines |= compiled_lines(text)
 
         self.calls: list[cst.Call] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
