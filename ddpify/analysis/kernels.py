@@ -92,7 +92,9 @@ def compiled_lines(source: str) -> set[int]:
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id in sources for t in node.targets)
+                and any(
+                    isinstance(t, ast.Name) and t.id in sources for t in node.targets
+                )
                 and _text(node.value)
             ):
                 v = node.value
