@@ -22,6 +22,7 @@ declare(
 # Import each generated name needs, and the alias conventionally used for it.
 IMPORTS = {
     "os": ("import os", "os"),
+    "sys": ("import sys", "sys"),
     "torch": ("import torch", "torch"),
     "dist": ("import torch.distributed as dist", "dist"),
     "DDP": ("from torch.nn.parallel import DistributedDataParallel as DDP", "DDP"),
@@ -35,6 +36,7 @@ IMPORTS = {
 }
 QUALIFIED = {
     "os": "os",
+    "sys": "sys",
     "torch": "torch",
     "dist": "torch.distributed",
     "DDP": "torch.nn.parallel.DistributedDataParallel",
@@ -173,13 +175,15 @@ class Context:
                 )
             ]
             if existing and not (
-                existing[0] in local and key not in ("os", "torch", "contextlib")
+                existing[0] in local and key not in ("os", "sys", "torch", "contextlib")
             ):
                 out[key] = existing[0]
             elif alias in bound or (
-                alias in local and key not in ("os", "torch", "contextlib")
+                alias in local and key not in ("os", "sys", "torch", "contextlib")
             ):
-                out[key] = full if key not in ("os", "torch", "contextlib") else alias
+                out[key] = (
+                    full if key not in ("os", "sys", "torch", "contextlib") else alias
+                )
             else:
                 out[key] = alias
         return out

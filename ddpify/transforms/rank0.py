@@ -627,6 +627,10 @@ class Rank0Transform(Transform):
     def _quiet_bar(self, ctx: Context, call: cst.Call) -> None:
         _, kw = call_args(call)
         stars = [x for x in call.args if x.star == "**"]
+        read = self._bar_read(ctx, call)
+        if read is not None:
+            self._bar_to_stdout(ctx, call, read)
+            return
         if "disable" in kw:
             old = code(kw["disable"].value)
             old = (
@@ -651,6 +655,77 @@ class Rank0Transform(Transform):
                 call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0"))
             )
         ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)
+
+    @staticmethod
+    def _bar_read(ctx: Context, call: cst.Call) -> str | None:
+        """A value the script reads off the bar (`pbar.n`, `pbar.format_dict`, a method whose
+        result it keeps): a disabled bar counts nothing, so those reads would differ on other
+        ranks (0, and a ZeroDivisionError where the script divides by it). None where the script
+        only drives its display."""
+        a = ctx.a
+        name = a._assign_target(call)
+        par = a.parent.get(call)
+        if name is None and isinstance(par, cst.WithItem) and par.asname is not None:
+            name = dotted(par.asname.name)
+        if not name:
+            return None
+        # where that name means this bar: its function, or the class for self.pbar
+        home = a.class_of(call) if name.startswith("self.") else a.function_of(call)
+        for attr in a.attributes:
+            if dotted(attr.value) != name or (
+                home is not None and not _inside(a, attr, home)
+            ):
+                continue
+            if home is None and a.function_of(attr) is not None:
+                if a._is_local(a.function_of(attr), name):
+                    continue  # another variable of the same name
+            use = a.parent.get(attr)
+            if isinstance(use, cst.Call) and use.func is attr:
+                if isinstance(a.parent.get(use), cst.Expr):
+                    continue  # pbar.update(1), pbar.set_postfix(...): display only
+                return code(use)
+            if isinstance(use, (cst.AssignTarget, cst.AugAssign)) and (
+                getattr(use, "target", None) is attr
+            ):
+                continue  # pbar.total = n: set, not read
+            return code(attr)
+        return None
+
+    def _bar_to_stdout(self, ctx: Context, call: cst.Call, read: str) -> None:
+        """The bar keeps counting on every rank; only its display changes stream: other ranks'
+        stdout goes to os.devnull from the set-up on (launch.py)."""
+        _, kw = call_args(call)
+        sysname = ctx.name("sys")
+        if "file" in kw:
+            old = kw["file"].value
+            if dotted(old) in ("sys.stdout", f"{sysname}.stdout"):
+                ctx.finding(
+                    call,
+                    "DDP062",
+                    f"progress bar kept counting on every rank (the script reads {read}); "
+                    "it writes to stdout, which is os.devnull on the other ranks",
+                    True,
+                )
+                return
+            ctx.edits.replace(
+                old,
+                lambda n: cst.IfExp(
+                    test=ctx.expr("RANK == 0"),
+                    body=n,
+                    orelse=ctx.expr(f"{sysname}.stdout"),
+                ),
+            )
+        else:
+            value = ctx.expr(f"{sysname}.stderr if RANK == 0 else {sysname}.stdout")
+            ctx.edits.replace(call, lambda n: append_kwarg(n, "file", value))
+        ctx.finding(
+            call,
+            "DDP062",
+            f"progress bar shown on global rank 0 only, and still counting on every rank (the "
+            f"script reads {read}): the other ranks draw it on their stdout, which is os.devnull "
+            "there",
+            True,
+        )
 
     def _open_for_write(self, ctx: Context, guarded: set) -> None:
         """open(path, "w") on other ranks writes to os.devnull: the code around it runs
