@@ -87,6 +87,8 @@ PATH_METHODS: dict[str, tuple[int, str]] = {
     "save_image": (1, "fp"),
     "dump": (1, "fp"),
 }
+# keywords that hand a method its path, whatever the library calls its first argument
+PATH_KEYWORDS = ("filename", "fname", "path", "file", "fp", "f", "uri")
 # every rank builds these; rank 0 alone should write (their file argument becomes os.devnull elsewhere)
 FILE_HANDLERS = {
     "logging.FileHandler": (0, "filename"),
@@ -271,7 +273,15 @@ class Effects:
             where = PATH_METHODS.get(meth)
             if (
                 where is not None
-                and looks_like_path(_arg(call, where))
+                and (
+                    looks_like_path(_arg(call, where))
+                    or any(  # anim.save(filename="run.gif"): the path by another keyword
+                        x.keyword is not None
+                        and x.keyword.value in PATH_KEYWORDS
+                        and looks_like_path(x.value)
+                        for x in call.args
+                    )
+                )
                 and not any(
                     q.split(".")[0] in ("json", "pickle", "yaml", "torch")
                     for q in a.qualified(func)

@@ -3,6 +3,7 @@ once, on global rank 0. A statement that runs the model or a collective is never
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -551,11 +552,13 @@ class Rank0Transform(Transform):
         if not isinstance(root, cst.Name) or root is call.func:
             return None
         bound = [w for names in a.bindings.values() for w in names.get(root.value, ())]
-        imported = bool(bound) and all(
-            w != "<value>" and not w.startswith("__ddpify_import_") for w in bound
+        # `try: import imageio except ImportError: imageio = None`: where it is called, it is
+        # the library (the gate reads it so too)
+        imported = any(w != "<value>" for w in bound) and not any(
+            w.startswith("__ddpify_import_") for w in bound
         )
         name = next(iter(sorted(a.qualified(call.func))), dotted(call.func) or "")
-        given = any(_pathish(arg.value) for arg in call.args)
+        given = any(_pathish(a, arg.value) for arg in call.args)
         return (
             f"{dotted(call.func)} (a library call given a path)"
             if effect_kinds.library_effect(name, imported, given, False)
@@ -832,32 +835,29 @@ def _ancestors(a, node: cst.CSTNode, stop: cst.CSTNode):
         cur = a.parent.get(cur)
 
 
-def _pathish(node: cst.BaseExpression) -> bool:
-    """A path, as effect_kinds reads one: a string with a folder or an extension, an f-string,
-    `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or ckpt_path."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return isinstance(value, str) and effect_kinds.pathish_literal(value)
-    if isinstance(node, cst.FormattedString):  # its literal parts: f"ckpt/{epoch}.pt"
-        return effect_kinds.pathish_literal(
-            "".join(
-                p.value if isinstance(p, cst.FormattedStringText) else "x"
-                for p in node.parts
-            )
-        )
-    if isinstance(node, cst.ConcatenatedString):
-        return _pathish(node.left) or _pathish(node.right)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-        return True
-    if isinstance(node, cst.Call):
-        name = dotted(node.func) or (
-            node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
-        )
-        return name.endswith(
-            ("path.join", "Path", "joinpath", "with_suffix", "with_name")
-        )
-    name = dotted(node)
-    return bool(name) and effect_kinds.pathish_name(name)
+def _pathish(a, node: cst.BaseExpression) -> bool:
+    """A path, as the gate reads one (analysis/effect_kinds.py): a string with a folder or an
+    extension, an f-string, `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or
+    ckpt_path, or a name whose value is one of those."""
+    fn = a.function_of(node)
+
+    def values(n: ast.AST) -> list[ast.AST]:
+        if not isinstance(n, ast.Name):
+            return []
+        found = a._local_values(fn, n.id)
+        if not found and fn is not None and not a._is_local(fn, n.id):
+            found = a._local_values(None, n.id)
+        return [v for v in (_as_ast(x) for x in found) if v is not None]
+
+    tree = _as_ast(node)
+    return tree is not None and effect_kinds.pathish(tree, values)
+
+
+def _as_ast(node: cst.CSTNode) -> ast.AST | None:
+    try:
+        return ast.parse(code(node).strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def _root(node: cst.CSTNode) -> str | None:
