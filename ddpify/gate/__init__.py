@@ -25,7 +25,7 @@ from ddpify.analysis.kernels import compiled_lines
 from ddpify.directives import skipped_lines
 from ddpify.findings import Finding
 from ddpify.gate import callers, collectives, lifetime, shards, sync, writers
-from ddpify.gate.common import Violation
+from ddpify.gate.common import Violation, read_hand_tests
 from ddpify.gate.program import Program
 
 __all__ = ["Violation", "check", "check_program"]
@@ -39,6 +39,7 @@ def check_program(
         p = Program(output)
     except SyntaxError:
         return []  # the last checks (compile, DDP005) report an output that does not parse
+    read_hand_tests(p)  # the program's own rank tests count as rank 0's
     out: list[Violation] = []
     out += sync.check(p, set(notes))
     out += shards.check(p)

@@ -160,7 +160,7 @@ class Rank0Transform(Transform):
     def _rank0_already(self, a, node: cst.CSTNode, whole) -> bool:
         """node runs on rank 0 alone already: in a statement guarded whole, or in a function of the
         script that only such statements call."""
-        if any(_inside(a, node, w) for w in whole):
+        if any(_inside(a, node, w) for w in whole) or a.hand_guarded(node):
             return True
         fn = a.function_of(node)
         while fn is not None:
@@ -379,7 +379,10 @@ class Rank0Transform(Transform):
 
     @staticmethod
     def _checked(a, node: cst.CSTNode, name: str) -> bool:
-        """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test."""
+        """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test
+        (ddpify's or the script's own)."""
+        if a.hand_guarded(node):
+            return True
         cur = a.parent.get(node)
         while cur is not None:
             if isinstance(cur, (cst.If, cst.IfExp)) and re.search(
