@@ -128,6 +128,8 @@ class Context:
             if self._console is not None
             else tuple((0, f) for f in console_functions(self.path))
         )
+        # functions a decorator runs when the entry file runs (sacred's @ex.automain)
+        targets += tuple((0, f) for f in self._run_by_decorator())
         out = []
         for region, name in targets:
             for s in self.a.module.body:
@@ -138,6 +140,23 @@ class Context:
                 ):
                     out.append(s)
         return out
+
+    def _run_by_decorator(self) -> list[str]:
+        import ast
+
+        from ddpify.analysis.entries import run_by_decorator
+
+        if "automain" not in self.a.pos.source:
+            return []
+        try:
+            tree = ast.parse(self.a.pos.source)
+        except (SyntaxError, ValueError, RecursionError):
+            return []
+        # the entry's own statements: a merged project's modules are not run as scripts
+        entry = [
+            s for s, c in zip(tree.body, self.a.module.body) if self.a.region_of(c) == 0
+        ]
+        return run_by_decorator(entry)
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
