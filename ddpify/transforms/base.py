@@ -118,6 +118,18 @@ class Context:
             str, object
         ] = {}  # --optimize: model name -> its class code (or why none)
 
+    def barrier(self, node: cst.CSTNode, why: str) -> str:
+        """`dist.barrier()  # why`; in a module of the project other than the entry, only where
+        there is a process group: the repository's other scripts (an inference script calling
+        the model's load()) import that module too and run it as a plain process."""
+        dist = self.name("dist")
+        if self.a.region_of(node) == 0:
+            return f"{dist}.barrier()  # {why}\n"
+        return (
+            f"if {dist}.is_initialized():  # other scripts run this without a group\n"
+            f"    {dist}.barrier()  # {why}\n"
+        )
+
     def console(self) -> list[cst.FunctionDef]:
         """The module-level functions of the program that the project's console scripts start
         (they run without any `if __name__ == "__main__":` block)."""
