@@ -18,9 +18,11 @@ def split_projects(
 ) -> tuple[list[list[Job]], list[Job]]:
     """Entry scripts that import local modules (project mode) and their modules, apart from the
     files converted one at a time. A file named on the command line that imports a local module is
-    an entry; in a directory, an entry also has `if __name__ == "__main__":`. Modules of an entry
-    are not converted on their own."""
+    an entry; in a directory, an entry also has `if __name__ == "__main__":`, or is started
+    otherwise (a package's __main__.py, a console script's module, sacred's automain). Modules of
+    an entry are not converted on their own."""
     from ddpify.analysis.project import local_modules
+    from ddpify.project import _trains
 
     named = {os.path.realpath(p) for p in explicit if p != "-" and not os.path.isdir(p)}
     entries: list[tuple[Job, list[str]]] = []
@@ -31,10 +33,28 @@ def split_projects(
             _, files = local_modules(job.path)
         except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
             continue
-        if len(files) < 2:
+        # a module whose training lives in a module it imports inside a function: project
+        # mode refuses it (DDP100) rather than calling the file "not a training script"
+        lazy = any(_trains(p) for _, p in files[0].lazy)
+        if len(files) < 2 and not lazy:
             continue
-        if os.path.realpath(job.path) in named or files[0].main_guard is not None:
+        if (
+            os.path.realpath(job.path) in named
+            or files[0].main_guard is not None
+            or _started(files[0])
+        ):
             entries.append((job, [f.path for f in files]))
+    # `python -m pkg` whose __main__.py calls a console script's function: that function is
+    # the entry (the group lives inside it), and __main__.py stays as it is
+    from ddpify.analysis.entries import console_functions
+
+    entries = [
+        (j, files)
+        for j, files in entries
+        if os.path.basename(j.path) != "__main__.py"
+        or os.path.realpath(j.path) in named
+        or not any(console_functions(f) for f in files[1:])
+    ]
     if not entries:
         return [], job_list
     members = {p for _, files in entries for p in files[1:]}
@@ -45,6 +65,19 @@ def split_projects(
         if j.stdin or os.path.realpath(j.path) not in members | entry_paths
     ]
     return [[j] for j, _ in entries], rest
+
+
+def _started(mod) -> bool:
+    """The file runs as an entry without a `__main__` block: a package's `__main__.py`
+    (`python -m pkg`), a module whose function a console script of the project starts, or one
+    whose function a decorator runs (sacred's `@ex.automain`)."""
+    from ddpify.analysis.entries import console_functions, run_by_decorator
+
+    return (
+        os.path.basename(mod.path) == "__main__.py"
+        or bool(console_functions(mod.path))
+        or bool(run_by_decorator(mod.tree.body))
+    )
 
 
 def loose_members(every_job: list[Job], reports: list[Report]) -> list[Job]:

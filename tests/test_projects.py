@@ -118,6 +118,10 @@ def test_runs_as_two_ranks(project, tmp_path, forkrun):
     work = tmp_path / "project"
     shutil.copytree(project / "expected", work)
     entry = work / project_entry(project).relative_to(project / "input")
+    if (project / "launch.txt").exists():
+        # a console script's module has no __main__ block: run what `pip install` would
+        # write for it (a file of the fixture that imports the function and calls it)
+        entry = work / (project / "launch.txt").read_text().strip()
     if project.name in REAL_TORCHRUN:
         logs = tmp_path / "logs"
         cmd = [
@@ -159,6 +163,28 @@ def test_runs_as_two_ranks(project, tmp_path, forkrun):
     assert "epoch" in rank0, rank0[-2000:]
     # prints in every file of the project (helpers included) are rank 0's alone
     assert rank1.strip() == "", rank1[-2000:]
+
+
+@pytest.mark.runs
+def test_other_scripts_of_the_repository_still_run_as_plain_python(project, tmp_path):
+    """others.txt names scripts of the fixture that the conversion does not run (an inference
+    script that imports the model's module): each still runs as a plain `python` process,
+    with no process group, after the modules it imports were converted for the entry."""
+    others = project / "others.txt"
+    if not others.exists():
+        pytest.skip("no other script in this fixture")
+    work = tmp_path / "project"
+    shutil.copytree(project / "expected", work)
+    for name in others.read_text().split():
+        proc = subprocess.run(
+            [sys.executable, name],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=clean_env(),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 # -- the command line ----------------------------------------------------------------------------

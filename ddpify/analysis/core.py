@@ -13,6 +13,8 @@ from ddpify.analysis.loops import LoopsMixin
 from ddpify.analysis.manual import ManualUpdatesMixin
 from ddpify.analysis.models import ModelsMixin
 from ddpify.analysis.names import NamesMixin
+from ddpify.analysis.kernels import compiled_lines
+from ddpify.analysis.rank_tests import RankTests
 from ddpify.analysis.project import ProjectMixin
 from ddpify.analysis.seeds import SeedsMixin
 from ddpify.analysis.positions import _NOT_ROUND_TRIP, PositionsMixin, _Positions
@@ -69,6 +71,9 @@ class Analysis(
         self._skipped_lines = skipped_lines(
             text
         )  # `# ddpify: skip` / `off` ... `on` comments
+        # compiled code (a triton kernel, extension sources) is left as it is, like skipped lines
+        self._skipped_lines |= compiled_lines(text)
+        self._rank_tests: RankTests | None = None
 
         self.calls: list[cst.Call] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
@@ -163,6 +168,15 @@ class Analysis(
             )
             for c in self.calls
         )
+
+    def hand_guarded(self, node: cst.CSTNode) -> bool:
+        """node sits under the script's own rank-0 test (`if dist.get_rank() == 0:`,
+        `if is_main_process():`; analysis/rank_tests.py): it runs on one rank already."""
+        if self._rank_tests is None:
+            self._rank_tests = RankTests(self.pos.source)
+        if not self._rank_tests.lines:
+            return False
+        return self.pos.start(node).line in self._rank_tests.lines
 
     def _program_steps(self):
         """The training steps this program runs: in a project, a step in code of an imported

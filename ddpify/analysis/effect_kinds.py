@@ -13,7 +13,9 @@ gate (gate/writers.py, on ast), which both ask it with plain strings.
 
 from __future__ import annotations
 
+import ast
 import re
+from typing import Callable, Iterable
 
 # roots of qualified names whose calls every rank must make, or that change this process only
 EVERY_RANK = (
@@ -103,3 +105,56 @@ def library_effect(
     """A call into an imported library, handed a path, whose value is dropped: it writes (or
     sends) something, so rank 0 alone makes it."""
     return imported and given_path and not value_kept and not every_rank(qualname)
+
+
+PATH_CALLS = ("path.join", "Path", "joinpath", "with_suffix", "with_name")
+
+
+def pathish(
+    node: ast.AST, values: Callable[[ast.AST], Iterable[ast.AST]] = lambda n: ()
+) -> bool:
+    """A path, by what the expression is: a string with a folder or an extension (its literal
+    parts for an f-string, `"{}/x.gif".format(d)`, `out + ".gif"`), `d / "x"`,
+    os.path.join(...)/Path(...), a name that says so (out_dir, ckpt_path), or a name whose
+    value is one of those (`gif = "run.gif"`, followed by `values`, one level). The planners
+    (on LibCST, through its code) and the gate (on the output's ast) both ask this."""
+    return _pathish(node, values, 0)
+
+
+def _pathish(node: ast.AST, values, depth: int) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and pathish_literal(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return pathish_literal(
+            "".join(
+                v.value if isinstance(v, ast.Constant) else "x" for v in node.values
+            )
+        )
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):
+            return True
+        if isinstance(node.op, ast.Add):  # out_prefix + ".gif"
+            return _pathish(node.left, values, depth) or _pathish(
+                node.right, values, depth
+            )
+        return False
+    if isinstance(node, ast.Call):
+        f = node.func
+        last = (
+            f.attr
+            if isinstance(f, ast.Attribute)
+            else f.id
+            if isinstance(f, ast.Name)
+            else ""
+        )
+        name = ast.unparse(f) if isinstance(f, (ast.Name, ast.Attribute)) else last
+        if last == "format" and isinstance(f, ast.Attribute):
+            return _pathish(f.value, values, depth)
+        return name.endswith(PATH_CALLS)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        if pathish_name(ast.unparse(node)):
+            return True
+        if depth == 0 and isinstance(node, ast.Name):
+            found = [v for v in values(node) if v is not node]
+            return any(_pathish(v, values, depth + 1) for v in found)
+    return False

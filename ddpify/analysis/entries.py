@@ -6,6 +6,7 @@ the project's files only; shared by the launch planner and the gate's lifetime i
 
 from __future__ import annotations
 
+import ast
 import configparser
 import os
 import re
@@ -66,3 +67,53 @@ def console_functions(path: str) -> list[str]:
         if mod in mods:
             out.append(func.split(".")[0].split("[")[0].strip())
     return out
+
+
+# decorators that run their function when the file is run as a script, with no call of it:
+# sacred's `@ex.automain` (ex = Experiment(...)); its `@ex.main` runs from ex.run_commandline()
+RUN_BY_DECORATOR = {"automain": ("sacred.Experiment", "sacred.experiment.Experiment")}
+
+
+def run_by_decorator(body: list[ast.stmt]) -> list[str]:
+    """Module-level functions of these statements that a decorator runs when the file is run
+    (`@ex.automain def main(...)`): like a console script's function, the process group lives
+    inside them."""
+    imports: dict[str, str] = {}
+    made: dict[str, str] = {}  # name -> the class it is an instance of
+    for node in body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imports[a.asname or a.name.split(".")[0]] = (
+                    a.name if a.asname else a.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                imports[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            made[node.targets[0].id] = _qualname(node.value.func, imports)
+    out = []
+    for node in body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for d in node.decorator_list:
+            if (
+                isinstance(d, ast.Attribute)
+                and isinstance(d.value, ast.Name)
+                and made.get(d.value.id, "") in RUN_BY_DECORATOR.get(d.attr, ())
+            ):
+                out.append(node.name)
+    return out
+
+
+def _qualname(node: ast.AST, imports: dict[str, str]) -> str:
+    if isinstance(node, ast.Name):
+        return imports.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = _qualname(node.value, imports)
+        return f"{base}.{node.attr}" if base else ""
+    return ""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import ddpify.match as m
-from ddpify.analysis.tree import _inside, call_args, dotted, reads_name
+from ddpify.analysis.tree import _inside, call_args, dotted, reads_name, text_of
 
 LOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 # a word of the name (snake_case, camelCase, "valloader"), not any substring: "zoustesteam" is no test set
@@ -312,7 +312,7 @@ class LoadersMixin:
             head = func.args[0].value
             while isinstance(head, cst.BinaryOperation):
                 head = head.left
-            text = head.evaluated_value if isinstance(head, cst.SimpleString) else None
+            text = text_of(head)
             if (
                 isinstance(head, cst.FormattedString)
                 and head.parts

@@ -174,6 +174,18 @@ def code(node: cst.CSTNode) -> str:
     return codegen(node)
 
 
+def text_of(node: cst.CSTNode | None) -> str | None:
+    """The value of a string literal; None for anything else, a bytes literal included
+    (`txn.put(b"key", ...)`: no path, no mode, no device)."""
+    if not isinstance(node, cst.SimpleString):
+        return None
+    try:
+        value = node.evaluated_value
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def reads_name(node: cst.CSTNode, name: str) -> bool:
     """node (or a part of it) is the variable or dotted path `name`; the `x` of `obj.x` is an
     attribute's name, not the variable x."""

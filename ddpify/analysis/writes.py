@@ -16,7 +16,7 @@ import re
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis.tree import call_args, code, dotted
+from ddpify.analysis.tree import call_args, code, dotted, text_of
 
 WRITE_MODE = re.compile(r"[wax+]")
 # a file mode that writes, as libraries spell it: "w", "wb", "a", "r+", "w+", "w-", "x", "w:gz"
@@ -87,6 +87,8 @@ PATH_METHODS: dict[str, tuple[int, str]] = {
     "save_image": (1, "fp"),
     "dump": (1, "fp"),
 }
+# keywords that hand a method its path, whatever the library calls its first argument
+PATH_KEYWORDS = ("filename", "fname", "path", "file", "fp", "f", "uri")
 # every rank builds these; rank 0 alone should write (their file argument becomes os.devnull elsewhere)
 FILE_HANDLERS = {
     "logging.FileHandler": (0, "filename"),
@@ -157,7 +159,7 @@ def looks_like_path(node: cst.BaseExpression | None) -> bool:
     if node is None:
         return False
     if isinstance(node, cst.SimpleString):
-        return bool(PATH_LITERAL.search(node.evaluated_value or ""))
+        return bool(PATH_LITERAL.search(text_of(node) or ""))
     if isinstance(node, (cst.FormattedString, cst.ConcatenatedString)):
         return True
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
@@ -196,7 +198,7 @@ def _open_mode(call: cst.Call) -> str | None:
         return None
     if mode is None:
         return "r"
-    return mode.evaluated_value if isinstance(mode, cst.SimpleString) else None
+    return text_of(mode)
 
 
 class Effects:
@@ -271,7 +273,15 @@ class Effects:
             where = PATH_METHODS.get(meth)
             if (
                 where is not None
-                and looks_like_path(_arg(call, where))
+                and (
+                    looks_like_path(_arg(call, where))
+                    or any(  # anim.save(filename="run.gif"): the path by another keyword
+                        x.keyword is not None
+                        and x.keyword.value in PATH_KEYWORDS
+                        and looks_like_path(x.value)
+                        for x in call.args
+                    )
+                )
                 and not any(
                     q.split(".")[0] in ("json", "pickle", "yaml", "torch")
                     for q in a.qualified(func)
@@ -303,9 +313,7 @@ class Effects:
             if q in FILE_OPENERS:
                 path, mode = FILE_OPENERS[q]
                 value = _arg(call, mode)
-                if isinstance(value, cst.SimpleString) and WRITE_MODE.search(
-                    value.evaluated_value or ""
-                ):
+                if WRITE_MODE.search(text_of(value) or ""):
                     return _arg(call, path)
         return None
 
@@ -332,9 +340,7 @@ class Effects:
             (1, "mode") if name[:1].isupper() or name.endswith("open") else (99, "mode")
         )
         mode = _arg(call, where)
-        return isinstance(mode, cst.SimpleString) and bool(
-            OPENER_MODE.fullmatch(mode.evaluated_value or "")
-        )
+        return bool(OPENER_MODE.fullmatch(text_of(mode) or ""))
 
     def written_path(self, call: cst.Call) -> str | None:
         """The path (as code) a writing call writes, where the table knows it."""

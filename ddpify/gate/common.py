@@ -7,6 +7,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from ddpify.analysis.rank_tests import RankTests
 from ddpify.gate.program import Program
 
 # the generated names (renamed DDP_RANK, ... where the script had its own)
@@ -21,6 +22,23 @@ class Violation:
     node: ast.AST  # where, in the output
     code: str
     message: str
+
+
+# id of a test node of the program being checked -> the verdict of analysis/rank_tests.py
+_HAND: dict[int, bool] = {}
+
+
+def read_hand_tests(p: Program) -> None:
+    """Index the program's own rank tests (`dist.get_rank() == 0`, `is_main_process()`)."""
+    _HAND.clear()
+    tests = RankTests(p.text).tests
+    if not tests:
+        return
+    for node in ast.walk(p.tree):
+        if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            v = tests.get((node.test.lineno, node.test.col_offset))
+            if v is not None:
+                _HAND[id(node.test)] = v
 
 
 def rank_names(p: Program) -> set[str]:
@@ -39,6 +57,10 @@ def rank_names(p: Program) -> set[str]:
 
 def _test_rank0(test: ast.AST, ranks: set[str]) -> bool | None:
     """True: the test holds on rank 0 alone; False: on every rank but 0; None: neither."""
+    # the script's own rank tests, as the planners read them (analysis/rank_tests.py)
+    hand = _HAND.get(id(test))
+    if hand is not None:
+        return hand
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, right = ast.unparse(test.left), ast.unparse(test.comparators[0])
         op = test.ops[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddpify.analysis.entries import console_functions
+from ddpify.analysis.entries import console_functions, run_by_decorator
 from ddpify.gate.common import Violation
 from ddpify.gate.program import Program
 from ddpify.gate.sync import is_ddp
@@ -253,13 +253,16 @@ def check(p: Program, path: str = "") -> list[Violation]:
     if guard is not None:  # in source order: code after the block runs after it
         inlined = [x for s in top for x in (list(guard.body) if s is guard else [s])]
         paths.append(('the `if __name__ == "__main__":` block', inlined))
-    for name in console_functions(path):
+    decorated = run_by_decorator(stmts)
+    for name in console_functions(path) + decorated:
         fn = next(
             (s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == name),
             None,
         )
         if fn is not None:
-            paths.append((f"the console script's `{name}()`", base + list(fn.body)))
+            what = "the function its decorator runs" if name in decorated else ""
+            what = what or "the console script's"
+            paths.append((f"{what} `{name}()`", base + list(fn.body)))
     if not paths:
         paths.append(("the module's top-level code", base))
     reach = _Reach(p)

@@ -35,21 +35,8 @@ GENERATED = {"ddp_setup", "rank0_seed", "rank0_value", "rank0_decides", "rank_ba
 
 
 def looks_like_path(p: Program, node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return effect_kinds.pathish_literal(node.value)
-    if isinstance(node, ast.JoinedStr):
-        parts = [v.value if isinstance(v, ast.Constant) else "x" for v in node.values]
-        return effect_kinds.pathish_literal("".join(str(x) for x in parts))
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        return True
-    if isinstance(node, ast.Call):
-        name = p.call_name(node) or p.last(node)
-        return (
-            name.endswith(("path.join", "Path", "joinpath", "with_suffix", "with_name"))
-            or p.last(node) == "format"
-        )
-    name = ast.unparse(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
-    return bool(name) and effect_kinds.pathish_name(name)
+    # the planners ask the same question (analysis/effect_kinds.py), so they guard what this names
+    return effect_kinds.pathish(node, lambda n: [o.node for o in p.origins(n)])
 
 
 def _arg(call: ast.Call, where) -> ast.AST | None:

@@ -23,6 +23,7 @@ declare(
 # Import each generated name needs, and the alias conventionally used for it.
 IMPORTS = {
     "os": ("import os", "os"),
+    "sys": ("import sys", "sys"),
     "torch": ("import torch", "torch"),
     "dist": ("import torch.distributed as dist", "dist"),
     "DDP": ("from torch.nn.parallel import DistributedDataParallel as DDP", "DDP"),
@@ -36,6 +37,7 @@ IMPORTS = {
 }
 QUALIFIED = {
     "os": "os",
+    "sys": "sys",
     "torch": "torch",
     "dist": "torch.distributed",
     "DDP": "torch.nn.parallel.DistributedDataParallel",
@@ -103,6 +105,18 @@ class Context:
             str, object
         ] = {}  # --optimize: model name -> its class code (or why none)
 
+    def barrier(self, node: cst.CSTNode, why: str) -> str:
+        """`dist.barrier()  # why`; in a module of the project other than the entry, only where
+        there is a process group: the repository's other scripts (an inference script calling
+        the model's load()) import that module too and run it as a plain process."""
+        dist = self.name("dist")
+        if self.a.region_of(node) == 0:
+            return f"{dist}.barrier()  # {why}\n"
+        return (
+            f"if {dist}.is_initialized():  # other scripts run this without a group\n"
+            f"    {dist}.barrier()  # {why}\n"
+        )
+
     def console(self) -> list[cst.FunctionDef]:
         """The module-level functions of the program that the project's console scripts start
         (they run without any `if __name__ == "__main__":` block)."""
@@ -113,6 +127,8 @@ class Context:
             if self._console is not None
             else tuple((0, f) for f in console_functions(self.path))
         )
+        # functions a decorator runs when the entry file runs (sacred's @ex.automain)
+        targets += tuple((0, f) for f in self._run_by_decorator())
         out = []
         for region, name in targets:
             for s in self.a.module.body:
@@ -123,6 +139,23 @@ class Context:
                 ):
                     out.append(s)
         return out
+
+    def _run_by_decorator(self) -> list[str]:
+        import ast
+
+        from ddpify.analysis.entries import run_by_decorator
+
+        if "automain" not in self.a.pos.source:
+            return []
+        try:
+            tree = ast.parse(self.a.pos.source)
+        except (SyntaxError, ValueError, RecursionError):
+            return []
+        # the entry's own statements: a merged project's modules are not run as scripts
+        entry = [
+            s for s, c in zip(tree.body, self.a.module.body) if self.a.region_of(c) == 0
+        ]
+        return run_by_decorator(entry)
 
     # -- names ------------------------------------------------------------------------
     def _resolve_aliases(self) -> dict[str, str]:
@@ -160,13 +193,15 @@ class Context:
                 )
             ]
             if existing and not (
-                existing[0] in local and key not in ("os", "torch", "contextlib")
+                existing[0] in local and key not in ("os", "sys", "torch", "contextlib")
             ):
                 out[key] = existing[0]
             elif alias in bound or (
-                alias in local and key not in ("os", "torch", "contextlib")
+                alias in local and key not in ("os", "sys", "torch", "contextlib")
             ):
-                out[key] = full if key not in ("os", "torch", "contextlib") else alias
+                out[key] = (
+                    full if key not in ("os", "sys", "torch", "contextlib") else alias
+                )
             else:
                 out[key] = alias
         return out

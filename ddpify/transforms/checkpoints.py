@@ -93,9 +93,7 @@ class CheckpointTransform(Transform):
             return
         self._barriers.add(id(stmt))
         ctx.barrier_stmts.append(stmt)
-        ctx.edits.before[stmt].append(
-            ctx.stmt(f"{ctx.name('dist')}.barrier()  # {why}\n")
-        )
+        ctx.edits.before[stmt].append(ctx.stmt(ctx.barrier(stmt, why)))
 
     @staticmethod
     def _outside_branches(a, stmt: cst.CSTNode) -> cst.CSTNode:

@@ -421,14 +421,17 @@ class DataPrepTransform(Transform):
                 spans[-1].append(p)
             else:
                 spans.append([p])
-        dist = ctx.name("dist")
+        ctx.name("dist")  # the import, as before any barrier is planned
         for span in spans:
             first, last = span[0].stmt, span[-1].stmt
             if all(p.stmt in ctx.edits.guarded for p in span):
                 # rank 0 alone runs them: the others only wait
                 ctx.edits.after[last].append(
                     ctx.stmt(
-                        f"{dist}.barrier()  # rank 0 prepares the data; the other ranks wait for it\n"
+                        ctx.barrier(
+                            last,
+                            "rank 0 prepares the data; the other ranks wait for it",
+                        )
                     )
                 )
             else:
@@ -438,12 +441,18 @@ class DataPrepTransform(Transform):
                 ctx.edits.before[first].insert(
                     0,
                     ctx.stmt(
-                        f"if RANK != 0:\n    {dist}.barrier()  # rank 0 prepares the data first\n"
+                        "if RANK != 0:\n"
+                        + _indent(ctx.barrier(first, "rank 0 prepares the data first"))
                     ),
                 )
                 ctx.edits.after[last].append(
                     ctx.stmt(
-                        f"if RANK == 0:\n    {dist}.barrier()  # the data is in place: the other ranks go on\n"
+                        "if RANK == 0:\n"
+                        + _indent(
+                            ctx.barrier(
+                                last, "the data is in place: the other ranks go on"
+                            )
+                        )
                     )
                 )
             ctx.barrier_stmts.extend(p.stmt for p in span)
@@ -479,3 +488,7 @@ class DataPrepTransform(Transform):
             for g in guarded
             for c in a.findall(g, m.Call())
         )
+
+
+def _indent(text: str) -> str:
+    return "".join("    " + ln + "\n" for ln in text.splitlines())

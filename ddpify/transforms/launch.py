@@ -558,10 +558,15 @@ class LaunchTransform(Transform):
             and isinstance(body[-1].body[0], cst.Return)
         ):
             ctx.edits.append[fn].append(destroy)
+        what = (
+            "which its decorator runs when the file is run as a script"
+            if fn.name.value in ctx._run_by_decorator()
+            else "which a console script of the project starts"
+        )
         ctx.finding(
             fn,
             "DDP003",
-            f"process group set up and destroyed inside `{fn.name.value}()`, which a console script of the project starts",
+            f"process group set up and destroyed inside `{fn.name.value}()`, {what}",
             True,
         )
 

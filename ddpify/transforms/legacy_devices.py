@@ -8,6 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import call_args, code, dotted
+from ddpify.analysis.tree import text_of
 from ddpify.transforms.apex_common import module_block, module_name
 from ddpify.transforms.base import Transform
 from ddpify.transforms.device import DeviceTransform
@@ -69,9 +70,9 @@ def _nccl_only(a, backend: cst.BaseExpression) -> bool:
                 continue
             pos, kw = call_args(call)
             names = {
-                x.value.evaluated_value.lstrip("-").replace("-", "_")
+                text_of(x.value).lstrip("-").replace("-", "_")
                 for x in pos
-                if isinstance(x.value, cst.SimpleString)
+                if text_of(x.value) is not None
             }
             if flag in names or (
                 "dest" in kw and code(kw["dest"].value).strip("'\"") == flag

@@ -3,6 +3,7 @@ once, on global rank 0. A statement that runs the model or a collective is never
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -159,7 +160,7 @@ class Rank0Transform(Transform):
     def _rank0_already(self, a, node: cst.CSTNode, whole) -> bool:
         """node runs on rank 0 alone already: in a statement guarded whole, or in a function of the
         script that only such statements call."""
-        if any(_inside(a, node, w) for w in whole):
+        if any(_inside(a, node, w) for w in whole) or a.hand_guarded(node):
             return True
         fn = a.function_of(node)
         while fn is not None:
@@ -378,7 +379,10 @@ class Rank0Transform(Transform):
 
     @staticmethod
     def _checked(a, node: cst.CSTNode, name: str) -> bool:
-        """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test."""
+        """node sits under `if name:` / `if name is not None:` / `x if name else y` / a RANK test
+        (ddpify's or the script's own)."""
+        if a.hand_guarded(node):
+            return True
         cur = a.parent.get(node)
         while cur is not None:
             if isinstance(cur, (cst.If, cst.IfExp)) and re.search(
@@ -551,11 +555,13 @@ class Rank0Transform(Transform):
         if not isinstance(root, cst.Name) or root is call.func:
             return None
         bound = [w for names in a.bindings.values() for w in names.get(root.value, ())]
-        imported = bool(bound) and all(
-            w != "<value>" and not w.startswith("__ddpify_import_") for w in bound
+        # `try: import imageio except ImportError: imageio = None`: where it is called, it is
+        # the library (the gate reads it so too)
+        imported = any(w != "<value>" for w in bound) and not any(
+            w.startswith("__ddpify_import_") for w in bound
         )
         name = next(iter(sorted(a.qualified(call.func))), dotted(call.func) or "")
-        given = any(_pathish(arg.value) for arg in call.args)
+        given = any(_pathish(a, arg.value) for arg in call.args)
         return (
             f"{dotted(call.func)} (a library call given a path)"
             if effect_kinds.library_effect(name, imported, given, False)
@@ -627,6 +633,10 @@ class Rank0Transform(Transform):
     def _quiet_bar(self, ctx: Context, call: cst.Call) -> None:
         _, kw = call_args(call)
         stars = [x for x in call.args if x.star == "**"]
+        read = self._bar_read(ctx, call)
+        if read is not None:
+            self._bar_to_stdout(ctx, call, read)
+            return
         if "disable" in kw:
             old = code(kw["disable"].value)
             old = (
@@ -651,6 +661,77 @@ class Rank0Transform(Transform):
                 call, lambda n: append_kwarg(n, "disable", ctx.expr("RANK != 0"))
             )
         ctx.finding(call, "DDP062", "progress bar shown on global rank 0 only", True)
+
+    @staticmethod
+    def _bar_read(ctx: Context, call: cst.Call) -> str | None:
+        """A value the script reads off the bar (`pbar.n`, `pbar.format_dict`, a method whose
+        result it keeps): a disabled bar counts nothing, so those reads would differ on other
+        ranks (0, and a ZeroDivisionError where the script divides by it). None where the script
+        only drives its display."""
+        a = ctx.a
+        name = a._assign_target(call)
+        par = a.parent.get(call)
+        if name is None and isinstance(par, cst.WithItem) and par.asname is not None:
+            name = dotted(par.asname.name)
+        if not name:
+            return None
+        # where that name means this bar: its function, or the class for self.pbar
+        home = a.class_of(call) if name.startswith("self.") else a.function_of(call)
+        for attr in a.attributes:
+            if dotted(attr.value) != name or (
+                home is not None and not _inside(a, attr, home)
+            ):
+                continue
+            if home is None and a.function_of(attr) is not None:
+                if a._is_local(a.function_of(attr), name):
+                    continue  # another variable of the same name
+            use = a.parent.get(attr)
+            if isinstance(use, cst.Call) and use.func is attr:
+                if isinstance(a.parent.get(use), cst.Expr):
+                    continue  # pbar.update(1), pbar.set_postfix(...): display only
+                return code(use)
+            if isinstance(use, (cst.AssignTarget, cst.AugAssign)) and (
+                getattr(use, "target", None) is attr
+            ):
+                continue  # pbar.total = n: set, not read
+            return code(attr)
+        return None
+
+    def _bar_to_stdout(self, ctx: Context, call: cst.Call, read: str) -> None:
+        """The bar keeps counting on every rank; only its display changes stream: other ranks'
+        stdout goes to os.devnull from the set-up on (launch.py)."""
+        _, kw = call_args(call)
+        sysname = ctx.name("sys")
+        if "file" in kw:
+            old = kw["file"].value
+            if dotted(old) in ("sys.stdout", f"{sysname}.stdout"):
+                ctx.finding(
+                    call,
+                    "DDP062",
+                    f"progress bar kept counting on every rank (the script reads {read}); "
+                    "it writes to stdout, which is os.devnull on the other ranks",
+                    True,
+                )
+                return
+            ctx.edits.replace(
+                old,
+                lambda n: cst.IfExp(
+                    test=ctx.expr("RANK == 0"),
+                    body=n,
+                    orelse=ctx.expr(f"{sysname}.stdout"),
+                ),
+            )
+        else:
+            value = ctx.expr(f"{sysname}.stderr if RANK == 0 else {sysname}.stdout")
+            ctx.edits.replace(call, lambda n: append_kwarg(n, "file", value))
+        ctx.finding(
+            call,
+            "DDP062",
+            f"progress bar shown on global rank 0 only, and still counting on every rank (the "
+            f"script reads {read}): the other ranks draw it on their stdout, which is os.devnull "
+            "there",
+            True,
+        )
 
     def _open_for_write(self, ctx: Context, guarded: set) -> None:
         """open(path, "w") on other ranks writes to os.devnull: the code around it runs
@@ -757,32 +838,29 @@ def _ancestors(a, node: cst.CSTNode, stop: cst.CSTNode):
         cur = a.parent.get(cur)
 
 
-def _pathish(node: cst.BaseExpression) -> bool:
-    """A path, as effect_kinds reads one: a string with a folder or an extension, an f-string,
-    `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or ckpt_path."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return isinstance(value, str) and effect_kinds.pathish_literal(value)
-    if isinstance(node, cst.FormattedString):  # its literal parts: f"ckpt/{epoch}.pt"
-        return effect_kinds.pathish_literal(
-            "".join(
-                p.value if isinstance(p, cst.FormattedStringText) else "x"
-                for p in node.parts
-            )
-        )
-    if isinstance(node, cst.ConcatenatedString):
-        return _pathish(node.left) or _pathish(node.right)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-        return True
-    if isinstance(node, cst.Call):
-        name = dotted(node.func) or (
-            node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
-        )
-        return name.endswith(
-            ("path.join", "Path", "joinpath", "with_suffix", "with_name")
-        )
-    name = dotted(node)
-    return bool(name) and effect_kinds.pathish_name(name)
+def _pathish(a, node: cst.BaseExpression) -> bool:
+    """A path, as the gate reads one (analysis/effect_kinds.py): a string with a folder or an
+    extension, an f-string, `d / "x"`, os.path.join(...)/Path(...), a name such as out_dir or
+    ckpt_path, or a name whose value is one of those."""
+    fn = a.function_of(node)
+
+    def values(n: ast.AST) -> list[ast.AST]:
+        if not isinstance(n, ast.Name):
+            return []
+        found = a._local_values(fn, n.id)
+        if not found and fn is not None and not a._is_local(fn, n.id):
+            found = a._local_values(None, n.id)
+        return [v for v in (_as_ast(x) for x in found) if v is not None]
+
+    tree = _as_ast(node)
+    return tree is not None and effect_kinds.pathish(tree, values)
+
+
+def _as_ast(node: cst.CSTNode) -> ast.AST | None:
+    try:
+        return ast.parse(code(node).strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def _root(node: cst.CSTNode) -> str | None:
