@@ -172,7 +172,7 @@ def test_ddp116_updates_gated_by_the_episode_differ_per_rank(tmp_path, forkrun):
 
 
 @pytest.mark.parametrize(
-    "name, code", [("90_own_batch_sampler", "DDP022"), ("91_chained_streams", "DDP023")]
+    "name, code", [("rules/DDP022", "DDP022"), ("91_chained_streams", "DDP023")]
 )
 def test_ddp022_ddp023_a_loader_it_cannot_shard_feeds_every_rank_everything(
     name, code, tmp_path, forkrun
