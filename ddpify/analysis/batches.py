@@ -183,16 +183,7 @@ class BatchesMixin:
         rank the same batches: a problem."""
         if loop is None:
             return None
-        body = (
-            list(loop.body.body)
-            if isinstance(loop.body, cst.IndentedBlock)
-            else [loop.body]
-        )
-        top = first
-        while top is not None and top not in body:
-            top = self.parent.get(top)
-        upto = body[: body.index(top) + 1] if top in body else body
-        for node in self._reached(self._feeding(upto, first)[0]):
+        for node in self._reached_from(first, loop):
             for c in self.findall(node, m.Call(func=m.Attribute())):
                 made = self._generator_made(c.func.value)
                 if made is None:
@@ -689,16 +680,7 @@ class BatchesMixin:
     ) -> BatchSource | None:
         if loop is None:
             return None
-        body = (
-            list(loop.body.body)
-            if isinstance(loop.body, cst.IndentedBlock)
-            else [loop.body]
-        )
-        top = first
-        while top is not None and top not in body:
-            top = self.parent.get(top)
-        upto = body[: body.index(top) + 1] if top in body else body
-        reached = self._reached(self._feeding(upto, first)[0])
+        reached = self._reached_from(first, loop)
         draws = self._draws_in(reached)
         if not draws:
             return None
@@ -709,6 +691,20 @@ class BatchesMixin:
             first, loop
         )
         return src
+
+    def _reached_from(self, first: cst.CSTNode, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """What computes the forward's inputs in the loop, up to the forward, and the bodies of
+        the script's functions it calls."""
+        body = (
+            list(loop.body.body)
+            if isinstance(loop.body, cst.IndentedBlock)
+            else [loop.body]
+        )
+        top = first
+        while top is not None and top not in body:
+            top = self.parent.get(top)
+        upto = body[: body.index(top) + 1] if top in body else body
+        return self._reached(self._feeding(upto, first)[0])
 
     def _data_gate(self, first: cst.CSTNode, loop: cst.CSTNode) -> str | None:
         """A `while` or `if` around the step whose test reads what the loop computes from its data

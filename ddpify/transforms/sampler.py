@@ -448,7 +448,7 @@ class SamplerTransform(Transform):
         returned = a.returned_as(
             ld.home
         )  # `return DataLoader(...), ...`: the caller's names
-        if not ld.target and not returned and _held_in_dict(a, ld.call):
+        if not ld.target and not returned and a.dict_holders(ld.call):
             # loaders["train"]: each pass over what a training loop iterates starts an epoch
             if self._each_pass(ctx, ld):
                 return
@@ -516,7 +516,7 @@ class SamplerTransform(Transform):
         a = ctx.a
         done: set[int] = ctx.__dict__.setdefault("_next_epoch_loops", set())
         added = False
-        for loop in self._training_loops(a) + self._generator_passes(a):
+        for loop in a.training_loops() + self._generator_passes(a):
             expr = _iterated(loop.iter)
             if expr is None or id(loop) in done or not ctx.editable(loop):
                 continue
@@ -533,79 +533,25 @@ class SamplerTransform(Transform):
             added = True
         return added
 
-    def _training_key(self, ctx: Context, ld: Loader) -> tuple[str, str] | None:
-        """For a loader a dict comprehension builds for each phase (`{p: DataLoader(...) for p
-        in phases}`): (`p == "train"`, `p != "train"`) for the key the training reads, by where
-        it reads the dict: a loop that trains over `loaders["train"]` (or hands it to next()),
-        or over `loaders[p]` with the step under `if p == "train":`. None where it is not
-        such a loader, or no one key is found (every phase is then sharded)."""
-        a = ctx.a
-        comp = a.parent.get(ld.call)
-        if (
-            not isinstance(comp, cst.DictComp)
-            or comp.value is not ld.call
-            or not isinstance(comp.key, cst.Name)
-        ):
-            return None
-        holders = _held_in_dict(a, ld.call) or set()
-        loops = self._training_loops(a)
-        feeding = {
-            c.args[0].value.value
-            for loop in loops
-            for c in a.findall(loop.body, m.Call(func=m.Name("next")))
-            if c.args and isinstance(c.args[0].value, cst.Name)
-        }
-        keys: set[str] = set()
-        for sub in a.findall(a.module, m.Subscript()):
-            if dotted(sub.value) not in holders or len(sub.slice) != 1:
-                continue
-            index = sub.slice[0].slice
-            key = index.value if isinstance(index, cst.Index) else None
-            stmt = a.statement(sub)
-            fed = isinstance(stmt, cst.SimpleStatementLine) and any(
-                isinstance(x, cst.Assign)
-                and any(dotted(t.target) in feeding for t in x.targets)
-                for x in stmt.body
-            )
-            if not (fed or any(_within(a, sub, loop.iter) for loop in loops)):
-                continue
-            if isinstance(key, cst.SimpleString):
-                keys.add(key.value)
-            elif isinstance(key, cst.Name):
-                keys |= self._tested_keys(a, key.value)
-        if len(keys) != 1:
-            return None
-        key = keys.pop()
-        return f"{comp.key.value} == {key}", f"{comp.key.value} != {key}"
-
     @staticmethod
-    def _tested_keys(a, name: str) -> set[str]:
-        """The strings `name` is compared with in the `if` tests that hold a training step's
-        backward (`if phase == "train":`)."""
-        out: set[str] = set()
-        for step in a.steps:
-            cur = a.parent.get(step.backward)
-            while cur is not None:
-                if isinstance(cur, cst.If) and isinstance(cur.test, cst.Comparison):
-                    t = cur.test
-                    if len(t.comparisons) == 1 and isinstance(
-                        t.comparisons[0].operator, cst.Equal
-                    ):
-                        sides = [t.left, t.comparisons[0].comparator]
-                        if any(m.matches(x, m.Name(name)) for x in sides):
-                            out |= {
-                                x.value
-                                for x in sides
-                                if isinstance(x, cst.SimpleString)
-                            }
-                cur = a.parent.get(cur)
-        return out
+    def _training_key(ctx: Context, ld: Loader) -> tuple[str, str] | None:
+        """For a loader a dict comprehension builds for each phase (`{p: DataLoader(...) for p
+        in phases}`): (`p == "train"`, `p != "train"`) for the one key the training reads; None
+        where it is no such loader, or no one key is found (every phase is then sharded)."""
+        comp = ctx.a.parent.get(ld.call)
+        if not isinstance(comp, cst.DictComp) or not isinstance(comp.key, cst.Name):
+            return None
+        keys = ctx.a.trained_keys(ld.call)
+        if len(keys) != 1 or "*" in keys:
+            return None
+        key = next(iter(keys))
+        return f"{comp.key.value} == {key}", f"{comp.key.value} != {key}"
 
     def _generator_passes(self, a) -> list[cst.For]:
         """The loops over a parameter in the script's generator functions whose batches a
         training loop draws with next(): `batches = cycle(loader)`, then `next(batches)`."""
         out: list[cst.For] = []
-        for loop in self._training_loops(a):
+        for loop in a.training_loops():
             for c in a.findall(loop.body, m.Call(func=m.Name("next"))):
                 if not c.args or not isinstance(c.args[0].value, cst.Name):
                     continue
@@ -632,14 +578,11 @@ class SamplerTransform(Transform):
         """The training reads the loader through itertools.cycle, which replays its first pass
         (in a training loop's header, or bound to a name the loop draws from with next()): the
         loader's sampler never starts another pass, so it needs no set_epoch."""
-        holder = _held_in_dict(a, ld.call) or set()
-        loops = self._training_loops(a)
-        fed = {
-            c.args[0].value.value
-            for loop in loops
-            for c in a.findall(loop.body, m.Call(func=m.Name("next")))
-            if c.args and isinstance(c.args[0].value, cst.Name)
-        }
+        holder, loops, fed = (
+            a.dict_holders(ld.call),
+            a.training_loops(),
+            a.fed_by_next(),
+        )
         for call in a.calls:
             if "itertools.cycle" not in a.qualified(call.func) or not call.args:
                 continue
@@ -654,28 +597,6 @@ class SamplerTransform(Transform):
             ):
                 return True
         return False
-
-    @staticmethod
-    def _training_loops(a) -> list[cst.For]:
-        """The `for` loops that hold a training step, in their function or around a call that
-        leads to it."""
-        out: list[cst.For] = []
-        for step in a.steps:
-            work, seen = [(step.stmt, 0)], set()
-            while work:
-                node, depth = work.pop()
-                if id(node) in seen or depth > 3:
-                    continue
-                seen.add(id(node))
-                loop = a.enclosing_loop(node)
-                while loop is not None:
-                    if isinstance(loop, cst.For) and all(loop is not x for x in out):
-                        out.append(loop)
-                    loop = a.enclosing_loop(loop)
-                fn = a.function_of(node)
-                if fn is not None:
-                    work += [(c, depth + 1) for c in a.callers(fn)]
-        return out
 
     @staticmethod
     def _epoch_stmt(
@@ -983,22 +904,6 @@ def _may_be_none(a, value: cst.BaseExpression) -> bool:
 def _at(a, node: cst.CSTNode) -> str:
     """ " at line N" where the node is in the file the finding names (one file)."""
     return "" if a.several_files() else f" at line {a.line_col(node)[0]}"
-
-
-def _held_in_dict(a, call: cst.CSTNode) -> set[str] | None:
-    """The names a dict that holds the loader is bound to (`loaders = {"train": DataLoader(...)}`,
-    a comprehension over phases, one returned into the callers); None where it is no dict's
-    value."""
-    par = a.parent.get(call)
-    if isinstance(par, cst.DictElement) and par.value is call:
-        held = a.parent.get(par)
-    elif isinstance(par, cst.DictComp) and par.value is call:
-        held = par
-    else:
-        return None
-    names = {dotted(t.target) for t in getattr(a.parent.get(held), "targets", ())}
-    names |= {name for name, _ in a.returned_as(held)}
-    return {n for n in names if n}
 
 
 def _within(a, node: cst.CSTNode, container: cst.CSTNode) -> bool:
