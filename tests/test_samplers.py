@@ -124,14 +124,23 @@ def test_a_batch_sampler_that_may_be_none_is_refused_where_it_is_none():
     assert "build it with batch_sampler= only where one is set" in message
 
 
-def test_a_shuffling_subset_sampler_is_wrapped_and_needs_no_set_epoch():
+def test_a_subset_sampler_is_wrapped_and_set_epoch_reaches_it():
     res, found = convert(
         "loader = DataLoader(ds, batch_size=8, sampler=SubsetRandomSampler(range(48)))\n"
     )
     assert "sampler=DistributedSamplerWrapper(SubsetRandomSampler(range(48)))" in (
         res.source
     )
-    assert "DDP027" not in found and "loader.sampler.set_epoch(" not in res.source
+    assert "DDP027" not in found and "loader.sampler.set_epoch(epoch)" in res.source
+
+
+def test_a_batch_sampler_of_its_own_takes_set_epoch_where_the_loader_keeps_it():
+    res, found = convert(
+        "loader = DataLoader(ds, batch_sampler=[[0, 1], [2, 3], [4, 5], [6, 7]])\n"
+    )
+    assert "batch_sampler=DistributedSamplerWrapper([[0, 1]," in flat(res)
+    assert "loader.batch_sampler.set_epoch(epoch)" in res.source
+    assert "DDP115" in found
 
 
 # -- the wrapper, as each rank runs it -------------------------------------------------------
@@ -187,7 +196,7 @@ def test_every_rank_takes_its_share_of_one_sequence(world):
     assert torch.is_tensor(torch.zeros(1))
 
 
-def test_the_passes_differ_without_set_epoch_and_set_epoch_reaches_the_sampler():
+def test_an_epoch_has_one_order_and_set_epoch_draws_another():
     pytest.importorskip("torch")
     from torch.utils.data import RandomSampler
 
@@ -198,9 +207,10 @@ def test_the_passes_differ_without_set_epoch_and_set_epoch_reaches_the_sampler()
             self.epoch = epoch
 
     (w, got), _ = _shares(lambda: Epochs(range(40)), 2, passes=2)
-    assert got[0] != got[1] and sorted(got[0]) != list(range(0, 40, 2))
+    # a pass one rank makes alone (a batch peeked at) changes no later pass
+    assert got[0] == got[1]
     w.set_epoch(7)
-    assert w.sampler.epoch == 7 == w.epoch
+    assert w.sampler.epoch == 7 == w.epoch and list(w) != got[0]
     assert w.data_source == range(40)  # the sampler's own attributes stay reachable
 
 
@@ -226,10 +236,9 @@ def test_an_endless_sampler_goes_on_and_leaves_the_global_generators_alone():
             while True:
                 yield from torch.randperm(6).tolist()
 
-    w = _wrapper(1, 2)["DistributedSamplerWrapper"](Endless())
-    items = iter(w)
-    next(items)  # the first pass draws the seed
+    w = _wrapper(1, 2)["DistributedSamplerWrapper"](Endless())  # draws its seed
     state, py = torch.get_rng_state(), random.getstate()
+    items = iter(w)
     got = [next(items) for _ in range(200)]
     assert torch.equal(state, torch.get_rng_state()) and py == random.getstate()
     assert len(got) == 200 and set(got) <= set(range(6))
@@ -249,38 +258,36 @@ def test_rank_batches_takes_one_round_of_a_generator_at_a_time():
     assert list(it) == [4] and made == list(range(7))
 
 
-def _differing_ranks(rank: int, port: int, queue) -> None:
-    import torch
+def _peek_on_rank0(rank: int, port: int, queue) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    scope = _wrapper(rank, 2)
+    from torch.utils.data import RandomSampler
 
-    class OwnGenerator:  # seeded differently on each process, as `default_rng()` is
-        def __iter__(self):
-            g = torch.Generator().manual_seed(1000 + rank)
-            return iter(torch.randperm(10, generator=g).tolist())
-
-    try:
-        list(scope["DistributedSamplerWrapper"](OwnGenerator()))
-        queue.put((rank, "no error"))
-    except RuntimeError as e:
-        queue.put((rank, str(e)))
+    wrapper = _wrapper(rank, 2)["DistributedSamplerWrapper"](RandomSampler(range(20)))
+    if rank == 0:
+        # a batch peeked at for a log, where the conversion guards the tracker call
+        next(iter(wrapper))
+    got = list(wrapper)
+    both = [None, None]
+    dist.all_gather_object(both, got)
+    queue.put((rank, both))
     dist.destroy_process_group()
 
 
 @pytest.mark.runs
-def test_a_sampler_that_differs_per_rank_stops_the_run_on_every_rank():
+def test_a_pass_one_rank_makes_alone_needs_no_other_rank():
     pytest.importorskip("torch")
     ctx = multiprocessing.get_context("fork")
     queue, port = ctx.Queue(), free_port()
-    procs = [
-        ctx.Process(target=_differing_ranks, args=(r, port, queue)) for r in (0, 1)
-    ]
+    procs = [ctx.Process(target=_peek_on_rank0, args=(r, port, queue)) for r in (0, 1)]
     for p in procs:
         p.start()
     got = dict(queue.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(60)
-    assert all("yields different items on different ranks" in m for m in got.values())
+    shares = got[0]
+    # no hang, and the shares the ranks then take are disjoint halves of one sequence
+    assert len(shares[0]) == len(shares[1]) == 10
+    assert not set(shares[0]) & set(shares[1])

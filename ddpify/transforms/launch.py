@@ -227,86 +227,59 @@ SAMPLER_WRAPPER = '''\
 class DistributedSamplerWrapper({torch}.utils.data.Sampler):
     """This rank's share of what a sampler yields (indices, or a batch sampler's
     batches): every WORLD_SIZE-th item from RANK on, a last incomplete round dropped,
-    so every rank gets as many. The sampler draws from random state of its own, seeded
-    alike on every rank, so every rank sees the same sequence; set_epoch reaches it."""
+    so every rank gets as many. The sampler draws from random state of its own, the
+    same on every rank for an epoch (seed + epoch), so every rank sees the same
+    sequence; set_epoch(epoch) draws another, and reaches the sampler too."""
 
     def __init__(self, sampler, rounds=64):
         self.sampler = sampler
         self.rounds = rounds  # items drawn ahead, in rounds of WORLD_SIZE
         self.epoch = 0
-        self.seed = None
-        self.state = None  # the global generators' states while the sampler draws
+        # rank 0's draw (the script's seed decides it), the same on every rank; here,
+        # where every rank builds the loader, so that a pass one rank makes alone (a
+        # batch peeked at for a log) needs no other rank
+        seed = {torch}.randint(2**62, (1,), dtype={torch}.long)
+        if {dist}.is_initialized() and WORLD_SIZE > 1:
+            {dist}.broadcast(seed, src=0)
+        self.seed = int(seed)
 
     def __iter__(self):
-        if self.seed is None:
-            # rank 0's draw (the script's seed decides it), the same on every rank
-            seed = {torch}.randint(2**62, (1,), dtype={torch}.long)
-            if {dist}.is_initialized() and WORLD_SIZE > 1:
-                {dist}.broadcast(seed, src=0)
-            self.seed = int(seed)
-        items, first, size = None, True, self.rounds * WORLD_SIZE
+        import random
+        import sys
+
+        np, seed = sys.modules.get("numpy"), self.seed + self.epoch
+        state = (
+            {torch}.Generator().manual_seed(seed).get_state(),
+            random.Random(seed).getstate(),
+            np and np.random.RandomState(seed % 2**32).get_state(),
+        )
+        items, size = None, self.rounds * WORLD_SIZE
         while True:
-            # the sampler's draws come from its own state, whatever the training draws
-            # in between on each rank
-            outer = self.swap(self.state)
+            # the sampler draws from its own state, whatever the training draws in
+            # between on each rank
+            state = self.swap(state)
             try:
                 items = iter(self.sampler) if items is None else items
                 chunk = [x for _, x in zip(range(size), items)]
             finally:
-                self.state = self.swap(outer)
-            if first:
-                self.check(chunk[:WORLD_SIZE])
-                first = False
+                state = self.swap(state)
             yield from chunk[RANK : len(chunk) - len(chunk) % WORLD_SIZE : WORLD_SIZE]
             if len(chunk) < size:
                 return
 
-    def swap(self, state):
-        """Install state as the global generators' state; return the one it replaces."""
+    @staticmethod
+    def swap(state):
+        """Install state (torch, random, numpy) as the global one; return theirs."""
         import random
         import sys
 
         np = sys.modules.get("numpy")
         old = ({torch}.get_rng_state(), random.getstate(), np and np.random.get_state())
-        if state is None:
-            state = (
-                {torch}.Generator().manual_seed(self.seed).get_state(),
-                random.Random(self.seed).getstate(),
-                None,
-            )
         {torch}.set_rng_state(state[0])
         random.setstate(state[1])
-        if np is not None:
-            seeded = state[2] or np.random.RandomState(self.seed % 2**32).get_state()
-            np.random.set_state(seeded)
+        if np is not None and state[2] is not None:
+            np.random.set_state(state[2])
         return old
-
-    def check(self, items):
-        """Stop unless every rank's sampler yields the same first items."""
-        if not ({dist}.is_initialized() and WORLD_SIZE > 1):
-            return
-
-        def figure(x):  # the numbers items hold, weighed by their place
-            if isinstance(x, dict):
-                x = list(x.values())
-            if isinstance(x, (list, tuple)):
-                return sum((k + 1) * figure(v) for k, v in enumerate(x))
-            try:  # a number, a tensor, an array
-                return float(x.sum()) if hasattr(x, "sum") else float(x)
-            except (TypeError, ValueError, RuntimeError):
-                return 0.0
-
-        high = {torch}.tensor([figure(items)], dtype={torch}.float64)
-        low = -high
-        {dist}.all_reduce(high, op={dist}.ReduceOp.MAX)
-        {dist}.all_reduce(low, op={dist}.ReduceOp.MAX)
-        if float((high + low).abs()) > 1e-9 * (float(high.abs()) + 1):
-            raise RuntimeError(
-                f"ddpify: {{type(self.sampler).__name__}} yields different items on "
-                "different ranks, so their shares would overlap: it draws from a "
-                "generator of its own that is seeded differently on each process (or "
-                "not at all); seed it alike on every rank"
-            )
 
     def __len__(self):
         return len(self.sampler) // WORLD_SIZE
@@ -380,9 +353,11 @@ NEXT_EPOCH = '''\
 
 def next_epoch(loader):
     """A new pass over the loader: its distributed sampler's epoch goes up by one."""
-    sampler = getattr(loader, "sampler", None)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(sampler.epoch + 1)
+    for attr in ("sampler", "batch_sampler"):  # a batch sampler of its own: the second
+        sampler = getattr(loader, attr, None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(sampler.epoch + 1)
+            return
 '''
 
 RANK0_VALUE = '''\

@@ -65,6 +65,7 @@ declare(
 
 class SamplerTransform(Transform):
     name = "sampler"
+    _attr = "sampler"  # where the loader keeps the sampler that takes set_epoch
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
@@ -100,13 +101,18 @@ class SamplerTransform(Transform):
             sharded = self._shard(ctx, ld)
             if sharded:
                 ctx.sharded.append(ld)  # type: ignore[attr-defined]
-                if ld.role == "train" and sharded != "wrapped":
+                if ld.role == "train":
+                    # a batch sampler of its own is wrapped where the loader keeps it
+                    self._attr = (
+                        "batch_sampler" if sharded == "batch_sampler" else "sampler"
+                    )
                     self._set_epoch(ctx, ld)
 
     # -- the sampler ------------------------------------------------------------------
     def _shard(self, ctx: Context, ld: Loader) -> bool | str:
-        """Shard the loader: its own sampler wrapped ("wrapped": no set_epoch needed), else a
-        DistributedSampler over its data set (True); False where it is not sharded."""
+        """Shard the loader: its own sampler wrapped ("sampler", or "batch_sampler": where the
+        loader keeps what takes set_epoch), else a DistributedSampler over its data set (True);
+        False where it is not sharded."""
         a = ctx.a
         call = ld.call
         pos, kw = call_args(call)
@@ -334,12 +340,14 @@ class SamplerTransform(Transform):
                 expr,
                 "DDP115",
                 f"`{kind}={_short(expr)}` wrapped in {wrapper}: each rank takes every "
-                "WORLD_SIZE-th of what it yields, drawn alike on every rank, a last incomplete "
-                "round dropped so every rank runs as many steps",
+                "WORLD_SIZE-th of what it yields, drawn alike on every rank (set_epoch draws "
+                "another order), a last incomplete round dropped so every rank runs as many steps",
                 True,
             )
             ctx.finding(call, "DDP026", batch_note(ctx, call), False)
-            return "wrapped"
+            # whether the sampler shuffles is its own business: a set_epoch not placed is a note
+            ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(call): False}  # type: ignore[attr-defined]
+            return kind
         # it may be None: then the loader draws from its data set (shuffle=...) instead
         v = maybe_none[0]
         how = f"`{kind}={_short(expr)}` may be None here (" + (
@@ -436,7 +444,7 @@ class SamplerTransform(Transform):
             and isinstance(outer.target, cst.Name)
         ):
             ctx.edits.after[home].append(
-                ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n")
+                ctx.stmt(f"{ld.target}.{self._attr}.set_epoch({outer.target.value})\n")
             )
             ctx.finding(
                 ld.call,
@@ -501,7 +509,7 @@ class SamplerTransform(Transform):
             ctx.finding(
                 ld.call,
                 "DDP027",
-                f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                f"epoch loop not found for `{what}`: call {what}.{self._attr}.set_epoch(epoch) at the top of each epoch by hand",
                 False,
                 _epoch_severity(ctx, ld),
             )
@@ -598,14 +606,14 @@ class SamplerTransform(Transform):
                 return True
         return False
 
-    @staticmethod
     def _epoch_stmt(
-        ctx: Context, where: cst.CSTNode, used: str, counter: str
+        self, ctx: Context, where: cst.CSTNode, used: str, counter: str
     ) -> cst.BaseStatement:
-        """`used.sampler.set_epoch(counter)`; in a helper handed its loader by its callers (a
+        """`used.sampler.set_epoch(counter)` (`used.batch_sampler` for a batch sampler of its
+        own); in a helper handed its loader by its callers (a
         shared cycle(loader) or run_epoch(loader)), only where the sampler has set_epoch: another
         caller may hand it a loader without a distributed sampler."""
-        fn = ctx.a.function_of(where)
+        fn, attr = ctx.a.function_of(where), self._attr
         head = used.split(".")[0]
         if (
             fn is not None
@@ -614,9 +622,9 @@ class SamplerTransform(Transform):
         ):
             return ctx.stmt(
                 "# another caller may hand in a loader without a distributed sampler\n"
-                f'if hasattr({used}.sampler, "set_epoch"):\n    {used}.sampler.set_epoch({counter})\n'
+                f'if hasattr({used}.{attr}, "set_epoch"):\n    {used}.{attr}.set_epoch({counter})\n'
             )
-        return ctx.stmt(f"{used}.sampler.set_epoch({counter})\n")
+        return ctx.stmt(f"{used}.{attr}.set_epoch({counter})\n")
 
     @staticmethod
     def _returned(a, ld: Loader):
@@ -642,13 +650,13 @@ class SamplerTransform(Transform):
                     done.add((id(stmt), used))
                     ctx.skipped_here(
                         stmt,
-                        f"{used}.sampler.set_epoch(...) where this pass over the loader starts",
+                        f"{used}.{self._attr}.set_epoch(...) where this pass over the loader starts",
                         severity == "blocking",
                     )
                 elif (id(stmt), used) not in done:
                     done.add((id(stmt), used))
                     counter = (
-                        self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
+                        self._epoch_counter(a, stmt) or f"{used}.{self._attr}.epoch + 1"
                     )
                     ctx.edits.before[stmt].append(
                         self._epoch_stmt(ctx, stmt, used, counter)
@@ -674,8 +682,18 @@ class SamplerTransform(Transform):
                 ):
                     ctx.skipped_here(
                         loop,
-                        f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop",
+                        f"{expr}.{self._attr}.set_epoch({loop.target.value}) at the top of this epoch loop",
                         severity == "blocking",
+                    )
+                elif isinstance(loop, cst.For) and any(
+                    code(c.func) == f"{expr}.{self._attr}.set_epoch"
+                    for c in a.findall(loop.body, m.Call())
+                ):
+                    ctx.finding(
+                        loop,
+                        "DDP021",
+                        f"{expr}.{self._attr}.set_epoch(...) is called in this epoch loop already",
+                        False,
                     )
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
                     ctx.edits.prepend[loop].append(
@@ -693,7 +711,7 @@ class SamplerTransform(Transform):
                     counter = (
                         counter
                         if counter and self._counts_in(a, loop, counter)
-                        else f"{expr}.sampler.epoch + 1"
+                        else f"{expr}.{self._attr}.epoch + 1"
                     )
                     ctx.edits.prepend[loop].append(
                         self._epoch_stmt(ctx, loop, expr, counter)
@@ -708,7 +726,7 @@ class SamplerTransform(Transform):
                     ctx.finding(
                         loop,
                         "DDP027",
-                        f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                        f"epoch loop is not `for epoch in ...`: call {expr}.{self._attr}.set_epoch(epoch) at the top of each epoch by hand",
                         False,
                         severity,
                     )
@@ -778,7 +796,10 @@ class SamplerTransform(Transform):
                         and isinstance(aug.target, cst.Name)
                         and isinstance(aug.operator, cst.AddAssign)
                     ):
-                        return aug.target.value
+                        # the first pass, before its counter is bound (`passes = 0` after
+                        # it): epoch 0, the restarts count on from there
+                        bound = _bound_before(a, aug.target.value, stmt)
+                        return aug.target.value if bound else "0"
         return None
 
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
@@ -904,6 +925,20 @@ def _may_be_none(a, value: cst.BaseExpression) -> bool:
 def _at(a, node: cst.CSTNode) -> str:
     """ " at line N" where the node is in the file the finding names (one file)."""
     return "" if a.several_files() else f" at line {a.line_col(node)[0]}"
+
+
+def _bound_before(a, name: str, stmt: cst.CSTNode) -> bool:
+    """name is assigned before stmt in stmt's function (`passes = 0` before the first pass)."""
+    fn, at = a.function_of(stmt), a._order.get(id(stmt), 0)
+    return any(
+        a.function_of(asg) is fn
+        and a._order.get(id(asg), 0) < at
+        and any(
+            dotted(t) == name for tt in getattr(asg, "targets", ()) for t in [tt.target]
+        )
+        for asg in a.assigns
+        if isinstance(asg, cst.Assign)
+    )
 
 
 def _within(a, node: cst.CSTNode, container: cst.CSTNode) -> bool:
