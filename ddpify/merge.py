@@ -242,8 +242,7 @@ KEPT = {
 HELPERS = {
     "rank0_decides",
     "RankShard",
-    "DistributedWeightedSampler",
-    "DistributedSubsetSampler",
+    "DistributedSamplerWrapper",
     "rank_share",
     "rank_batches",
     "rank_rows",

@@ -118,7 +118,7 @@ for epoch in range(2):
     assert codes(src).get("DDP114") == "blocking"
 
 
-def test_a_sampler_without_replacement_stays_refused():
+def test_a_sampler_without_replacement_is_wrapped():
     src = """import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
@@ -133,7 +133,8 @@ for x, y in loader:
     loss.backward()
     opt.step()
 """
-    assert codes(src).get("DDP022") == "blocking"
+    assert codes(src).get("DDP115") == "note"
+    assert "DDP022" not in codes(src)
 
 
 def test_evaluation_loops_over_the_same_data_stay_unsharded():

@@ -171,8 +171,20 @@ def test_ddp116_updates_gated_by_the_episode_differ_per_rank(tmp_path, forkrun):
     assert counts[0] != counts[1], counts
 
 
+def test_ddp116_rollouts_seeded_alike_are_the_same_on_every_rank(tmp_path, forkrun):
+    d = FIX / "381_rollouts_seeded_alike_refused"
+    found = blocking((d / "input.py").read_text())
+    assert codes(found) == ["DDP116"] and "seeded alike on every process" in (
+        found[0].message
+    )
+    (tmp_path / "train.py").write_text(partial(d))
+    _, checks = two_ranks(tmp_path / "train.py", tmp_path, forkrun)
+    # the model's training inputs are the same on both ranks at every step
+    assert checks["data-sharding"].status == "FAIL", checks["data-sharding"].figure
+
+
 @pytest.mark.parametrize(
-    "name, code", [("90_own_batch_sampler", "DDP022"), ("91_chained_streams", "DDP023")]
+    "name, code", [("rules/DDP022", "DDP022"), ("91_chained_streams", "DDP023")]
 )
 def test_ddp022_ddp023_a_loader_it_cannot_shard_feeds_every_rank_everything(
     name, code, tmp_path, forkrun

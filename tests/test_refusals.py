@@ -233,36 +233,6 @@ def test_a_tracker_used_only_where_rank0_runs_needs_nothing():
     ]
 
 
-def _subset_sampler(rank: int, world: int):
-    torch = pytest.importorskip("torch")
-    from ddpify.transforms.launch import SUBSET_SAMPLER
-
-    scope = {"torch": torch, "RANK": rank, "WORLD_SIZE": world}
-    exec(SUBSET_SAMPLER.format(torch="torch"), scope)
-    return scope["DistributedSubsetSampler"]
-
-
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_distributed_subset_sampler_shares_out_the_subset(world):
-    subset = list(range(100, 131))  # 31 indices of a larger data set
-    draws = []
-    for rank in range(world):
-        s = _subset_sampler(rank, world)(subset)
-        s.set_epoch(4)
-        draws.append(list(s))
-        assert (
-            len(draws[-1]) == len(s) == -(-len(subset) // world)
-        )  # as many on every rank
-    every = [i for d in draws for i in d]
-    assert set(every) == set(subset)  # the whole subset, nothing outside it
-    assert len(every) - len(set(every)) == len(every) - len(
-        subset
-    )  # only padding repeats
-    again = _subset_sampler(0, world)(subset)
-    again.set_epoch(5)
-    assert list(again) != draws[0] or world == 3  # another epoch, another order
-
-
 def test_loader_factories_and_subclasses_are_followed():
     src = (
         MODEL.replace(

@@ -222,7 +222,7 @@ train_loader = DataLoader(Shards(), batch_size=4)
     assert "RankShard(" not in result.source
 
 
-def test_sampler_with_no_distributed_equivalent_is_refused():
+def test_a_sampler_of_the_scripts_own_is_wrapped():
     src = (
         STREAM_HEAD
         + """from torch.utils.data import Sampler, TensorDataset
@@ -245,18 +245,20 @@ train_loader = DataLoader(ds, batch_size=4, sampler=EveryOther(8))
         + STREAM_STEP
     )
     result = convert_source(src, CPU_OK)
-    assert "DDP022" in _codes(result, fixed=False)
-    assert "DistributedWeightedSampler" not in result.source
+    assert "DDP115" in _codes(result, fixed=True)
+    assert "sampler=DistributedSamplerWrapper(EveryOther(8))" in result.source
+    # each epoch another order of the sampler's, the same on every rank
+    assert "train_loader.sampler.set_epoch(epoch)" in result.source
 
 
 def _helper(text: str, rank: int, world: int) -> dict:
     """Run a generated helper class with this rank's module globals."""
     import torch
 
-    from ddpify.transforms.launch import SHARD, WEIGHTED
+    from ddpify.transforms.launch import SHARD
 
     scope = {"torch": torch, "RANK": rank, "WORLD_SIZE": world}
-    exec({"shard": SHARD, "weighted": WEIGHTED}[text].format(torch="torch"), scope)
+    exec({"shard": SHARD}[text].format(torch="torch"), scope)
     return scope
 
 
@@ -291,25 +293,6 @@ def test_rank_shard_splits_workers_too():
         )
     assert len(per_rank[0]) == len(per_rank[1]) == 10
     assert set(per_rank[0]).isdisjoint(per_rank[1])
-
-
-def test_distributed_weighted_sampler_draws_disjoint_shares_that_change_by_epoch():
-    torch = pytest.importorskip("torch")
-    weights = torch.tensor([1.0] * 90 + [9.0] * 10)
-    samplers = [
-        _helper("weighted", r, 2)["DistributedWeightedSampler"](
-            weights, num_samples=100, replacement=True
-        )
-        for r in range(2)
-    ]
-    draws = [list(s) for s in samplers]
-    assert [len(d) for d in draws] == [50, 50] == [len(s) for s in samplers]
-    assert set(draws[0]).isdisjoint(draws[1])
-    heavy = sum(i >= 90 for d in draws for i in d)
-    assert 30 <= heavy <= 70  # half the weight sits on the last 10 indices
-    for s in samplers:
-        s.set_epoch(1)
-    assert [list(s) for s in samplers] != draws
 
 
 # -- legacy scripts: the same device-aware set-up as a fresh conversion ----------------

@@ -687,6 +687,9 @@ class Gen:
                 "random_split",
                 "subset",
                 "iterable",
+                "own_sampler",
+                "batch_sampler",
+                "sampler_none",
             )
             and not self.use_tensordataset
         ):
@@ -729,6 +732,36 @@ class Gen:
                 "        for i in range(0, len(order), self.size):",
                 "            j = order[i:i + self.size]",
                 "            yield self.x[j], self.y[j]",
+                "",
+                "",
+            ]
+        if data == "own_sampler":  # the class names of data variants it never meets
+            L += [
+                f"class {C['BatchIter']}(Sampler):",
+                "    def __init__(self, n):",
+                "        self.n = n",
+                "",
+                "    def __iter__(self):",
+                "        return iter(torch.randperm(self.n).tolist())",
+                "",
+                "    def __len__(self):",
+                "        return self.n",
+                "",
+                "",
+            ]
+        if data == "batch_sampler":
+            L += [
+                f"class {C['Stream']}(Sampler):",
+                "    def __init__(self, n, size):",
+                "        self.n, self.size = n, size",
+                "",
+                "    def __iter__(self):",
+                "        order = torch.randperm(self.n).tolist()",
+                "        for i in range(0, self.n, self.size):",
+                "            yield order[i:i + self.size]",
+                "",
+                "    def __len__(self):",
+                "        return (self.n + self.size - 1) // self.size",
                 "",
                 "",
             ]
@@ -776,13 +809,30 @@ class Gen:
             )
             self.body_vars.add(N["gen"])
         tl, vl = N["train_loader"], N["val_loader"]
-        if d in ("loader", "cycle_shared", "iter_count"):
+        own = ("own_sampler", "batch_sampler", "sampler_none")
+        if d in ("loader", "cycle_shared", "iter_count") + own:
             b.add(
                 f"{N['train_ds']} = {self.ds_expr(self.n_train, g)}",
                 f"{N['val_ds']} = {self.ds_expr(self.n_val, g)}",
-                f"{tl} = DataLoader({N['train_ds']}, batch_size={bs}, shuffle=True)",
-                f"{vl} = DataLoader({N['val_ds']}, batch_size={bs}, shuffle=False)",
             )
+            td, idx = N["train_ds"], N["idx"]  # idx: the subset's name, free here
+            if d == "own_sampler":
+                b.add(
+                    f"{tl} = DataLoader({td}, batch_size={bs}, sampler={self.C['BatchIter']}(len({td})))"
+                )
+            elif d == "batch_sampler":
+                b.add(
+                    f"{tl} = DataLoader({td}, batch_sampler={self.C['Stream']}(len({td}), {bs}))"
+                )
+            elif d == "sampler_none":
+                b.add(
+                    f"{idx} = None",
+                    f"{tl} = DataLoader({td}, batch_size={bs}, shuffle={idx} is None, sampler={idx})",
+                )
+                self.body_vars.add(idx)
+            else:
+                b.add(f"{tl} = DataLoader({td}, batch_size={bs}, shuffle=True)")
+            b.add(f"{vl} = DataLoader({N['val_ds']}, batch_size={bs}, shuffle=False)")
             self.body_vars |= {N["train_ds"], N["val_ds"], tl, vl}
             if d == "iter_count":
                 b.add(f"{N['train_it']} = iter({tl})")
@@ -1952,6 +2002,7 @@ class Gen:
                 "TensorDataset",
                 "Subset",
                 "random_split",
+                "Sampler",
             )
             if re.search(rf"(?<![.\w]){n}\b", text)
         ]

@@ -58,6 +58,10 @@ DIMENSIONS: dict[str, list[str]] = {
         "random_split",
         "subset",
         "iterable",
+        # a sampler of the script's own, a batch sampler of its own, a sampler that is None
+        "own_sampler",
+        "batch_sampler",
+        "sampler_none",
     ],
     "checkpoint": [
         "none",

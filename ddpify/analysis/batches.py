@@ -164,10 +164,159 @@ class BatchesMixin:
                 names + [dotted(t) for t in _flatten_targets(loop.target)]
             ):
                 return None  # the loop hands out the batches (a loader from elsewhere): not known here
-        found = self._random_source(first, loop)
+        found = (
+            self._next_source(first, loop)
+            or self._random_source(first, loop)
+            or self._own_generator_source(first, loop)
+        )
         if found is not None:
             return found
         return self._index_source(step) or self._full_batch_source(step, loop)
+
+    def _own_generator_source(
+        self, first: cst.CSTNode, loop: cst.CSTNode | None
+    ) -> BatchSource | None:
+        """The batches are drawn (in the step's code or the script's functions it calls: an
+        environment's rollout) from a generator object of the script's own. One made without a
+        seed, or from the process's own entropy (os.getpid(), time), already differs on every
+        rank: kind "per_rank", left as it is. One seeded alike on every rank would give every
+        rank the same batches: a problem."""
+        if loop is None:
+            return None
+        for node in self._reached_from(first, loop):
+            for c in self.findall(node, m.Call(func=m.Attribute())):
+                made = self._generator_made(c.func.value)
+                if made is None:
+                    continue
+                origin = self._seed_origin(made)
+                src = BatchSource("per_rank", made, loop)
+                if origin == "same":
+                    src.problem = (
+                        f"the batches are drawn from `{code(made)}`, a generator of the script's own "
+                        "seeded alike on every process: every rank would train on the same batches; "
+                        "add the rank to its seed by hand (RANK = int(os.environ.get('RANK', 0)))"
+                    )
+                elif origin is None:
+                    src.problem = (
+                        f"the batches are drawn from `{code(made)}`, a generator of the script's own "
+                        "whose seed ddpify cannot follow, so it cannot tell whether every rank would "
+                        "draw the same batches: add the rank to its seed by hand (RANK = "
+                        "int(os.environ.get('RANK', 0)))"
+                    )
+                return src
+        return None
+
+    _PRIVATE = (
+        "numpy.random.default_rng",
+        "numpy.random.RandomState",
+        "numpy.random.Generator",
+        "random.Random",
+    )
+    _ENTROPY = (
+        "os.getpid",
+        "os.urandom",
+        "time.time",
+        "time.time_ns",
+        "time.perf_counter",
+        "uuid.uuid4",
+        "secrets.randbits",
+        "secrets.token_bytes",
+        "random.SystemRandom",
+    )
+
+    def _generator_made(self, receiver: cst.BaseExpression) -> cst.Call | None:
+        """The construction of the generator object `receiver` is (`rng`, `self.rng`)."""
+        if not isinstance(receiver, (cst.Name, cst.Attribute)):
+            return None
+        for v in self.values_of(receiver):
+            if isinstance(v, cst.Call) and self.is_call(v, *self._PRIVATE):
+                return v
+        return None
+
+    def _seed_origin(self, made: cst.Call) -> str | None:
+        """ "process": made with no seed, or from the process's own entropy or rank (each rank
+        its own); "same": from values every rank shares (literals, configuration); None: a
+        seed ddpify cannot follow."""
+        args = [a.value for a in made.args if not a.star]
+        if not args or m.matches(args[0], m.Name("None")):
+            return "process"
+        return self._seed_origin_of(args[0], self.function_of(made))
+
+    def _seed_origin_of(
+        self, seed: cst.BaseExpression, fn, depth: int = 0
+    ) -> str | None:
+        if self._entropy(seed):
+            return "process"
+        if depth > 4:
+            return None
+        params = {p.name.value for p in fn.params.params} if fn is not None else set()
+        origins: set[str | None] = set()
+        for n in [seed] if isinstance(seed, cst.Name) else self.findall(seed, m.Name()):
+            par = self.parent.get(n)
+            if isinstance(par, cst.Attribute) and par.attr is n:
+                continue
+            if isinstance(par, cst.Call) and par.func is n:
+                continue  # int(...), hash(...): what they are handed counts
+            if n.value in params:
+                callers = self.callers(fn)
+                if not callers:
+                    return None
+                for call in callers:
+                    arg = self.argument_for(call, fn, n.value)
+                    origins.add(
+                        "same"
+                        if arg is None  # its default
+                        else self._seed_origin_of(
+                            arg, self.function_of(call), depth + 1
+                        )
+                    )
+                continue
+            for v in self.values_of(n):
+                if v is not n:
+                    origins.add(self._seed_origin_of(v, self.function_of(v), depth + 1))
+        if None in origins:
+            return None
+        return "process" if "process" in origins else "same"
+
+    def _entropy(self, seed: cst.BaseExpression) -> bool:
+        """seed reads the process's own entropy or its rank (os.getpid(), time, RANK)."""
+        calls = self.findall(seed, m.Call()) + (
+            [seed] if isinstance(seed, cst.Call) else []
+        )
+        return any(self.is_call(c, *self._ENTROPY) for c in calls) or any(
+            x.evaluated_value in ("RANK", "LOCAL_RANK")
+            for x in self.findall(seed, m.SimpleString())
+        )
+
+    def _next_source(
+        self, first: cst.CSTNode, loop: cst.CSTNode | None
+    ) -> BatchSource | None:
+        """`batch = next(batches)` in the loop, `batches` made once before it by the script's own
+        generator (a generator function or method, iter() of its class with __iter__)."""
+        if loop is None:
+            return None
+        body = (
+            list(loop.body.body)
+            if isinstance(loop.body, cst.IndentedBlock)
+            else [loop.body]
+        )
+        scope = self.function_of(loop)
+        for node in self._feeding(body, first)[0]:
+            for c in self.findall(node, m.Call(func=m.Name("next"))):
+                if not c.args or not isinstance(c.args[0].value, cst.Name):
+                    continue
+                name = c.args[0].value.value
+                values = self._local_values(scope, name) or self._local_values(
+                    None, name
+                )
+                if len(values) != 1:
+                    continue
+                made = values[0]
+                if m.matches(made, m.Call(func=m.Name("iter"))) and made.args:
+                    made = self._made_from(made.args[0].value, scope)
+                if self._own_batches(made, scope):
+                    return BatchSource("iterable", values[0], loop)
+        return None
 
     _MOVES = {
         "to",
@@ -416,26 +565,62 @@ class BatchesMixin:
         if not names or not isinstance(it, (cst.Name, cst.Call)):
             return None
         made = self._made_from(it, self.function_of(loop))
-        if made is None:
-            return None
-        if not isinstance(made, cst.Call) or not isinstance(made.func, cst.Name):
-            return None
+        if self._own_batches(made, self.function_of(loop)):
+            return BatchSource("iterable", it, loop)
+        return None
+
+    def _own_batches(self, made, scope) -> bool:
+        """made is the script's own batch iterator: an instance of its class with __iter__ (not
+        a Dataset), a call of its generator function, or of a generator method of its object
+        (`data.batches(16)`)."""
+        if not isinstance(made, cst.Call):
+            return False
+        if isinstance(made.func, cst.Attribute):
+            return self._generator_method(made.func, scope) is not None
+        if not isinstance(made.func, cst.Name):
+            return False
         name = made.func.value
         cls = self.classes.get(name)
         if cls is not None:
             defs = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-            if any(d.name.value == "__iter__" for d in defs) and not any(
+            return any(d.name.value == "__iter__" for d in defs) and not any(
                 d.name.value == "__getitem__" for d in defs
-            ):
-                return BatchSource("iterable", it, loop)
-            return None
+            )
         fns = self.functions.get(name, [])
-        if (
+        return bool(
             len(fns) == 1
             and self.function_of(fns[0]) is None
             and self.findall(fns[0], m.Yield())
-        ):
-            return BatchSource("iterable", it, loop)
+        )
+
+    def _generator_method(self, func: cst.Attribute, scope) -> cst.FunctionDef | None:
+        """`obj.method` where obj is made by a class of the program (or is `self` in one) whose
+        method of that name yields: the batches come from the script's own generator."""
+        receiver = func.value
+        if m.matches(receiver, m.Name("self")):
+            cls = self.class_of(func)
+        else:
+            made = (
+                self._made_from(receiver, scope)
+                if isinstance(receiver, cst.Name)
+                else next(iter(self.values_of(receiver)), None)
+            )
+            cls = (
+                self.classes.get(made.func.value)
+                if isinstance(made, cst.Call) and isinstance(made.func, cst.Name)
+                else None
+            )
+        if cls is None:
+            return None
+        for stmt in cls.body.body:
+            if (
+                isinstance(stmt, cst.FunctionDef)
+                and stmt.name.value == func.attr.value
+                and any(
+                    self.function_of(y) is stmt for y in self.findall(stmt, m.Yield())
+                )
+            ):
+                return stmt
         return None
 
     def _made_from(
@@ -495,16 +680,7 @@ class BatchesMixin:
     ) -> BatchSource | None:
         if loop is None:
             return None
-        body = (
-            list(loop.body.body)
-            if isinstance(loop.body, cst.IndentedBlock)
-            else [loop.body]
-        )
-        top = first
-        while top is not None and top not in body:
-            top = self.parent.get(top)
-        upto = body[: body.index(top) + 1] if top in body else body
-        reached = self._reached(self._feeding(upto, first)[0])
+        reached = self._reached_from(first, loop)
         draws = self._draws_in(reached)
         if not draws:
             return None
@@ -515,6 +691,20 @@ class BatchesMixin:
             first, loop
         )
         return src
+
+    def _reached_from(self, first: cst.CSTNode, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """What computes the forward's inputs in the loop, up to the forward, and the bodies of
+        the script's functions it calls."""
+        body = (
+            list(loop.body.body)
+            if isinstance(loop.body, cst.IndentedBlock)
+            else [loop.body]
+        )
+        top = first
+        while top is not None and top not in body:
+            top = self.parent.get(top)
+        upto = body[: body.index(top) + 1] if top in body else body
+        return self._reached(self._feeding(upto, first)[0])
 
     def _data_gate(self, first: cst.CSTNode, loop: cst.CSTNode) -> str | None:
         """A `while` or `if` around the step whose test reads what the loop computes from its data

@@ -569,6 +569,18 @@ class LoadersMixin:
                     return "eval"
         if self._iterated_in_training(ld, for_loops_only=True):
             return "train"  # a training loop runs over it: what the code does before what names say
+        keys = self.trained_keys(ld.call)
+        if (
+            keys
+        ):  # a dict's value: the training reads its key (a comprehension: one of them)
+            key = getattr(self.parent.get(ld.call), "key", None)
+            if (
+                not isinstance(key, cst.SimpleString)
+                or "*" in keys
+                or key.value in keys
+            ):
+                return "train"
+            return "eval"
         for n in names:
             if TRAIN_RE.search(n):
                 return "train"
@@ -602,6 +614,116 @@ class LoadersMixin:
         if "shuffle" in kw and m.matches(kw["shuffle"].value, m.Name("True")):
             return "train"
         return "eval"
+
+    # -- loaders kept in a dict ---------------------------------------------------------
+    def training_loops(self) -> list[cst.For]:
+        """The `for` loops that hold a training step, in their function or around a call that
+        leads to it."""
+        found = self.__dict__.get("_training_loops")
+        if found is not None:
+            return found
+        out: list[cst.For] = []
+        for step in self.steps:
+            work, seen = [(step.stmt, 0)], set()
+            while work:
+                node, depth = work.pop()
+                if id(node) in seen or depth > 3:
+                    continue
+                seen.add(id(node))
+                loop = self.enclosing_loop(node)
+                while loop is not None:
+                    if isinstance(loop, cst.For) and all(loop is not x for x in out):
+                        out.append(loop)
+                    loop = self.enclosing_loop(loop)
+                fn = self.function_of(node)
+                if fn is not None:
+                    work += [(c, depth + 1) for c in self.callers(fn)]
+        self._training_loops = out
+        return out
+
+    def fed_by_next(self) -> set[str]:
+        """The names a training loop draws its batches from with next(name)."""
+        return {
+            c.args[0].value.value
+            for loop in self.training_loops()
+            for c in self.findall(loop.body, m.Call(func=m.Name("next")))
+            if c.args and isinstance(c.args[0].value, cst.Name)
+        }
+
+    def dict_holders(self, call: cst.CSTNode) -> set[str]:
+        """The names of the dict whose value `call` is (`loaders = {"train": DataLoader(...)}`,
+        a comprehension over phases, a dict a function returns into its callers); empty where
+        it is no dict's value."""
+        par = self.parent.get(call)
+        if isinstance(par, cst.DictElement) and par.value is call:
+            held = self.parent.get(par)
+        elif isinstance(par, cst.DictComp) and par.value is call:
+            held = par
+        else:
+            return set()
+        names = {
+            dotted(t.target) for t in getattr(self.parent.get(held), "targets", ())
+        }
+        names |= {name for name, _ in self.returned_as(held)}
+        return {n for n in names if n}
+
+    def trained_keys(self, call: cst.CSTNode) -> set[str]:
+        """The keys (as written: `"train"`) of the dict holding `call` that the training reads:
+        a training loop over `loaders["train"]` (also through cycle(), zip(), ...), a name it
+        draws from with next() bound to such an expression, or `loaders[phase]` with the step
+        under `if phase == "train":`. "*" where it reads a key it cannot tell; empty where the
+        training does not read the dict."""
+        holders = self.dict_holders(call)
+        if not holders:
+            return set()
+        loops, fed = self.training_loops(), self.fed_by_next()
+        keys: set[str] = set()
+        for sub in self.findall(self.module, m.Subscript()):
+            if dotted(sub.value) not in holders or len(sub.slice) != 1:
+                continue
+            stmt = self.statement(sub)
+            read = any(
+                sub is loop.iter or _inside(self, sub, loop.iter) for loop in loops
+            ) or (
+                isinstance(stmt, cst.SimpleStatementLine)
+                and any(
+                    isinstance(x, cst.Assign)
+                    and any(dotted(t.target) in fed for t in x.targets)
+                    for x in stmt.body
+                )
+            )
+            if not read:
+                continue
+            index = sub.slice[0].slice
+            key = index.value if isinstance(index, cst.Index) else None
+            if isinstance(key, cst.SimpleString):
+                keys.add(key.value)
+            elif isinstance(key, cst.Name):
+                keys |= self._tested_keys(key.value) or {"*"}
+            else:
+                keys.add("*")
+        return keys
+
+    def _tested_keys(self, name: str) -> set[str]:
+        """The strings `name` is compared with by `==` in the `if` tests that hold a training
+        step's backward (`if phase == "train":`)."""
+        out: set[str] = set()
+        for step in self.steps:
+            cur = self.parent.get(step.backward)
+            while cur is not None:
+                t = cur.test if isinstance(cur, cst.If) else None
+                if (
+                    isinstance(t, cst.Comparison)
+                    and len(t.comparisons) == 1
+                    and isinstance(t.comparisons[0].operator, cst.Equal)
+                ):
+                    sides = [t.left, t.comparisons[0].comparator]
+                    if any(m.matches(x, m.Name(name)) for x in sides):
+                        out |= {
+                            x.value for x in sides if isinstance(x, cst.SimpleString)
+                        }
+                cur = self.parent.get(cur)
+        return out
 
     def _in_eval_function(self, ld: Loader) -> bool:
         """The loader is built in a function that evaluates (named so, or run under

@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import ddpify.match as m
 
-from ddpify.analysis import dotted
+from ddpify.analysis import code, dotted
 from ddpify.transforms.base import Context, Transform
 from ddpify.transforms import batch_scale
 from ddpify.rules import declare
@@ -57,6 +57,11 @@ declare(
     "full-batch training: the loss reads this rank's rows of its index (rank_rows)",
     fix=True,
     check="data-sharding",
+)
+declare(
+    "DDP109",
+    "batches-differ-per-rank",
+    "the training batches come from a generator of the script's own made without a seed or from the process's own entropy: they already differ on every rank, so they are left as they are",
 )
 declare(
     "DDP114",
@@ -247,6 +252,19 @@ class BatchesTransform(Transform):
             "DDP118",
             "the training loop takes this rank's batches of the script's own batch iterator (rank_batches): every WORLD_SIZE-th from RANK on, a last incomplete round dropped, so every rank runs as many steps; each rank still makes every batch",
             True,
+        )
+        ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
+
+    # -- a source that differs per rank already ----------------------------------------
+    def _per_rank(self, ctx: Context, step, src) -> None:
+        ctx.finding(
+            src.node,
+            "DDP109",
+            f"the training batches are drawn from `{code(src.node)}`, made without a seed or "
+            "seeded from what each process has of its own (os.getpid(), the time, its rank): "
+            "every rank already draws batches of its own (rollouts of its own environment), so "
+            "they are left as they are",
+            False,
         )
         ctx.finding(step.backward, "DDP026", batch_scale.batch_note(ctx), False)
 

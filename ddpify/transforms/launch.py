@@ -221,64 +221,78 @@ class RankShard({torch}.utils.data.IterableDataset):
         return getattr(self.stream, name)
 '''
 
-WEIGHTED = '''\
+SAMPLER_WRAPPER = '''\
 
 
-class DistributedWeightedSampler({torch}.utils.data.Sampler):
-    """WeightedRandomSampler across ranks: each epoch the indices are shuffled alike on
-    every rank (seed + epoch) and dealt out as DistributedSampler deals them; each rank
-    then draws num_samples // WORLD_SIZE of its own indices by their weights.
-    set_epoch(epoch) reshuffles."""
+class DistributedSamplerWrapper({torch}.utils.data.Sampler):
+    """This rank's share of what a sampler yields (indices, or a batch sampler's
+    batches): every WORLD_SIZE-th item from RANK on, a last incomplete round dropped,
+    so every rank gets as many. The sampler draws from random state of its own, the
+    same on every rank for an epoch (seed + epoch), so every rank sees the same
+    sequence; set_epoch(epoch) draws another, and reaches the sampler too."""
 
-    def __init__(self, weights, num_samples, replacement=True, generator=None, seed=0):
-        self.weights = {torch}.as_tensor(weights, dtype={torch}.double)
-        self.num_samples = num_samples // WORLD_SIZE
-        self.replacement = replacement
-        # the same on every rank (a generator of the script's would differ)
-        self.seed = seed
+    def __init__(self, sampler, rounds=64):
+        self.sampler = sampler
+        self.rounds = rounds  # items drawn ahead, in rounds of WORLD_SIZE
         self.epoch = 0
+        # rank 0's draw (the script's seed decides it), the same on every rank; here,
+        # where every rank builds the loader, so that a pass one rank makes alone (a
+        # batch peeked at for a log) needs no other rank
+        seed = {torch}.randint(2**62, (1,), dtype={torch}.long)
+        if {dist}.is_initialized() and WORLD_SIZE > 1:
+            {dist}.broadcast(seed, src=0)
+        self.seed = int(seed)
 
     def __iter__(self):
-        g = {torch}.Generator().manual_seed(self.seed + self.epoch)
-        mine = {torch}.randperm(len(self.weights), generator=g)[RANK::WORLD_SIZE]
-        g.manual_seed((self.seed + self.epoch) * WORLD_SIZE + RANK)
-        drawn = {torch}.multinomial(self.weights[mine], self.num_samples, self.replacement, generator=g)
-        return iter(mine[drawn].tolist())
+        import random
+        import sys
+
+        np, seed = sys.modules.get("numpy"), self.seed + self.epoch
+        state = (
+            {torch}.Generator().manual_seed(seed).get_state(),
+            random.Random(seed).getstate(),
+            np and np.random.RandomState(seed % 2**32).get_state(),
+        )
+        items, size = None, self.rounds * WORLD_SIZE
+        while True:
+            # the sampler draws from its own state, whatever the training draws in
+            # between on each rank
+            state = self.swap(state)
+            try:
+                items = iter(self.sampler) if items is None else items
+                chunk = [x for _, x in zip(range(size), items)]
+            finally:
+                state = self.swap(state)
+            yield from chunk[RANK : len(chunk) - len(chunk) % WORLD_SIZE : WORLD_SIZE]
+            if len(chunk) < size:
+                return
+
+    @staticmethod
+    def swap(state):
+        """Install state (torch, random, numpy) as the global one; return theirs."""
+        import random
+        import sys
+
+        np = sys.modules.get("numpy")
+        old = ({torch}.get_rng_state(), random.getstate(), np and np.random.get_state())
+        {torch}.set_rng_state(state[0])
+        random.setstate(state[1])
+        if np is not None and state[2] is not None:
+            np.random.set_state(state[2])
+        return old
 
     def __len__(self):
-        return self.num_samples
+        return len(self.sampler) // WORLD_SIZE
 
     def set_epoch(self, epoch):
         self.epoch = epoch
-'''
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
 
-
-SUBSET_SAMPLER = '''\
-
-
-class DistributedSubsetSampler({torch}.utils.data.Sampler):
-    """SubsetRandomSampler across ranks: the subset's indices shuffled alike on every
-    rank (seed + epoch) and shared out as DistributedSampler shares a data set (padded,
-    so every rank draws as many); set_epoch(epoch) reshuffles."""
-
-    def __init__(self, indices, generator=None, seed=0):
-        self.indices = list(indices)
-        self.num_samples = -(-len(self.indices) // WORLD_SIZE)
-        self.seed = seed  # the same on every rank (a generator of the script's would differ)
-        self.epoch = 0
-
-    def __iter__(self):
-        g = {torch}.Generator().manual_seed(self.seed + self.epoch)
-        order = {torch}.randperm(len(self.indices), generator=g).tolist()
-        total = self.num_samples * WORLD_SIZE
-        order = (order * -(-total // max(len(order), 1)))[:total]
-        return iter([self.indices[i] for i in order[RANK::WORLD_SIZE]])
-
-    def __len__(self):
-        return self.num_samples
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
+    def __getattr__(self, name):  # the sampler's own attributes stay reachable
+        if name.startswith("__") or name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
 '''
 
 
@@ -301,24 +315,8 @@ RANK_BATCHES = '''\
 def rank_batches(batches):
     """This rank's batches of an iterator the script made: every WORLD_SIZE-th from RANK
     on; a last incomplete round is dropped, so every rank runs as many steps."""
-    # every rank must make the same batches: the global generators a shuffle may draw from
-    # start each pass from rank 0's seed (the ranks' own draws, dropout's, differ by then)
-    import random
-    import sys
-
-    seed = {torch}.randint(2**62, (1,), dtype={torch}.long).to(LOCAL_DEVICE)
-    {dist}.broadcast(seed, src=0)
-    seed = int(seed.item())
-    {torch}.manual_seed(seed)
-    random.seed(seed)
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed(seed % 2**32)
-    held = []
-    for batch in batches:
-        held.append(batch)
-        if len(held) == WORLD_SIZE:
-            yield held[RANK]
-            held = []
+    # one round at a time, drawn from random state of its own, the same on every rank
+    return iter(DistributedSamplerWrapper(batches, rounds=1))
 '''
 
 RANK_ROWS = '''\
@@ -355,9 +353,11 @@ NEXT_EPOCH = '''\
 
 def next_epoch(loader):
     """A new pass over the loader: its distributed sampler's epoch goes up by one."""
-    sampler = getattr(loader, "sampler", None)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(sampler.epoch + 1)
+    for attr in ("sampler", "batch_sampler"):  # a batch sampler of its own: the second
+        sampler = getattr(loader, attr, None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(sampler.epoch + 1)
+            return
 '''
 
 RANK0_VALUE = '''\
@@ -408,10 +408,8 @@ class LaunchTransform(Transform):
             text += DECIDES
         if "shard_stream" in ctx.helpers:
             text += SHARD
-        if "weighted_sampler" in ctx.helpers:
-            text += WEIGHTED
-        if "subset_sampler" in ctx.helpers:
-            text += SUBSET_SAMPLER
+        if ctx.helpers & {"sampler_wrapper", "rank_batches"}:
+            text += SAMPLER_WRAPPER
         if "rank_share" in ctx.helpers:
             text += RANK_SHARE
         if "rank_batches" in ctx.helpers:

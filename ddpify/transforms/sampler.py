@@ -9,9 +9,6 @@ from ddpify.analysis import Loader, call_args, code, dotted
 from ddpify.transforms.base import Context, Transform, append_kwarg
 from ddpify.transforms.batch_scale import batch_note
 from ddpify.transforms.streams import library_stream, shard_stream, stream_class
-from ddpify.transforms.replacement import distribute_replacement
-from ddpify.transforms.weighted import distribute_weighted
-from ddpify.transforms.subset import distribute_subset
 from ddpify.rules import declare
 
 # The codes this module raises (the registry: ddpify/rules.py).
@@ -31,9 +28,16 @@ declare(
 )
 declare(
     "DDP022",
-    "own-sampler",
-    "training DataLoader has its own sampler or batch_sampler with no distributed equivalent: shard it by hand",
+    "loader-argument-unnamed",
+    "training DataLoader whose sampler, batch_sampler or data set ddpify cannot hand to a distributed sampler (it may be None, or it is built inside the call): shard it by hand",
     severity="blocking",
+)
+declare(
+    "DDP115",
+    "sampler-wrapped",
+    "the training DataLoader's own sampler or batch_sampler wrapped in DistributedSamplerWrapper: each rank takes every WORLD_SIZE-th of what it yields, drawn alike on every rank",
+    fix=True,
+    check="data-sharding",
 )
 declare(
     "DDP024",
@@ -61,6 +65,7 @@ declare(
 
 class SamplerTransform(Transform):
     name = "sampler"
+    _attr = "sampler"  # where the loader keeps the sampler that takes set_epoch
 
     def plan(self, ctx: Context) -> None:
         a = ctx.a
@@ -93,45 +98,31 @@ class SamplerTransform(Transform):
                     False,
                 )
                 continue
-            if self._shard(ctx, ld):
+            sharded = self._shard(ctx, ld)
+            if sharded:
                 ctx.sharded.append(ld)  # type: ignore[attr-defined]
                 if ld.role == "train":
+                    # a batch sampler of its own is wrapped where the loader keeps it
+                    self._attr = (
+                        "batch_sampler" if sharded == "batch_sampler" else "sampler"
+                    )
                     self._set_epoch(ctx, ld)
 
     # -- the sampler ------------------------------------------------------------------
-    def _shard(self, ctx: Context, ld: Loader) -> bool:
+    def _shard(self, ctx: Context, ld: Loader) -> bool | str:
+        """Shard the loader: its own sampler wrapped ("sampler", or "batch_sampler": where the
+        loader keeps what takes set_epoch), else a DistributedSampler over its data set (True);
+        False where it is not sharded."""
         a = ctx.a
         call = ld.call
         pos, kw = call_args(call)
-        if "sampler" in kw or "batch_sampler" in kw or len(pos) > 3:
-            if (
-                "sampler" in kw
-                and "batch_sampler" not in kw
-                and distribute_weighted(ctx, ld, kw["sampler"].value)
-            ):
-                return True
-            if (
-                "sampler" in kw
-                and "batch_sampler" not in kw
-                and distribute_replacement(ctx, ld, kw["sampler"].value)
-            ):
-                ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): False}  # type: ignore[attr-defined]
-                return False  # no set_epoch: the draws go on from each rank's generator
-            if (
-                "sampler" in kw
-                and "batch_sampler" not in kw
-                and ld.role == "train"
-                and distribute_subset(ctx, ld, kw["sampler"], a.loaders)
-            ):
-                ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(ld.call): True}  # type: ignore[attr-defined]
-                return True
-            ctx.finding(
-                call,
-                "DDP022",
-                "this DataLoader has its own sampler: give each rank its share by hand (e.g. DistributedSampler, or torch.utils.data.Subset of indices rank::WORLD_SIZE)",
-                False,
-            )
-            return False
+        given = kw.get("sampler") or (pos[3] if len(pos) > 3 else None)
+        batch_given = kw.get("batch_sampler") or (pos[4] if len(pos) > 4 else None)
+        # `sampler=None` (or a name that is always None) is no sampler of its own
+        if batch_given is not None and not _always_none(a, batch_given.value):
+            return self._wrap(ctx, ld, batch_given, "batch_sampler")
+        if given is not None and not _always_none(a, given.value):
+            return self._wrap(ctx, ld, given, "sampler")
         star = [x for x in call.args if x.star == "**"]
         if ld.dataset is None and not star:
             return False
@@ -141,45 +132,47 @@ class SamplerTransform(Transform):
         drop_pos_shuffle = None
         if "shuffle" in kw:
             shuffle = kw["shuffle"].value
-        elif len(pos) == 3:
+        elif len(pos) >= 3:
             shuffle = pos[2].value
             drop_pos_shuffle = pos[2]
         elif star:
             shuffle = ctx.expr(f'{code(star[0].value)}.get("shuffle", False)')
         else:
             shuffle = cst.Name("False")
-        ds_expr = ld.dataset
-        hoisted = None
-        if ds_expr is None:  # DataLoader(**kwargs): the data set is one of them
-            ds_text = f'{code(star[0].value)}["dataset"]'
-        elif dotted(ds_expr) is None:
-            stmt = ld.stmt
-            if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(
-                a.block(stmt), (cst.IndentedBlock, cst.Module)
-            ):
-                ctx.finding(
-                    call,
-                    "DDP022",
-                    "dataset built inline where ddpify cannot name it: assign it to a variable first",
-                    False,
-                )
-                return False
-            name = _unique(a, "train_dataset" if ld.role == "train" else "eval_dataset")
-            hoisted = ctx.stmt(f"{name} = {code(ds_expr)}\n")
-            ctx.edits.before[stmt].append(hoisted)
-            ctx.edits.replace(ds_expr, cst.Name(name))
-            ds_text = name
-        else:
-            ds_text = code(ds_expr)
+        ds_text = self._dataset_text(ctx, ld, star)
+        if ds_text is None:
+            return False
         sampler_cls = ctx.name("DistributedSampler")
         shuffle_text = code(shuffle)
         if ld.role == "eval":
             shuffle_text = "False"
+        phase = self._training_key(ctx, ld)
+        own_shuffle = shuffle_text
+        if phase is not None and shuffle_text.strip("() ") == phase[0]:
+            shuffle_text = "True"  # `shuffle=phase == "train"`, for the training phase
         sampler = (
             f"{sampler_cls}({ds_text})"
             if shuffle_text == "True"
             else f"{sampler_cls}({ds_text}, shuffle={shuffle_text})"
         )
+        if phase is not None and shuffle_text != "False":
+            # a comprehension over phases: the training phase alone gets the sampler, the
+            # others keep their own shuffle
+            test, other = phase
+            sampler = f"{sampler} if {test} else None"
+            keep = (
+                "False"
+                if own_shuffle.strip("() ") == test
+                else other
+                if own_shuffle == "True"
+                else f"({own_shuffle}) and {other}"
+            )
+            kept = kw["shuffle"] if "shuffle" in kw else drop_pos_shuffle
+            if kept is not None:
+                ctx.edits.replace(kept.value, ctx.expr(keep))
+            drop_pos_shuffle = None
+        elif phase is not None:
+            sampler = f"{sampler} if {phase[0]} else None"
         sampler_arg = cst.Arg(
             keyword=cst.Name("sampler"),
             value=ctx.expr(sampler),
@@ -188,13 +181,22 @@ class SamplerTransform(Transform):
                 whitespace_after=cst.SimpleWhitespace(""),
             ),
         )
-        shuffle_node = kw["shuffle"] if "shuffle" in kw else drop_pos_shuffle
+        shuffle_node = (
+            kw["shuffle"] if "shuffle" in kw and phase is None else drop_pos_shuffle
+        )
+        # `sampler=None`: the DistributedSampler takes its place
+        none_arg = given
+        if none_arg is not None and none_arg.keyword is None:
+            # positional: each argument keeps its place
+            ctx.edits.replace(none_arg.value, ctx.expr(sampler))
+            ctx.edits.replace(pos[2].value, cst.Name("False"))
+            shuffle_node = star = None
 
         def fn(node: cst.CSTNode, shuffle_node=shuffle_node, star=star) -> cst.CSTNode:
             args = list(node.args)
             out = []
             for orig, new in zip(call.args, args):
-                if orig is shuffle_node:
+                if orig is shuffle_node or (orig is none_arg and orig.keyword):
                     continue
                 if star and orig is star[0]:
                     new = new.with_changes(
@@ -203,11 +205,18 @@ class SamplerTransform(Transform):
                 out.append(new)
             # the sampler goes where `shuffle` was (its comma and layout too), else after the
             # last keyword, separated as the call's arguments are
-            at = next((i for i, o in enumerate(call.args) if o is shuffle_node), None)
+            at = next(
+                (
+                    i
+                    for i, o in enumerate(call.args)
+                    if o is shuffle_node or o is none_arg
+                ),
+                None,
+            )
             if at is not None:
                 old = args[at]
                 out.insert(
-                    min(at, len(out)),
+                    len([o for o in call.args[:at] if o is not shuffle_node]),
                     sampler_arg.with_changes(
                         comma=old.comma, whitespace_after_arg=old.whitespace_after_arg
                     ),
@@ -228,7 +237,8 @@ class SamplerTransform(Transform):
             out.insert(idx, sampler_arg.with_changes(comma=sep))
             return node.with_changes(args=out)
 
-        ctx.edits.replace(call, fn)
+        if none_arg is None or none_arg.keyword:
+            ctx.edits.replace(call, fn)
         # without set_epoch a shuffling sampler repeats its first order: see _epoch_severity
         ctx.shuffled = {
             **getattr(ctx, "shuffled", {}),
@@ -250,6 +260,150 @@ class SamplerTransform(Transform):
                 "evaluation is sharded (--shard-eval): the sampler pads with repeated samples, so all-reduce sums and counts for exact metrics",
                 False,
             )
+        return True
+
+    def _dataset_text(self, ctx: Context, ld: Loader, star) -> str | None:
+        """How a DistributedSampler names the loader's data set (None: refused, DDP022)."""
+        if ld.dataset is None:  # DataLoader(**kwargs): the data set is one of them
+            return f'{code(star[0].value)}["dataset"]'
+        base = "train_dataset" if ld.role == "train" else "eval_dataset"
+        return self._named(ctx, ld, ld.dataset, base, "the data set")
+
+    def _named(
+        self,
+        ctx: Context,
+        ld: Loader,
+        expr: cst.BaseExpression,
+        base: str,
+        what: str,
+        replace: bool = True,
+    ) -> str | None:
+        """expr, to be read twice: as it is where reading it builds nothing (`sets[phase]`),
+        else a variable it is first assigned to, before the loader's statement (None where
+        there is no such place: refused, DDP022)."""
+        a = ctx.a
+        call = ld.call
+        if not a.findall(expr, m.Call()):
+            return code(expr)
+        stmt = ld.stmt
+        if (
+            not isinstance(stmt, cst.SimpleStatementLine)
+            or not isinstance(a.block(stmt), (cst.IndentedBlock, cst.Module))
+            or _in_comprehension(a, call)
+        ):
+            inside = _in_comprehension(a, call)
+            how = (
+                f"inside {inside}, where ddpify cannot give it a name of its own, and the "
+                f"distributed sampler needs it too: build {what}s first, in a comprehension of "
+                "their own (`items = [... for ...]`), then the loaders over them, and convert again"
+                if inside
+                else "in the header of a compound statement, where ddpify cannot give it a name "
+                "of its own, and the distributed sampler needs it too: assign it to a variable "
+                "first (`x = ...`, then `DataLoader(x, ...)`) and convert again"
+            )
+            ctx.finding(
+                expr,
+                "DDP022",
+                f"{what} `{_short(expr)}` is built inside this DataLoader call, {how}",
+                False,
+            )
+            return None
+        name = _unique(a, base)
+        ctx.edits.before[stmt].append(ctx.stmt(f"{name} = {code(expr)}\n"))
+        if replace:
+            ctx.edits.replace(expr, cst.Name(name))
+        return name
+
+    def _wrap(self, ctx: Context, ld: Loader, arg: cst.Arg, kind: str) -> bool | str:
+        """The loader's own sampler (or batch sampler), whatever it is, gives each rank its
+        share at run time: DistributedSamplerWrapper(sampler). Where the sampler may be None
+        (no split, a parameter), a DistributedSampler over the data set in that case."""
+        a = ctx.a
+        call = ld.call
+        expr = arg.value
+        if not ctx.editable(expr):
+            ctx.skipped_here(
+                expr,
+                f"{kind}= not wrapped to give each rank its share: every rank trains on all of it",
+                blocking=ld.role == "train",
+            )
+            return False
+        wrapper = "DistributedSamplerWrapper"
+        ctx.helpers.add("sampler_wrapper")
+        ctx.require("torch")
+        maybe_none = [v for v in _values(a, expr) if _may_be_none(a, v)]
+        if not maybe_none:
+            ctx.edits.replace(
+                expr, lambda n: cst.Call(func=cst.Name(wrapper), args=[cst.Arg(n)])
+            )
+            ctx.finding(
+                expr,
+                "DDP115",
+                f"`{kind}={_short(expr)}` wrapped in {wrapper}: each rank takes every "
+                "WORLD_SIZE-th of what it yields, drawn alike on every rank (set_epoch draws "
+                "another order), a last incomplete round dropped so every rank runs as many steps",
+                True,
+            )
+            ctx.finding(call, "DDP026", batch_note(ctx, call), False)
+            # whether the sampler shuffles is its own business: a set_epoch not placed is a note
+            ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(call): False}  # type: ignore[attr-defined]
+            return kind
+        # it may be None: then the loader draws from its data set (shuffle=...) instead
+        v = maybe_none[0]
+        how = f"`{kind}={_short(expr)}` may be None here (" + (
+            f"`{_short(a.statement(v))}`{_at(a, v)})"
+            if m.matches(v, m.Name("None"))
+            else f"`{_short(v)}` is not followed to a sampler)"
+        )
+        if kind == "batch_sampler":
+            ctx.finding(
+                expr,
+                "DDP022",
+                f"{how}: then this DataLoader batches its data set itself, with no sampler that "
+                "ddpify could wrap; build it with batch_sampler= only where one is set (a "
+                "DataLoader call for each case) and convert again",
+                False,
+            )
+            return False
+        pos, kw = call_args(call)
+        star = [x for x in call.args if x.star == "**"]
+        dataset = self._dataset_text(ctx, ld, star)
+        text = dataset and self._named(
+            ctx, ld, expr, "train_sampler", "the sampler", replace=False
+        )
+        if text is None:
+            return False
+        if "shuffle" in kw:
+            shuffle = code(kw["shuffle"].value)
+            ctx.edits.replace(kw["shuffle"].value, cst.Name("False"))
+        elif len(pos) >= 3:
+            shuffle = code(pos[2].value)
+            ctx.edits.replace(pos[2].value, cst.Name("False"))
+        elif star:
+            shuffle = f'{code(star[0].value)}.get("shuffle", False)'
+            ctx.edits.replace(
+                star[0].value,
+                ctx.expr(f'{{**{code(star[0].value)}, "shuffle": False}}'),
+            )
+        else:
+            shuffle = "False"
+        ds = ctx.name("DistributedSampler")
+        ctx.edits.replace(
+            expr,
+            ctx.expr(
+                f"{wrapper}({text}) if {text} is not None else {ds}({dataset}, shuffle={shuffle})"
+            ),
+        )
+        ctx.shuffled = {**getattr(ctx, "shuffled", {}), id(call): shuffle != "False"}  # type: ignore[attr-defined]
+        ctx.finding(
+            expr,
+            "DDP115",
+            f"`sampler={_short(expr)}` wrapped in {wrapper} (each rank takes every "
+            "WORLD_SIZE-th of what it yields, drawn alike on every rank); where it is None, a "
+            f"DistributedSampler over {dataset} (shuffle={shuffle}) instead",
+            True,
+        )
+        ctx.finding(call, "DDP026", batch_note(ctx, call), False)
         return True
 
     def _iterable(self, ctx: Context, ds: cst.BaseExpression) -> bool:
@@ -290,7 +444,7 @@ class SamplerTransform(Transform):
             and isinstance(outer.target, cst.Name)
         ):
             ctx.edits.after[home].append(
-                ctx.stmt(f"{ld.target}.sampler.set_epoch({outer.target.value})\n")
+                ctx.stmt(f"{ld.target}.{self._attr}.set_epoch({outer.target.value})\n")
             )
             ctx.finding(
                 ld.call,
@@ -302,6 +456,19 @@ class SamplerTransform(Transform):
         returned = a.returned_as(
             ld.home
         )  # `return DataLoader(...), ...`: the caller's names
+        if not ld.target and not returned and a.dict_holders(ld.call):
+            # loaders["train"]: each pass over what a training loop iterates starts an epoch
+            if self._each_pass(ctx, ld):
+                return
+            if self._cycled_once(a, ld):
+                ctx.finding(
+                    ld.call,
+                    "DDP021",
+                    "no set_epoch needed: the training reads this loader through itertools.cycle, "
+                    "which replays its first pass, so its sampler never starts another",
+                    False,
+                )
+                return
         if not ld.target and not returned:
             ctx.finding(
                 ld.call,
@@ -342,20 +509,22 @@ class SamplerTransform(Transform):
             ctx.finding(
                 ld.call,
                 "DDP027",
-                f"epoch loop not found for `{what}`: call {what}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                f"epoch loop not found for `{what}`: call {what}.{self._attr}.set_epoch(epoch) at the top of each epoch by hand",
                 False,
                 _epoch_severity(ctx, ld),
             )
 
     def _each_pass(self, ctx: Context, ld: Loader) -> bool:
         """Where the loader cannot be followed to the loops that read it (`loaders["train"]` from a
-        helper's dict), each training loop's pass over what it iterates starts a new epoch there:
-        next_epoch(<what it iterates>) before the loop, which sets the epoch of a distributed
-        sampler when the object has one, and does nothing otherwise."""
+        helper's dict), each training loop's pass over what it iterates starts a new epoch there,
+        and so does each pass of a generator of the script's that hands the training its batches
+        (`def cycle(loader): while True: for b in loader: yield b`): next_epoch(<what it
+        iterates>) before the loop, which sets the epoch of a distributed sampler when the
+        object has one, and does nothing otherwise."""
         a = ctx.a
         done: set[int] = ctx.__dict__.setdefault("_next_epoch_loops", set())
         added = False
-        for loop in self._training_loops(a):
+        for loop in a.training_loops() + self._generator_passes(a):
             expr = _iterated(loop.iter)
             if expr is None or id(loop) in done or not ctx.editable(loop):
                 continue
@@ -373,35 +542,78 @@ class SamplerTransform(Transform):
         return added
 
     @staticmethod
-    def _training_loops(a) -> list[cst.For]:
-        """The `for` loops that hold a training step, in their function or around a call that
-        leads to it."""
+    def _training_key(ctx: Context, ld: Loader) -> tuple[str, str] | None:
+        """For a loader a dict comprehension builds for each phase (`{p: DataLoader(...) for p
+        in phases}`): (`p == "train"`, `p != "train"`) for the one key the training reads; None
+        where it is no such loader, or no one key is found (every phase is then sharded)."""
+        comp = ctx.a.parent.get(ld.call)
+        if not isinstance(comp, cst.DictComp) or not isinstance(comp.key, cst.Name):
+            return None
+        keys = ctx.a.trained_keys(ld.call)
+        if len(keys) != 1 or "*" in keys:
+            return None
+        key = next(iter(keys))
+        return f"{comp.key.value} == {key}", f"{comp.key.value} != {key}"
+
+    def _generator_passes(self, a) -> list[cst.For]:
+        """The loops over a parameter in the script's generator functions whose batches a
+        training loop draws with next(): `batches = cycle(loader)`, then `next(batches)`."""
         out: list[cst.For] = []
-        for step in a.steps:
-            work, seen = [(step.stmt, 0)], set()
-            while work:
-                node, depth = work.pop()
-                if id(node) in seen or depth > 3:
+        for loop in a.training_loops():
+            for c in a.findall(loop.body, m.Call(func=m.Name("next"))):
+                if not c.args or not isinstance(c.args[0].value, cst.Name):
                     continue
-                seen.add(id(node))
-                loop = a.enclosing_loop(node)
-                while loop is not None:
-                    if isinstance(loop, cst.For) and all(loop is not x for x in out):
-                        out.append(loop)
-                    loop = a.enclosing_loop(loop)
-                fn = a.function_of(node)
-                if fn is not None:
-                    work += [(c, depth + 1) for c in a.callers(fn)]
+                scope = a.function_of(loop)
+                for v in a._local_values(
+                    scope, c.args[0].value.value
+                ) or a._local_values(None, c.args[0].value.value):
+                    name = dotted(v.func) if isinstance(v, cst.Call) else None
+                    for fn in a.functions.get(name or "", []):
+                        params = {p.name.value for p in fn.params.params}
+                        if not a.findall(fn, m.Yield()):
+                            continue
+                        out += [
+                            f
+                            for f in a.findall(fn, m.For())
+                            if a.function_of(f) is fn
+                            and isinstance(f.iter, cst.Name)
+                            and f.iter.value in params
+                            and all(f is not x for x in out)
+                        ]
         return out
 
-    @staticmethod
+    def _cycled_once(self, a, ld: Loader) -> bool:
+        """The training reads the loader through itertools.cycle, which replays its first pass
+        (in a training loop's header, or bound to a name the loop draws from with next()): the
+        loader's sampler never starts another pass, so it needs no set_epoch."""
+        holder, loops, fed = (
+            a.dict_holders(ld.call),
+            a.training_loops(),
+            a.fed_by_next(),
+        )
+        for call in a.calls:
+            if "itertools.cycle" not in a.qualified(call.func) or not call.args:
+                continue
+            if not isinstance(call.args[0].value, cst.Subscript) or (
+                dotted(call.args[0].value.value) not in holder
+            ):
+                continue
+            asg = a.parent.get(call)
+            if any(_within(a, call, loop.iter) for loop in loops) or (
+                isinstance(asg, cst.Assign)
+                and any(dotted(t.target) in fed for t in asg.targets)
+            ):
+                return True
+        return False
+
     def _epoch_stmt(
-        ctx: Context, where: cst.CSTNode, used: str, counter: str
+        self, ctx: Context, where: cst.CSTNode, used: str, counter: str
     ) -> cst.BaseStatement:
-        """`used.sampler.set_epoch(counter)`; in a helper handed its loader by its callers (a
+        """`used.sampler.set_epoch(counter)` (`used.batch_sampler` for a batch sampler of its
+        own); in a helper handed its loader by its callers (a
         shared cycle(loader) or run_epoch(loader)), only where the sampler has set_epoch: another
         caller may hand it a loader without a distributed sampler."""
-        fn = ctx.a.function_of(where)
+        fn, attr = ctx.a.function_of(where), self._attr
         head = used.split(".")[0]
         if (
             fn is not None
@@ -410,9 +622,9 @@ class SamplerTransform(Transform):
         ):
             return ctx.stmt(
                 "# another caller may hand in a loader without a distributed sampler\n"
-                f'if hasattr({used}.sampler, "set_epoch"):\n    {used}.sampler.set_epoch({counter})\n'
+                f'if hasattr({used}.{attr}, "set_epoch"):\n    {used}.{attr}.set_epoch({counter})\n'
             )
-        return ctx.stmt(f"{used}.sampler.set_epoch({counter})\n")
+        return ctx.stmt(f"{used}.{attr}.set_epoch({counter})\n")
 
     @staticmethod
     def _returned(a, ld: Loader):
@@ -438,13 +650,13 @@ class SamplerTransform(Transform):
                     done.add((id(stmt), used))
                     ctx.skipped_here(
                         stmt,
-                        f"{used}.sampler.set_epoch(...) where this pass over the loader starts",
+                        f"{used}.{self._attr}.set_epoch(...) where this pass over the loader starts",
                         severity == "blocking",
                     )
                 elif (id(stmt), used) not in done:
                     done.add((id(stmt), used))
                     counter = (
-                        self._epoch_counter(a, stmt) or f"{used}.sampler.epoch + 1"
+                        self._epoch_counter(a, stmt) or f"{used}.{self._attr}.epoch + 1"
                     )
                     ctx.edits.before[stmt].append(
                         self._epoch_stmt(ctx, stmt, used, counter)
@@ -470,8 +682,18 @@ class SamplerTransform(Transform):
                 ):
                     ctx.skipped_here(
                         loop,
-                        f"{expr}.sampler.set_epoch({loop.target.value}) at the top of this epoch loop",
+                        f"{expr}.{self._attr}.set_epoch({loop.target.value}) at the top of this epoch loop",
                         severity == "blocking",
+                    )
+                elif isinstance(loop, cst.For) and any(
+                    code(c.func) == f"{expr}.{self._attr}.set_epoch"
+                    for c in a.findall(loop.body, m.Call())
+                ):
+                    ctx.finding(
+                        loop,
+                        "DDP021",
+                        f"{expr}.{self._attr}.set_epoch(...) is called in this epoch loop already",
+                        False,
                     )
                 elif isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
                     ctx.edits.prepend[loop].append(
@@ -489,7 +711,7 @@ class SamplerTransform(Transform):
                     counter = (
                         counter
                         if counter and self._counts_in(a, loop, counter)
-                        else f"{expr}.sampler.epoch + 1"
+                        else f"{expr}.{self._attr}.epoch + 1"
                     )
                     ctx.edits.prepend[loop].append(
                         self._epoch_stmt(ctx, loop, expr, counter)
@@ -504,7 +726,7 @@ class SamplerTransform(Transform):
                     ctx.finding(
                         loop,
                         "DDP027",
-                        f"epoch loop is not `for epoch in ...`: call {expr}.sampler.set_epoch(epoch) at the top of each epoch by hand",
+                        f"epoch loop is not `for epoch in ...`: call {expr}.{self._attr}.set_epoch(epoch) at the top of each epoch by hand",
                         False,
                         severity,
                     )
@@ -574,7 +796,10 @@ class SamplerTransform(Transform):
                         and isinstance(aug.target, cst.Name)
                         and isinstance(aug.operator, cst.AddAssign)
                     ):
-                        return aug.target.value
+                        # the first pass, before its counter is bound (`passes = 0` after
+                        # it): epoch 0, the restarts count on from there
+                        bound = _bound_before(a, aug.target.value, stmt)
+                        return aug.target.value if bound else "0"
         return None
 
     def _epoch_loops(self, ctx: Context, site: cst.CSTNode, used: str):
@@ -661,6 +886,87 @@ def _iterated(node: cst.BaseExpression) -> cst.BaseExpression | None:
     ):
         return node
     return None
+
+
+def _values(a, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What a sampler argument may be, both branches of a conditional expression apart."""
+    out: list[cst.BaseExpression] = []
+    work, seen = list(a.values_of(expr)), set()
+    while work:
+        v = work.pop(0)
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, cst.IfExp):
+            work += [*a.values_of(v.body), *a.values_of(v.orelse)]
+        elif isinstance(v, cst.Call) and a._returns_of(v, 0) != [v]:
+            # pick(...), a function of the program: what it returns
+            work += [x for r in a._returns_of(v, 0) for x in a.values_of(r)]
+        else:
+            out.append(v)
+    return out
+
+
+def _always_none(a, expr: cst.BaseExpression) -> bool:
+    """`sampler=None`, or a name bound to None wherever it is assigned: no sampler of its own."""
+    return all(m.matches(v, m.Name("None")) for v in _values(a, expr))
+
+
+def _may_be_none(a, value: cst.BaseExpression) -> bool:
+    """value may be None: None itself, or a name or attribute not followed to a value (a
+    parameter, an attribute set elsewhere)."""
+    if m.matches(value, m.Name("None")):
+        return True
+    return isinstance(value, (cst.Name, cst.Attribute)) and not a.classes.get(
+        dotted(value) or ""
+    )
+
+
+def _at(a, node: cst.CSTNode) -> str:
+    """ " at line N" where the node is in the file the finding names (one file)."""
+    return "" if a.several_files() else f" at line {a.line_col(node)[0]}"
+
+
+def _bound_before(a, name: str, stmt: cst.CSTNode) -> bool:
+    """name is assigned before stmt in stmt's function (`passes = 0` before the first pass)."""
+    fn, at = a.function_of(stmt), a._order.get(id(stmt), 0)
+    return any(
+        a.function_of(asg) is fn
+        and a._order.get(id(asg), 0) < at
+        and any(
+            dotted(t) == name for tt in getattr(asg, "targets", ()) for t in [tt.target]
+        )
+        for asg in a.assigns
+        if isinstance(asg, cst.Assign)
+    )
+
+
+def _within(a, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    cur = node
+    while cur is not None:
+        if cur is container:
+            return True
+        cur = a.parent.get(cur)
+    return False
+
+
+def _in_comprehension(a, node: cst.CSTNode) -> str:
+    """ "a comprehension" or "a lambda" that holds node within its statement ("" if none)."""
+    cur = a.parent.get(node)
+    while cur is not None and not isinstance(cur, cst.BaseStatement):
+        if isinstance(cur, cst.Lambda):
+            return "a lambda"
+        if isinstance(cur, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            return "a comprehension"
+        cur = a.parent.get(cur)
+    return ""
+
+
+def _short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(code(node).split())
+    if len(text) > limit and isinstance(node, cst.Call):
+        text = f"{_short(node.func, limit)}(...)"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _unique(a, base: str) -> str:

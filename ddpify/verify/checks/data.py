@@ -74,8 +74,10 @@ def check_sharding(ctx: Context) -> Check:
         count = min(len(per_rank[r][key]) for r in range(ctx.nproc))
         for i in range(count):
             eps = [per_rank[r][key][i] for r in range(ctx.nproc)]
-            if eps[0].get("replacement"):
-                # draws with replacement repeat indices by design: only the same draws on every rank is unsharded
+            if eps[0].get("replacement") or _repeats(eps, key[1], ctx.nproc):
+                # draws with replacement (or episodes drawn anew, a sampler that repeats indices
+                # within one rank's pass) repeat indices by design: only the same draws on every
+                # rank is unsharded
                 n = min(len(e["indices"]) for e in eps)
                 same = sum(
                     1 for k in range(n) if len({e["indices"][k] for e in eps}) == 1
@@ -92,7 +94,7 @@ def check_sharding(ctx: Context) -> Check:
                         f"epoch 0: {ctx.nproc} ranks drew with replacement from {key[1]}, the same index at {same} of {n} positions"
                     )
                 if n and same > max(4 * n / max(key[1] or 1, 1), n / 4):
-                    problems.append((i, same, 0, eps))
+                    problems.append((i, same, -1, eps))
                 continue
             seen: dict = {}
             for r, e in enumerate(eps):
@@ -126,11 +128,14 @@ def check_sharding(ctx: Context) -> Check:
         f"epoch {i}: {ctx.nproc} ranks drew {each} of {e0['dataset_len']}, "
         f"{shared} drawn by more than one rank (padding allows {allowed})"
     )
-    if e0.get("replacement"):
-        figure = f"epoch {i}: {ctx.nproc} ranks drew with replacement the same index at {plural(shared, 'position')} of {min(drawn)}"
+    if allowed == -1:  # drawn with repeats: the same draws at the same positions
+        figure = f"epoch {i}: {ctx.nproc} ranks drew the same index at {plural(shared, 'position')} of {min(drawn)}"
         cause = (
             f"the training DataLoader ({e0['dataset']}) draws with {e0['sampler']}(replacement=True) from the same "
             "random state on every rank: give each rank a generator of its own (seeded with RANK added)"
+            if e0.get("replacement")
+            else f"the training DataLoader ({e0['dataset']}) draws the same sequence with {e0['sampler']} on every "
+            "rank: give each rank every WORLD_SIZE-th of what the sampler yields"
         )
     elif e0["sampler"] != "DistributedSampler":
         cause = (
@@ -157,6 +162,13 @@ def check_sharding(ctx: Context) -> Check:
     else:
         cause = "the ranks' samplers hand out overlapping indices"
     return Check("data-sharding", FAIL, figure, cause, data={"epochs": data})
+
+
+def _repeats(eps: list[dict], length: int | None, nproc: int) -> bool:
+    """A rank drew some index more than once in one pass, beyond what padding allows: its
+    sampler repeats indices by design (episodes, draws with replacement)."""
+    allowed = (-length) % nproc if length else 0
+    return any(len(e["indices"]) - len(set(e["indices"])) > allowed for e in eps)
 
 
 def _same(a: list[float], b: list[float]) -> bool:
