@@ -171,10 +171,10 @@ def test_model_calls_in_the_ops_arguments_keep_autocast_under_cpu_bf16(tmp_path)
     ok = _run_under_cpu_bf16(out, tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "[Epoch 2/3]" in ok.stdout
-    new = "            g_loss = in_float32(adversarial_loss)(ddp_discriminator(gen_imgs), valid)\n"
+    new = "            g_loss = in_float32(adversarial_loss)(discriminator(gen_imgs), valid)\n"
     old = (
         "            with torch.autocast(LOCAL_DEVICE.type, enabled=False):\n"
-        "                g_loss = adversarial_loss(ddp_discriminator(gen_imgs).float(), valid.float())\n"
+        "                g_loss = adversarial_loss(discriminator(gen_imgs).float(), valid.float())\n"
     )
     assert new in out
     before = _run_under_cpu_bf16(out.replace(new, old), tmp_path)

@@ -168,7 +168,7 @@ def test_try_it_runs_in_a_fresh_clone(tmp_path: Path):
         "converted train.py" in proc.stderr
         and (clone / "out" / "regressor.pt").exists()
     )
-    assert "DistributedDataParallel" in (clone / "out" / "train.py").read_text()
+    assert "ddp_in_place(model" in (clone / "out" / "train.py").read_text()
 
 
 # --------------------------------------------------------------------------- pre-commit

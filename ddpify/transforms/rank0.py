@@ -456,7 +456,7 @@ class Rank0Transform(Transform):
             taken.add(name)
             names.append(name)
             ctx.edits.before[stmt].append(
-                ctx.stmt(f"{name} = {code(_edited(ctx, c))}\n")
+                ctx.stmt(f"{name} = {code(_double_quoted(_edited(ctx, c)))}\n")
             )
             ctx.edits.replace(c, cst.Name(name))
         ctx.finding(
@@ -892,3 +892,19 @@ def _on(node: cst.CSTNode, base: str) -> bool:
             else None
         )
     return False
+
+
+class _DoubleQuotes(cst.CSTTransformer):
+    def leave_SimpleString(self, original, updated):
+        v = updated.value
+        prefix = v[: len(v) - len(v.lstrip("rbuRBU"))]
+        body = v[len(prefix) :]
+        if body[:1] == "'" and body[:3] != "'''" and '"' not in body and "\\" not in body:
+            return updated.with_changes(value=f'{prefix}"{body[1:-1]}"')
+        return updated
+
+
+def _double_quoted(node: cst.CSTNode) -> cst.CSTNode:
+    """A call hoisted out of an f-string keeps the single quotes it needed there; outside it,
+    the quotes black and ruff write."""
+    return node.visit(_DoubleQuotes())

@@ -399,6 +399,12 @@ class WrappingTransform(Concern):
         mine = [c for c in found if _within(a, c, stmt)]
         local = [c for c in found if a.function_of(c) is fn]
         earlier = [c for c in local if a.pos[c].start.line < a.pos[call].start.line]
+        if not (mine or earlier):
+            # handed to a factory that takes its parameters: `opt = make(model)`, here or at
+            # the call of the function that builds the optimizer
+            for s in [stmt, *(a.statement(c) for c in (a.callers(fn) if fn else ()))]:
+                if _mentions(a, s, owner):
+                    return s, ""
         pick = mine or earlier or local or found
         if not pick:
             return None, ""
@@ -678,7 +684,8 @@ class WrappingTransform(Concern):
                 )
             args = [w.module]
             if w.entries:
-                args.append("(" + ", ".join(f'"{e}"' for e in w.entries) + ",)")
+                quoted = [f'"{e}"' for e in w.entries]
+                args.append(f"({quoted[0]},)" if len(quoted) == 1 else f"({', '.join(quoted)})")
             args += [f"{k}={v}" for k, v in (*w.options, *options.get(w.model, ()))]
             at = ctx.edits.after if w.after else ctx.edits.before
             call = f"ddp_in_place({', '.join(args)})\n"
@@ -844,6 +851,14 @@ def _comprehension(a, node: cst.CSTNode, owner: str) -> str:
             comp = comp.inner_for_in
         cur = a.parent.get(cur)
     return ""
+
+
+def _mentions(a, stmt: cst.CSTNode, owner: str) -> bool:
+    """`owner` (a name or dotted path) is read in `stmt`."""
+    return any(
+        _plain_source(dotted(n) or "") == owner
+        for n in a.findall(stmt, m.Name() | m.Attribute())
+    )
 
 
 def _within(a, node: cst.CSTNode, stmt: cst.CSTNode) -> bool:
