@@ -48,7 +48,7 @@ def looks_like_path(p: Program, node: ast.AST) -> bool:
             name.endswith(("path.join", "Path", "joinpath", "with_suffix", "with_name"))
             or p.last(node) == "format"
         )
-    name = ast.unparse(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
+    name = p.unparse(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
     return bool(name) and effect_kinds.pathish_name(name)
 
 

@@ -427,11 +427,7 @@ class LaunchTransform(Transform):
         text += "".join(ctx.helper_texts)  # the concerns' own (wrapping.py: ForwardTo)
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
-        # a leading statement keeps the block's first comment out of the module header
-        block = (
-            list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
-            + ctx.setup_extra
-        )
+        block = _statements(text.format(**names)) + ctx.setup_extra
         if ctx.preamble:
             block[0] = block[0].with_changes(
                 leading_lines=[cst.EmptyLine(), *block[0].leading_lines]
@@ -613,6 +609,22 @@ class LaunchTransform(Transform):
             from ddpify.transforms.legacy import fix_launch
 
             fix_launch(ctx)
+
+
+# The set-up block's text is one of a few per option set: parsed once per text (a parse of it
+# is most of this planner's time); each conversion gets statements of its own (edits and lists
+# of statements go by identity), sharing the unchanging nodes inside.
+_BLOCKS: dict[str, list[cst.BaseStatement]] = {}
+
+
+def _statements(text: str) -> list[cst.BaseStatement]:
+    got = _BLOCKS.get(text)
+    if got is None:
+        if len(_BLOCKS) >= 256:
+            _BLOCKS.clear()
+        # a leading statement keeps the block's first comment out of the module header
+        got = _BLOCKS[text] = list(cst.parse_module("pass\n" + text).body)[1:]
+    return [s.with_changes() for s in got]
 
 
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:
