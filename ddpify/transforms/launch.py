@@ -176,9 +176,10 @@ def ddp_check_sync(optimizer, args, kwargs):
 DECIDES = '''\
 
 
-# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: an
-# abort at exit).
-DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
+# ddpify: a CPU tensor, sent over gloo, so a shared decision never waits for the GPU;
+# kept for the whole run, so no gloo thread frees it (that needs the GIL: an abort at
+# exit).
+DECISION = {torch}.zeros(1, dtype={torch}.long)
 
 
 def rank0_decides(flag):
@@ -306,7 +307,8 @@ def rank_batches(batches):
     import random
     import sys
 
-    seed = {torch}.randint(2**62, (1,), dtype={torch}.long).to(LOCAL_DEVICE)
+    # a CPU tensor over gloo: no wait for the GPU
+    seed = {torch}.randint(2**62, (1,), dtype={torch}.long)
     {dist}.broadcast(seed, src=0)
     seed = int(seed.item())
     {torch}.manual_seed(seed)
@@ -376,7 +378,8 @@ RANK0_SEED = '''\
 
 def rank0_seed():
     """Rank 0's fresh seed from the OS, on every rank: generators seeded alike."""
-    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
+    # a CPU tensor over gloo: no wait for the GPU
+    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2])
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
 '''
