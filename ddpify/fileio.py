@@ -17,7 +17,6 @@ import io
 import os
 import re
 import stat
-import tempfile
 import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -262,6 +261,8 @@ def write_atomic(
     target = os.path.realpath(path)
     directory = os.path.dirname(target)
     st = os.stat(target)
+    import tempfile  # only a write needs it (not --check, not --diff)
+
     fd, tmp = tempfile.mkstemp(
         prefix=f".{os.path.basename(target)}.{os.getpid()}.",
         suffix=TEMP_SUFFIX,

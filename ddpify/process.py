@@ -7,7 +7,6 @@ import ast
 import os
 import sys
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 
 from ddpify import fileio
@@ -204,6 +203,9 @@ def run_jobs(job_list: list[Job], settings: Settings, jobs: int) -> list[Report]
     if workers <= 1 or len(file_jobs) < 2:
         return [process(j, settings) for j in job_list]
     done: dict[int, Report] = {}
+    # imported here: a plain `ddpify --check FILE` (a pre-commit hook) runs no pool
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=min(workers, len(file_jobs))) as pool:
         pooled = [i for i, j in enumerate(job_list) if not j.stdin]
         for i, rep in zip(

@@ -1,6 +1,11 @@
 """Training-speed benchmark of ddpify's output against hand-written DDP and Accelerate.
 
-One command runs every configuration:  python bench/gpu/run_gpu_bench.py --gpus 2 --rounds 5
+One command runs the comparison:  python bench/gpu/run_gpu_bench.py
+(by default: the GPUs this machine has, 1 or 2, default precision, ddpify, hand-written DDP,
+Accelerate and ddpify --optimize, 5 rounds of 100 timed steps after 10 untimed ones). Rounds can
+be split over several calls (--part K/N runs the K-th of N shares of the rounds) and their
+results merged:  python bench/gpu/run_gpu_bench.py merge DIR... --out DIR
+A ratio is reported only where at least --min-rounds (5) rounds ran both variants.
 
 For each model (cnn, gpt, text) it converts <model>_single.py with ddpify (--amp auto for the
 default precision, --amp none for fp32), then launches, with torchrun, each variant
@@ -122,8 +127,9 @@ def parse_args(argv=None):
         "--gpus",
         type=int,
         nargs="+",
-        default=[1, 2, 4],
-        help="GPU counts (default precision)",
+        default=None,
+        help="GPU counts (default precision; default: 1 where one GPU is visible, 2 where "
+        "two are, 1 2 4 where more)",
     )
     p.add_argument(
         "--fp32-gpus",
@@ -136,14 +142,14 @@ def parse_args(argv=None):
         "--precisions",
         nargs="+",
         choices=["default", "fp32"],
-        default=["default", "fp32"],
+        default=["default"],
     )
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument(
         "--variants",
         nargs="+",
         choices=VARIANTS,
-        default=list(VARIANTS),
+        default=list(BASE_VARIANTS) + ["ddpify-opt"],
         help="ddpify-opt: ddpify --optimize; opt-<name>: ddpify --optimize-only <name> (launched only where it changes the conversion)",
     )
     p.add_argument(
@@ -161,7 +167,7 @@ def parse_args(argv=None):
         "--steps",
         type=int,
         default=None,
-        help="timed steps per run (default 40; smoke 4)",
+        help="timed steps per run (default 100; smoke 4)",
     )
     p.add_argument(
         "--chunk", type=int, default=10, help="steps between synchronised time marks"
@@ -179,8 +185,22 @@ def parse_args(argv=None):
     p.add_argument(
         "--rounds",
         type=int,
-        default=1,
-        help="every variant once per round, order rotated between rounds",
+        default=5,
+        help="every variant once per round, order rotated between rounds (1: one pass in order "
+        "of importance)",
+    )
+    p.add_argument(
+        "--part",
+        default="1/1",
+        help="K/N: run the K-th of N shares of the rounds (rounds keep their numbers, and so "
+        "their launch order); merge the parts' results with the merge command",
+    )
+    p.add_argument(
+        "--min-rounds",
+        type=int,
+        default=5,
+        help="a ratio is reported where at least this many rounds ran both variants "
+        "(fewer with --rounds below it)",
     )
     p.add_argument(
         "--warm-up",
@@ -225,14 +245,60 @@ def parse_args(argv=None):
     if args.warmup is None:
         args.warmup = 2 if args.smoke else 10
     if args.steps is None:
-        args.steps = 4 if args.smoke else 40
+        args.steps = 4 if args.smoke else 100
     if args.warm_up is None:
         args.warm_up = 0.0 if args.smoke else 30.0
     if args.warm_up_launch is None:
         args.warm_up_launch = not args.smoke
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    try:
+        args.part = part_of(args.part, args.rounds)
+    except ValueError as e:
+        p.error(str(e))
+    if args.gpus is None:
+        args.gpus = default_gpus(visible_gpus())
     return args
+
+
+def part_of(text: str, rounds: int) -> tuple[int, int]:
+    """(K, N) of "K/N", checked against the rounds asked for."""
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ValueError(f"--part takes K/N (e.g. 2/3), not {text!r}") from None
+    if not 1 <= k <= n or (n > rounds and rounds > 1) or (rounds == 1 and n != 1):
+        raise ValueError(f"--part {text}: needs 1 <= K <= N <= --rounds ({rounds})")
+    return k, n
+
+
+def part_rounds(rounds: int, k: int, n: int) -> list[int]:
+    """The rounds (0-based) of the K-th of N shares: consecutive, the earlier shares one
+    longer where they do not divide evenly (5 rounds in 3: 0 1 | 2 3 | 4)."""
+    base, extra = divmod(rounds, n)
+    start = (k - 1) * base + min(k - 1, extra)
+    return list(range(start, start + base + (1 if k <= extra else 0)))
+
+
+def visible_gpus() -> int:
+    """GPUs this machine shows (nvidia-smi; CUDA_VISIBLE_DEVICES narrows them), 0 without."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen is not None and seen.strip() not in ("", "all"):
+        return len([x for x in seen.split(",") if x.strip()])
+    if not shutil.which("nvidia-smi"):
+        return 0
+    return sum(
+        1 for ln in sh(["nvidia-smi", "-L"]).splitlines() if ln.startswith("GPU ")
+    )
+
+
+def default_gpus(visible: int) -> list[int]:
+    """Report on 1 GPU where one is lent, on 2 where two are; 1, 2 and 4 on a larger host."""
+    if visible <= 1:
+        return [1]
+    if visible == 2:
+        return [2]
+    return [n for n in (1, 2, 4) if n <= visible]
 
 
 def sh(cmd: list[str] | str, timeout: float = 60) -> str:
@@ -404,7 +470,7 @@ def plan(args) -> list[Run]:
 
     runs: list[Run] = []
     if args.rounds > 1:
-        for r in range(args.rounds):
+        for r in part_rounds(args.rounds, *args.part):
             for precision, n in groups:
                 # The models take turns going first too.
                 models = (
@@ -705,6 +771,28 @@ def reading(st) -> str:
     return f"{side} 1{every} (|median-1| {abs(med - 1):.3f} >= half-spread {half:.3f})"
 
 
+def part_note(args) -> str:
+    if getattr(args, "merged", False):
+        return "from the merged calls"
+    k, n = getattr(args, "part", (1, 1))
+    if n == 1:
+        return "all in this call"
+    mine = [r + 1 for r in part_rounds(args.rounds, k, n)]
+    return f"this call: part {k} of {n}, rounds {', '.join(map(str, mine))}"
+
+
+def need_rounds(args) -> int:
+    """Rounds a ratio needs before it is reported (--min-rounds; all of them with fewer)."""
+    return max(1, min(args.min_rounds, args.rounds))
+
+
+def fmt_ratio(st, need: int, digits: int = 3) -> str:
+    """fmt_stats where the ratio has its rounds; else how many it has."""
+    if st is not None and st[3] < need:
+        return f"{st[3]} of {need} rounds: not reported"
+    return fmt_stats(st, digits)
+
+
 def fmt_stats(st, digits: int = 3) -> str:
     if st is None:
         return "not measured"
@@ -774,6 +862,7 @@ def report(
     res = Results(runs)
     rate = res.rate
     rounds = sorted({r.round for r in runs if r.status == "ok"} - {0})
+    need = need_rounds(args)
 
     def eff(m, v, p, n):
         a, b = rate(m, v, p, n), rate(m, v, p, 1)
@@ -801,9 +890,9 @@ def report(
         f"Global samples/s over {args.steps} timed steps after {args.warmup} warm-up steps, per-process batch unchanged "
         f"from the single-GPU script. "
         + (
-            f"{args.rounds} rounds requested, {len(rounds)} ran: every variant once per round, in an order rotated between "
+            f"{args.rounds} rounds requested ({part_note(args)}), {len(rounds)} ran: every variant once per round, in an order rotated between "
             "rounds (Williams Latin square); a rate is the median over rounds [min, max], a ratio the median of the "
-            "per-round ratios [min, max]. "
+            f"per-round ratios [min, max], reported where at least {need} rounds ran both variants. "
             if args.rounds > 1
             else f"(±x%) is half the range of the per-{args.chunk}-step rates. "
         )
@@ -850,8 +939,8 @@ def report(
                 out.append(
                     f"| {n} | "
                     + " | ".join(cells)
-                    + f" | {fmt_stats(res.ratio_stats(m, 'ddpify', 'handwritten', p, n)).replace('not measured', '-')}"
-                    f" | {fmt_stats(res.ratio_stats(m, 'ddpify', 'accelerate', p, n)).replace('not measured', '-')} | "
+                    + f" | {fmt_ratio(res.ratio_stats(m, 'ddpify', 'handwritten', p, n), need).replace('not measured', '-')}"
+                    f" | {fmt_ratio(res.ratio_stats(m, 'ddpify', 'accelerate', p, n), need).replace('not measured', '-')} | "
                     + " | ".join(
                         "-" if e is None or n == 1 else f"{100 * e:.1f}%" for e in effs
                     )
@@ -882,7 +971,7 @@ def report(
                 for n, v in opt_rows:
                     e, eh = eff(m, v, p, n), eff(m, "handwritten", p, n)
                     rs = [
-                        fmt_stats(res.ratio_stats(m, v, ref, p, n)).replace(
+                        fmt_ratio(res.ratio_stats(m, v, ref, p, n), need).replace(
                             "not measured", "-"
                         )
                         for ref in ("handwritten", "ddpify", "accelerate")
@@ -909,6 +998,9 @@ def report(
         )
 
     def row_st(name, st, target):
+        if st is not None and st[3] < need:  # too few rounds: no verdict either way
+            out.append(f"| {name} | {fmt_ratio(st, need)} | - | - |")
+            return
         ok = st is not None and st[0] >= target
         out.append(
             f"| {name} | {fmt_stats(st)} | {('yes' if ok else 'NO') if st else '-'} | {reading(st) if st and st[3] > 1 else '-'} |"
@@ -965,7 +1057,7 @@ def report(
             )
         else:
             out.append(
-                f"| {m}, {n} GPU(s), default precision: ddpify --optimize / hand-written DDP (no target) | {fmt_stats(st)} | - | {reading(st) if st and st[3] > 1 else '-'} |"
+                f"| {m}, {n} GPU(s), default precision: ddpify --optimize / hand-written DDP (no target) | {fmt_ratio(st, need)} | - | {reading(st) if st and need <= st[3] > 1 else '-'} |"
             )
         if n > 1 and 1 in opt_counts:
             e, eh = (
@@ -1019,6 +1111,7 @@ def report(
 def rounds_section(args, res: Results, m: str, p: str, counts: list[int]) -> list[str]:
     """Ratio medians with their spread, then every round's raw figures, for one model and precision."""
     out = []
+    need = need_rounds(args)
     for n in counts:
         variants = [
             v for v in list(args.variants) + ["original"] if res.by.get((m, v, p, n))
@@ -1039,6 +1132,11 @@ def rounds_section(args, res: Results, m: str, p: str, counts: list[int]) -> lis
             st = res.ratio_stats(m, a, b, p, n)
             if st is None:
                 out.append(f"| {a} / {b} | - | - | - | - | 0 | not measured |")
+                continue
+            if st[3] < need:
+                out.append(
+                    f"| {a} / {b} | - | - | - | - | {st[3]} | {st[3]} of {need} rounds: not reported |"
+                )
                 continue
             out.append(
                 f"| {a} / {b} | {st[0]:.3f} | {st[1]:.3f} | {st[2]:.3f} | {(st[2] - st[1]) / 2:.3f} | {st[3]} | {reading(st)} |"
@@ -1138,6 +1236,8 @@ def write_csv(path: Path, runs: list[Run]) -> None:
                 "peak_mem_gib",
                 *PHASES,
                 "reason",
+                "steps",
+                "seconds",
             ]
         )
         for r in runs:
@@ -1158,8 +1258,158 @@ def write_csv(path: Path, runs: list[Run]) -> None:
                     fig.get("peak_mem_gib", ""),
                     *[r.phases.get(ph, "") for ph in PHASES],
                     r.reason,
+                    fig.get("steps", ""),
+                    fig.get("seconds", ""),
                 ]
             )
+
+
+def read_csv(path: Path) -> tuple[list[Run], list[Run]]:
+    """(runs, warm-up launches) of a rounds.csv that write_csv wrote (older files lack the
+    steps and seconds columns)."""
+
+    def num(x: str):
+        if x in ("", None):
+            return None
+        return float(x) if any(c in x for c in ".e") else int(x)
+
+    runs, warm = [], []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            run = Run(
+                row["model"],
+                row["variant"],
+                row["precision"],
+                int(row["gpus"]),
+                round=int(row["round"]),
+                place=int(row["place"]),
+                status=row["status"],
+                reason=row.get("reason") or "",
+                wall_s=float(row.get("wall_s") or 0.0),
+                started_s=float(row.get("started_s") or 0.0),
+            )
+            figures = {
+                "samples_per_s": num(row.get("samples_per_s") or ""),
+                "chunk_rates": [
+                    float(x) for x in (row.get("chunk_rates") or "").split()
+                ],
+                "peak_mem_gib": num(row.get("peak_mem_gib") or ""),
+                "steps": num(row.get("steps") or ""),
+                "seconds": num(row.get("seconds") or ""),
+            }
+            run.figures = {k: v for k, v in figures.items() if v not in (None, [])}
+            run.phases = {ph: float(row[ph]) for ph in PHASES if row.get(ph)}
+            (warm if run.place < 0 else runs).append(run)
+    return runs, warm
+
+
+def merge(dirs: list[Path]) -> tuple[list[Run], list[Run], dict, list[str]]:
+    """The runs of several calls (each a --part of the same rounds): (runs, warm-up launches,
+    the first call's gpu_results.json, notes). Refuses a round that two calls both ran."""
+    runs: list[Run] = []
+    warm: list[Run] = []
+    first: dict = {}
+    notes: list[str] = []
+    seen: dict[tuple, Path] = {}
+    for d in dirs:
+        got, w = read_csv(d / "rounds.csv")
+        doc = (
+            json.loads((d / "gpu_results.json").read_text())
+            if (d / "gpu_results.json").exists()
+            else {}
+        )
+        if not first:
+            first = doc
+        else:
+            for key in ("steps", "warmup", "chunk", "rounds", "models", "precisions"):
+                a, b = first.get("args", {}).get(key), doc.get("args", {}).get(key)
+                if a != b:
+                    notes.append(f"{d}: --{key} {b} differs from the first call's {a}")
+        for r in got:
+            key = (r.round, r.model, r.variant, r.precision, r.gpus)
+            if r.status != "skipped" and key in seen and seen[key] != d:
+                raise ValueError(
+                    f"round {r.round} of {r.name} ran in both {seen[key]} and {d}: "
+                    "merge the parts of one schedule (--part K/N)"
+                )
+            if r.status != "skipped":
+                seen[key] = d
+        ran = sorted({r.round for r in got if r.status == "ok"})
+        notes.append(f"{d}: rounds {', '.join(map(str, ran)) or 'none'} ran")
+        runs += got
+        warm += w
+    # a round one call skipped (its budget) and another ran: keep the run that happened
+    done = {
+        (r.round, r.model, r.variant, r.precision, r.gpus)
+        for r in runs
+        if r.status != "skipped"
+    }
+    runs = [
+        r
+        for r in runs
+        if r.status != "skipped"
+        or (r.round, r.model, r.variant, r.precision, r.gpus) not in done
+    ]
+    runs.sort(key=lambda r: (r.round, r.precision, r.gpus, r.model, r.place))
+    return runs, warm, first, notes
+
+
+def merge_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="run_gpu_bench.py merge",
+        description="Merge the results of several calls (--part K/N of one schedule) into one report.",
+    )
+    p.add_argument("dirs", nargs="+", type=Path, help="the calls' --out folders")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--min-rounds", type=int, default=None, help="default: the calls' own"
+    )
+    a = p.parse_args(argv)
+    runs, warm, first, notes = merge(a.dirs)
+    saved = first.get("args", {})
+    args = parse_args(["--gpus", "1"])  # the defaults, then the calls' own settings
+    for key, value in saved.items():
+        if hasattr(args, key):
+            setattr(args, key, tuple(value) if key == "part" else value)
+    args.part, args.merged = (1, 1), True
+    args.rounds = max([args.rounds] + [r.round for r in runs])
+    if a.min_rounds is not None:
+        args.min_rounds = a.min_rounds
+    args.gpus = sorted({r.gpus for r in runs}) or args.gpus
+    machine = "\n".join(
+        f"== {d} ==\n"
+        + (
+            (d / "machine.txt").read_text()
+            if (d / "machine.txt").exists()
+            else "(no machine.txt)\n"
+        )
+        for d in a.dirs
+    )
+    a.out.mkdir(parents=True, exist_ok=True)
+    elapsed = sum(
+        json.loads((d / "gpu_results.json").read_text()).get("elapsed_s", 0.0)
+        for d in a.dirs
+        if (d / "gpu_results.json").exists()
+    )
+    md = save(
+        args,
+        a.out,
+        runs,
+        machine,
+        time.strftime("%Y-%m-%d %H:%M:%S"),
+        elapsed,
+        [],
+        "",
+        warm,
+    )
+    # where the rounds come from, under the title
+    head, rest = md.split("\n", 1)
+    merged = f"Merged from {len(a.dirs)} calls: " + "; ".join(notes) + "."
+    md = f"{head}\n\n{merged}\n{rest}"
+    (a.out / "gpu_results.md").write_text(md)
+    print(md.split("## Runs\n")[0])
+    print(f"results in {a.out}")
+    return 0
 
 
 def save(
@@ -1187,6 +1437,7 @@ def save(
             "min": st[1],
             "max": st[2],
             "rounds": st[3],
+            "reported": st[3] >= need_rounds(args),
             "per_round": res.per_round(m, a, b, p, n),
             "reading": reading(st),
         }
@@ -1212,6 +1463,9 @@ def save(
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
     args = parse_args(argv)
     if args.dry_run:
         runs = plan(args)

@@ -24,7 +24,45 @@ def console_functions(path: str) -> list[str]:
     if not path or path.startswith("<") or not os.path.isfile(path):
         return []
     root = project_root(path)
-    targets: list[str] = []
+    targets = _targets(root)
+    rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")
+    mods = {rel, rel[4:] if rel.startswith("src.") else rel}
+    mods |= {m[: -len(".__init__")] for m in mods if m.endswith(".__init__")}
+    out = []
+    for t in targets:
+        if not isinstance(t, str) or ":" not in t:
+            continue
+        mod, func = (x.strip() for x in t.split(":", 1))
+        if mod in mods:
+            out.append(func.split(".")[0].split("[")[0].strip())
+    return out
+
+
+# the three files' texts -> their entry points: a run over many files of one project parses
+# them once (reading them again is cheap; an edited file gives a new key)
+_TARGETS: dict[tuple, list] = {}
+
+
+def _targets(root: str) -> list:
+    texts = []
+    for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+        try:
+            with open(os.path.join(root, name), "rb") as f:
+                texts.append(f.read())
+        except OSError:
+            texts.append(None)
+    key = (root, *texts)
+    got = _TARGETS.get(key)
+    if got is None:
+        if len(_TARGETS) >= 64:
+            _TARGETS.clear()
+        got = _TARGETS[key] = _read_targets(root)
+    return got
+
+
+def _read_targets(root: str) -> list:
+    """The `module:function` targets of the project's console and GUI scripts."""
+    targets: list = []
     try:
         with open(os.path.join(root, "pyproject.toml"), "rb") as f:
             data = tomllib.load(f)
@@ -56,17 +94,7 @@ def console_functions(path: str) -> list[str]:
             ]
     except configparser.Error:
         pass
-    rel = os.path.relpath(os.path.realpath(path), root)[:-3].replace(os.sep, ".")
-    mods = {rel, rel[4:] if rel.startswith("src.") else rel}
-    mods |= {m[: -len(".__init__")] for m in mods if m.endswith(".__init__")}
-    out = []
-    for t in targets:
-        if not isinstance(t, str) or ":" not in t:
-            continue
-        mod, func = (x.strip() for x in t.split(":", 1))
-        if mod in mods:
-            out.append(func.split(".")[0].split("[")[0].strip())
-    return out
+    return targets
 
 
 # decorators that run their function when the file is run as a script, with no call of it:

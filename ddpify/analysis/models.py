@@ -38,10 +38,11 @@ class ModelsMixin:
             return True
         # chosen by name and given the parameters: getattr(torch.optim, name)(...), a table
         # OPTIMIZERS[name](...), a helper returning an optimizer, a factory handed torch.optim
-        if self._param_sources(call) and (
+        # (what the call is named first: following its arguments' names costs more)
+        if (
             self._makes_optimizer(call.func)
             or any(self._optim_module(x.value) for x in call.args)
-        ):
+        ) and self._param_sources(call):
             return True
         return False
 

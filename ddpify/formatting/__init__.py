@@ -29,6 +29,7 @@ import tokenize
 from functools import lru_cache
 
 from ddpify.config import read_toml
+from ddpify.parsed import parse
 from ddpify.formatting.leaves import DEFAULT, INDENT, _SKIP, _statement, _width
 from ddpify.formatting.splits import _transform
 
@@ -73,13 +74,113 @@ def _logical_lines(text: str, lines: list[str], strings: set[int] | None = None)
             )
 
 
-def _render(rows: list[str], tokens, lines: list[str], limit: int) -> list[str] | None:
+def _render(
+    rows: list[str], tokens, lines: list[str], limit: int, unit: str | None = None
+) -> list[str] | None:
     line = _statement(tokens, lines)
     if line is None:
         return None
     line.base = rows[0][: len(rows[0]) - len(rows[0].lstrip())]
-    line.unit = _unit(lines)
+    line.unit = _unit(lines) if unit is None else unit
     return [part.text() for part in _transform(line, limit)]
+
+
+# What one file's statements teach the next: the generated set-up and much of a script's code
+# recur from file to file in a run over many files, so a top-level statement's tokens and a
+# statement's new layout are kept by their text.
+_TOKENS: dict[str, list] = {}
+_LAYOUTS: dict[tuple, list[str] | None] = {}
+
+
+def _kept(cache: dict, key, make):
+    got = cache.get(key, cache)
+    if got is cache:
+        if len(cache) >= 4096:
+            cache.clear()
+        got = cache[key] = make()
+    return got
+
+
+def _top_level(text: str, lines: list[str]) -> list[tuple[int, int, bool]] | None:
+    """(first row, last row, has a logical line over several rows) of each top-level statement,
+    with the comment and blank rows before it, and of the rows after the last one: a statement
+    at the top level starts where the tokenizer holds nothing open. None where the text must be
+    read whole (`# fmt: off`, a lone carriage return, a text ast does not parse)."""
+    if "fmt:" in text or "\r" in text:
+        return None
+    try:
+        tree = parse(text)  # the gate's tree of the same output
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    out, start = [], 1
+    for stmt in tree.body:
+        end = stmt.end_lineno or stmt.lineno
+        if end >= start:
+            out.append((start, end, _spans_rows(stmt)))
+            start = end + 1
+    if start <= len(lines):
+        out.append((start, len(lines), False))
+    return out
+
+
+def _spans_rows(stmt: ast.stmt) -> bool:
+    """A logical line of stmt may cover more than one row (never False where one does)."""
+    work = [stmt]
+    while work:
+        s = work.pop()
+        if isinstance(s, ast.Match):
+            return True
+        body = getattr(s, "body", None)
+        if not isinstance(body, list):  # a simple statement
+            if (s.end_lineno or s.lineno) > s.lineno:
+                return True
+            continue
+        if body and body[0].lineno > s.lineno + 1:
+            return True  # a header over several rows (or a comment under it)
+        if any(
+            (d.end_lineno or d.lineno) > d.lineno
+            for d in getattr(s, "decorator_list", ())
+        ):
+            return True
+        work += body
+        for field in ("orelse", "finalbody"):
+            work += getattr(s, field, [])
+        for h in getattr(s, "handlers", []):
+            if h.body and h.body[0].lineno > h.lineno + 1:
+                return True
+            work += h.body
+    return False
+
+
+def _chunk_lines(text: str, lines: list[str], wanted, strings: set[int] | None = None):
+    """_logical_lines over the top-level statements `wanted(first, last, spans)` asks for, each
+    tokenized alone (and once per text): (first row, last row, tokens, the rows the tokens'
+    positions count from, the row before them)."""
+    chunks = _top_level(text, lines)
+    if chunks is None:
+        for first, last, tokens in _logical_lines(text, lines, strings):
+            yield first, last, tokens, lines, 0
+        return
+    for first, last, spans in chunks:
+        if not wanted(first, last, spans):
+            continue
+        rows = lines[first - 1 : last]
+        body = "\n".join(rows) + "\n"
+        found = _kept(_TOKENS, body, lambda: _read_chunk(body, rows))
+        off = first - 1
+        for a, b, tokens, inside in found:
+            if strings is not None:
+                strings.update(r + off for r in inside)
+            yield a + off, None if b is None else b + off, tokens, rows, off
+
+
+def _read_chunk(body: str, rows: list[str]) -> list:
+    out = []
+    for a, b, tokens in _logical_lines(body, rows, inside := set()):
+        out.append((a, b, tokens, set()))
+    if out:
+        out[0] = (*out[0][:3], inside)  # a chunk's string rows, told once
+    return out
 
 
 def _unit(lines: list[str]) -> str:
@@ -92,15 +193,31 @@ def _black_style(text: str, limit: int) -> bool:
     """Whether every statement the input splits over lines (or leaves too long) is laid out as
     black lays it out: then an edited statement is laid out anew, joined where it now fits."""
     lines = text.split("\n")
-    for first, last, tokens in _logical_lines(text, lines):
+    unit = _unit(lines)
+
+    def wanted(first: int, last: int, spans: bool) -> bool:
+        return spans or any(_width(row) > limit for row in lines[first - 1 : last])
+
+    for first, last, tokens, base, off in _chunk_lines(text, lines, wanted):
         if last is None:
             continue
         rows = lines[first - 1 : last]
         if len(rows) > 1 or _width(rows[0]) > limit:
-            new = _render(rows, tokens, lines, limit)
+            new = _layout(rows, tokens, base, limit, unit)
             if new is not None and new != rows:
                 return False
     return True
+
+
+def _layout(
+    rows: list[str], tokens, base: list[str], limit: int, unit: str
+) -> list[str] | None:
+    """_render's layout of a statement, once per text."""
+    return _kept(
+        _LAYOUTS,
+        (tuple(rows), limit, unit),
+        lambda: _render(rows, tokens, base, limit, unit),
+    )
 
 
 def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
@@ -115,7 +232,13 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
         int, tuple[int, list[str]]
     ] = {}  # first row -> (last row, new lines)
     strings: set[int] = set()
-    for first, last, tokens in _logical_lines(after, lines, strings):
+    unit = _unit(lines)
+
+    def changed(first: int, last: int, spans: bool) -> bool:
+        # only statements with a row the input does not have are laid out
+        return not all(row in known for row in lines[first - 1 : last])
+
+    for first, last, tokens, base, off in _chunk_lines(after, lines, changed, strings):
         if last is None:  # a comment line
             if _too_long(lines[first - 1], known, limit):
                 replaced[first] = (first, _wrap_comment(lines[first - 1], limit))
@@ -130,8 +253,12 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
                 black = _black_style(before, limit)
             if not black:
                 continue  # the script's own layout is kept
-        new = _render(rows, tokens, lines, limit)
-        if new is not None and new != rows and _same_tree(rows, new):
+        new = _kept(
+            _LAYOUTS,
+            ("same", tuple(rows), limit, unit),
+            lambda: _checked(rows, _layout(rows, tokens, base, limit, unit)),
+        )
+        if new is not None:
             replaced[first] = (last, new)
     out, row, moved = [], 1, {}
     while row <= len(lines):
@@ -153,6 +280,11 @@ def fit_lines(before: str, after: str, limit: int = DEFAULT) -> str:
     ):
         out = _blank_lines(out, known, {moved[r] for r in strings if r in moved})
     return after if out == lines else "\n".join(out)
+
+
+def _checked(rows: list[str], new: list[str] | None) -> list[str] | None:
+    """new where it is a rewrap of rows that keeps the syntax tree, else None."""
+    return new if new is not None and new != rows and _same_tree(rows, new) else None
 
 
 def _same_tree(rows: list[str], new: list[str]) -> bool:

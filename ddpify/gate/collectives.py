@@ -52,7 +52,7 @@ class _Collectives:
         self.p = p
         self.cache: dict[int, ast.Call | None] = {}
         self.wrappers = {
-            ast.unparse(t)
+            p.unparse(t)
             for c in p.calls
             if is_ddp(p, c)
             for t in getattr(p.parent.get(c), "targets", [])
@@ -70,7 +70,7 @@ class _Collectives:
             and not call.args
         ):
             return True
-        return ast.unparse(call.func) in self.wrappers
+        return p.unparse(call.func) in self.wrappers
 
     def first(self, node: ast.AST, depth: int = 0) -> ast.Call | None:
         """The first call in node that is, or leads to, a collective."""
@@ -79,9 +79,7 @@ class _Collectives:
             return self.cache[key]
         self.cache[key] = None
         found = None
-        for sub in ast.walk(node):
-            if not isinstance(sub, ast.Call):
-                continue
+        for sub in self.p.calls_in(node):
             if self.direct(sub):
                 found = sub
                 break
@@ -120,9 +118,7 @@ def _paired(
     for other in siblings:
         for theirs, stmts in _branches(other, ranks):
             if theirs != zero and any(
-                isinstance(c, ast.Call) and ast.unparse(c.func) == what
-                for s in stmts
-                for c in ast.walk(s)
+                p.unparse(c.func) == what for s in stmts for c in p.calls_in(s)
             ):
                 return True
     return False
@@ -132,7 +128,7 @@ def check(p: Program) -> list[Violation]:
     ranks = rank_names(p)
     coll = _Collectives(p)
     out: list[Violation] = []
-    for node in ast.walk(p.tree):
+    for node in p.walk(p.tree):
         if not isinstance(node, ast.If):
             continue
         fn = p.function_of(node)

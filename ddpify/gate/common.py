@@ -55,6 +55,15 @@ def rank_names(p: Program) -> set[str]:
     return out or {"RANK"}
 
 
+def _text(node: ast.AST) -> str:
+    """ast.unparse(node), without unparsing the common names and numbers."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
+        return repr(node.value)
+    return ast.unparse(node)
+
+
 def _test_rank0(test: ast.AST, ranks: set[str]) -> bool | None:
     """True: the test holds on rank 0 alone; False: on every rank but 0; None: neither."""
     # the script's own rank tests, as the planners read them (analysis/rank_tests.py)
@@ -62,7 +71,7 @@ def _test_rank0(test: ast.AST, ranks: set[str]) -> bool | None:
     if hand is not None:
         return hand
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        left, right = ast.unparse(test.left), ast.unparse(test.comparators[0])
+        left, right = _text(test.left), _text(test.comparators[0])
         op = test.ops[0]
         if left in ranks and right == "0" or right in ranks and left == "0":
             if isinstance(op, (ast.Eq, ast.Is)):

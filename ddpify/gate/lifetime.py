@@ -79,7 +79,7 @@ class _Reach:
             params = [a.arg for a in d.args.args]
             if not params:
                 continue
-            for sub in ast.walk(d):
+            for sub in self.p.walk(d):
                 if (
                     isinstance(sub, ast.Assign)
                     and isinstance(sub.value, ast.Name)
@@ -103,8 +103,12 @@ class _Reach:
 
     def _functions_in(self, node: ast.AST) -> list[ast.FunctionDef]:
         p = self.p
+        key = ("functions_in", id(node))
+        got = p._memo.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
         fns: list[ast.FunctionDef] = []
-        for sub in ast.walk(node):
+        for sub in p.walk(node):
             if isinstance(sub, ast.Call):
                 fns += p.callees(sub)
                 root = _root_name(sub.func)
@@ -140,6 +144,7 @@ class _Reach:
                         for f in c.body
                         if isinstance(f, ast.FunctionDef)
                     ]
+        p._memo[key] = fns
         return fns
 
     def has(self, node: ast.AST, what: str, depth: int = 0) -> bool:
@@ -147,9 +152,7 @@ class _Reach:
         if key in self.cache:
             return self.cache[key]
         self.cache[key] = False
-        found = any(
-            self._is(c, what) for c in ast.walk(node) if isinstance(c, ast.Call)
-        )
+        found = what in self._direct(node)
         if not found and depth < 6:
             found = any(
                 self.has(f, what, depth + 1)
@@ -158,6 +161,19 @@ class _Reach:
             )
         self.cache[key] = found
         return found
+
+    def _direct(self, node: ast.AST) -> set[str]:
+        """What the calls in node itself do (setup, destroy, train), read in one pass."""
+        key = ("direct", id(node))
+        got = self.p._memo.get(key)
+        if got is None:
+            got = self.p._memo[key] = {
+                what
+                for c in self.p.calls_in(node)
+                for what in ("train", "setup", "destroy")
+                if self._is(c, what)
+            }
+        return got  # type: ignore[return-value]
 
     def _is(self, call: ast.Call, what: str) -> bool:
         last = self.p.last(call)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from ddpify.parsed import parse
+
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # methods that hand back the object they are called on (a module moved, a loader wrapped)
 SAME_OBJECT = frozenset(
     {
@@ -35,6 +38,36 @@ SAME_OBJECT = frozenset(
     }
 )
 MAX_DEPTH = 8
+_SCOPE_TYPES = frozenset(SCOPES)
+_FUNCTION_TYPES = frozenset(FUNCTIONS)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+# the node types the index records (besides names and calls)
+_INDEXED = frozenset(
+    {
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.NamedExpr,
+        ast.Import,
+        ast.ImportFrom,
+        ast.withitem,
+        ast.Return,
+        ast.Yield,
+        ast.YieldFrom,
+        ast.For,
+        ast.comprehension,
+    }
+)
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold nodes (not `ctx`, the Load/Store mark)."""
+    got = _FIELDS.get(kind)
+    if got is None:
+        got = _FIELDS[kind] = tuple(f for f in kind._fields if f != "ctx")
+    return got
 
 
 @dataclass(frozen=True)
@@ -48,6 +81,10 @@ class Origin:
 
 @dataclass
 class Program:
+    """The output read once: one breadth-first pass (ast.walk's order, which the answers keep)
+    indexes parents, scopes, bindings, calls by name, returns, loop targets and name reads, and
+    every question is answered from that index instead of walking the tree again."""
+
     text: str
     tree: ast.Module = field(init=False)
     parent: dict[ast.AST, ast.AST] = field(init=False, default_factory=dict)
@@ -58,7 +95,7 @@ class Program:
     calls: list[ast.Call] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tree = ast.parse(self.text)
+        self.tree = tree = parse(self.text)
         self._assigned: dict[
             tuple[int, str], list[tuple[ast.AST, tuple[int | str, ...]]]
         ] = {}
@@ -69,38 +106,103 @@ class Program:
             tuple[int, str], str
         ] = {}  # (scope, name) -> qualified name
         self._trains: dict[int, bool] = {}
-        for node in ast.walk(self.tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[child] = node
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
-            elif isinstance(node, ast.ClassDef):
-                self.classes.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.Call):
+        # the index: each node's scope, function and class; calls by the name they call;
+        # each function's returns and yields; names a loop binds in each function; name reads
+        self._scope: dict[ast.AST, ast.AST] = {tree: tree}
+        self._fn: dict[ast.AST, ast.AST | None] = {tree: None}
+        self._cls: dict[ast.AST, ast.ClassDef | None] = {tree: None}
+        self._by_last: dict[str, list[ast.Call]] = {}
+        self._returns_of: dict[int, list[ast.Return]] = {}
+        self._yields: set[int] = set()  # functions that yield
+        self._loop_names: set[tuple[int, str]] = set()  # (function, name) a for binds
+        self._loads: dict[str, list[ast.Name]] = {}
+        self._attr_loads: dict[str, list[ast.Attribute]] = {}
+        self._memo: dict[tuple, object] = {}
+        self._walks: dict[ast.AST, list[ast.AST]] = {}
+        self._kids: dict[
+            ast.AST, list[ast.AST]
+        ] = {}  # a node's children, in field order
+        parent, scope_of, fn_of, cls_of = self.parent, self._scope, self._fn, self._cls
+        kids = self._kids
+        order: list[ast.AST] = [tree]
+        AST = ast.AST
+        i = 0
+        while i < len(
+            order
+        ):  # ast.walk's breadth-first order (less the Load/Store marks)
+            node = order[i]
+            i += 1
+            kind = type(node)
+            sc = node if kind in _SCOPE_TYPES else scope_of[node]
+            fn = node if kind in _FUNCTION_TYPES else fn_of[node]
+            cl = node if kind is ast.ClassDef else cls_of[node]
+            here: list[ast.AST] = []
+            for name in _fields(kind):
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    here += [c for c in value if isinstance(c, AST)]
+                elif isinstance(value, AST):
+                    here.append(value)
+            if here:
+                kids[node] = here
+                order += here
+                for child in here:
+                    parent[child] = node
+                    scope_of[child] = sc
+                    fn_of[child] = fn
+                    cls_of[child] = cl
+        self._walks[tree] = order
+        for node in order:
+            kind = type(node)
+            if kind is ast.Name:
+                if type(node.ctx) is ast.Load:
+                    self._loads.setdefault(node.id, []).append(node)
+            elif kind is ast.Call:
                 self.calls.append(node)
-            elif (
-                isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-            ):
-                targets = (
-                    node.targets if isinstance(node, ast.Assign) else [node.target]
-                )
-                for t in targets:
-                    self._bind(t, node.value, (), node)
-            elif isinstance(node, ast.NamedExpr):
+                self._by_last.setdefault(self.last(node), []).append(node)
+            elif kind is ast.Attribute:
+                if type(node.ctx) is ast.Load:
+                    self._attr_loads.setdefault(node.attr, []).append(node)
+                continue
+            elif kind not in _INDEXED:
+                continue
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                self.functions.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+            elif kind is ast.ClassDef:
+                self.classes.setdefault(node.name, []).append(node)
+            elif kind is ast.Assign or kind is ast.AnnAssign:
+                if node.value is not None:
+                    targets = node.targets if kind is ast.Assign else [node.target]
+                    for t in targets:
+                        self._bind(t, node.value, (), node)
+            elif kind is ast.NamedExpr:
                 self._bind(node.target, node.value, (), node)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                scope = id(self.scope(node))
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                scope = id(scope_of[node])
                 for alias in node.names:
-                    if isinstance(node, ast.Import):
+                    if kind is ast.Import:
                         name = alias.asname or alias.name.split(".")[0]
                         full = alias.name if alias.asname else alias.name.split(".")[0]
                     else:
                         name = alias.asname or alias.name
                         full = f"{node.module or ''}.{alias.name}".lstrip(".")
                     self._imports[(scope, name)] = full
-            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                self._bind(node.optional_vars, node.context_expr, (), self.parent[node])
+            elif kind is ast.withitem:
+                if node.optional_vars is not None:
+                    self._bind(node.optional_vars, node.context_expr, (), parent[node])
+            elif kind is ast.Return:
+                if node.value is not None and fn_of[node] is not None:
+                    self._returns_of.setdefault(id(fn_of[node]), []).append(node)
+            elif kind is ast.Yield or kind is ast.YieldFrom:
+                if fn_of[node] is not None:
+                    self._yields.add(id(fn_of[node]))
+            elif kind is ast.For or kind is ast.comprehension:
+                # a loop target binds its names in every function around the loop
+                names = {t.id for t in ast.walk(node.target) if isinstance(t, ast.Name)}
+                f = fn_of[node]
+                while f is not None:
+                    self._loop_names.update((id(f), n) for n in names)
+                    f = fn_of[f]
 
     def _bind(
         self, target: ast.AST, value: ast.AST, index: tuple[int | str, ...], at: ast.AST
@@ -126,25 +228,39 @@ class Program:
                 )
 
     # -- structure -------------------------------------------------------------------------------
+    def walk(self, node: ast.AST) -> list[ast.AST]:
+        """ast.walk(node) as a list (less the Load/Store marks), made once per node asked
+        about."""
+        got = self._walks.get(node)
+        if got is None:
+            if node not in self._kids and node not in self.parent:
+                return list(ast.walk(node))  # not a node of the program
+            got = self._walks[node] = [node]
+            kids = self._kids
+            for n in got:  # breadth-first: the list grows as it is read
+                more = kids.get(n)
+                if more:
+                    got += more
+        return got
+
+    def calls_in(self, node: ast.AST) -> list[ast.Call]:
+        """The calls of ast.walk(node), in its order."""
+        key = ("calls_in", id(node))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = [
+                n for n in self.walk(node) if isinstance(n, ast.Call)
+            ]
+        return got  # type: ignore[return-value]
+
     def scope(self, node: ast.AST) -> ast.AST:
-        cur = self.parent.get(node)
-        while cur is not None and not isinstance(cur, SCOPES):
-            cur = self.parent.get(cur)
-        return cur if cur is not None else self.tree
+        return self._scope.get(node, self.tree)
 
     def function_of(self, node: ast.AST) -> ast.FunctionDef | None:
-        cur = self.parent.get(node)
-        while cur is not None and not isinstance(
-            cur, (ast.FunctionDef, ast.AsyncFunctionDef)
-        ):
-            cur = self.parent.get(cur)
-        return cur  # type: ignore[return-value]
+        return self._fn.get(node)  # type: ignore[return-value]
 
     def class_of(self, node: ast.AST) -> ast.ClassDef | None:
-        cur = self.parent.get(node)
-        while cur is not None and not isinstance(cur, ast.ClassDef):
-            cur = self.parent.get(cur)
-        return cur
+        return self._cls.get(node)
 
     def ancestors(self, node: ast.AST):
         cur = self.parent.get(node)
@@ -161,20 +277,51 @@ class Program:
             cur = self.parent[cur]
         return cur
 
+    def calls_named(self, name: str) -> list[ast.Call]:
+        """The calls of `name(...)` or `x.name(...)`, in ast.walk's order."""
+        return self._by_last.get(name, [])
+
+    def reads(self, name: str) -> list[ast.Name]:
+        """The names `name` read (Load), in ast.walk's order."""
+        return self._loads.get(name, [])
+
+    def attribute_reads(self, attr: str) -> list[ast.Attribute]:
+        """The attributes `x.attr` read (Load), in ast.walk's order."""
+        return self._attr_loads.get(attr, [])
+
+    def unparse(self, node: ast.AST) -> str:
+        """ast.unparse(node), made once a node."""
+        key = ("unparse", id(node))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = ast.unparse(node)
+        return got  # type: ignore[return-value]
+
+    def yields(self, fn: ast.AST) -> bool:
+        """fn is a generator (a yield of its own, not of a function inside it)."""
+        return id(fn) in self._yields
+
     # -- names -----------------------------------------------------------------------------------
     def qualname(self, expr: ast.AST) -> str:
         """The dotted name of expr with imports resolved (`nn.Linear` -> torch.nn.Linear); "" for
         what is not a name."""
+        key = ("qualname", id(expr))
+        got = self._memo.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        out = ""
         if isinstance(expr, ast.Name):
+            out = expr.id
             for scope in self._scopes(expr):
                 full = self._imports.get((id(scope), expr.id))
                 if full is not None:
-                    return full
-            return expr.id
-        if isinstance(expr, ast.Attribute):
+                    out = full
+                    break
+        elif isinstance(expr, ast.Attribute):
             base = self.qualname(expr.value)
-            return f"{base}.{expr.attr}" if base else ""
-        return ""
+            out = f"{base}.{expr.attr}" if base else ""
+        self._memo[key] = out
+        return out
 
     def call_name(self, call: ast.Call) -> str:
         return self.qualname(call.func)
@@ -207,13 +354,18 @@ class Program:
     def callers(self, fn: ast.FunctionDef) -> list[ast.Call]:
         """Calls that may run fn: by its name (a method by attribute name), the class's
         constructor for __init__."""
+        key = ("callers", id(fn))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._callers(fn)
+        return list(got)  # type: ignore[call-overload]
+
+    def _callers(self, fn: ast.FunctionDef) -> list[ast.Call]:
         cls = self.class_of(fn)
         if cls is not None and self.function_of(fn) is None and fn.name == "__init__":
-            return [c for c in self.calls if self.last(c) == cls.name]
+            return list(self._by_last.get(cls.name, []))
         out = []
-        for c in self.calls:
-            if self.last(c) != fn.name:
-                continue
+        for c in self._by_last.get(fn.name, []):
             if (
                 isinstance(c.func, ast.Name)
                 and cls is not None
@@ -236,15 +388,10 @@ class Program:
 
     def passed_as_value(self, fn: ast.FunctionDef) -> bool:
         """fn is handed on as a value (a callback, fire.Fire(main), a decorator's target)."""
-        for node in ast.walk(self.tree):
-            if (
-                isinstance(node, ast.Name)
-                and node.id == fn.name
-                and isinstance(node.ctx, ast.Load)
-            ):
-                par = self.parent.get(node)
-                if not (isinstance(par, ast.Call) and par.func is node):
-                    return True
+        for node in self._loads.get(fn.name, []):
+            par = self.parent.get(node)
+            if not (isinstance(par, ast.Call) and par.func is node):
+                return True
         return bool(fn.decorator_list)
 
     def argument(self, call: ast.Call, fn: ast.AST, param: str) -> ast.AST | None:
@@ -269,6 +416,13 @@ class Program:
         self, expr: ast.AST, depth: int = 0, seen: set | None = None
     ) -> list[Origin]:
         """What expr may hold, followed through the program (see the module's docstring)."""
+        if seen is None and depth == 0:
+            # a question asked afresh has one answer: kept, as the gate asks it again
+            key0 = ("origins", id(expr))
+            got = self._memo.get(key0)
+            if got is None:
+                got = self._memo[key0] = self.origins(expr, 0, set())
+            return list(got)  # type: ignore[call-overload]
         seen = set() if seen is None else seen
         key = id(expr)
         if depth > MAX_DEPTH or key in seen:
@@ -352,6 +506,15 @@ class Program:
         that always runs on the way to it (in a block around the use), plus, in a loop, those
         later in the loop (the next pass sees them). A use before every assignment sees them all."""
         line = use.lineno
+        # the answer depends on the line and the blocks around the use: the same for the uses
+        # of one name under one parent
+        key = ("reaching", id(values), id(self.parent.get(use)), line)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._reaching_from(use, values, line)
+        return got  # type: ignore[return-value]
+
+    def _reaching_from(self, use: ast.Name, values: list, line: int) -> list:
         before = [v for v in values if v[2].lineno < line]
         if not before:
             return values
@@ -377,12 +540,8 @@ class Program:
         return kept
 
     def _binds_in_loop(self, scope: ast.AST, name: str) -> bool:
-        for node in ast.walk(scope):
-            if isinstance(node, (ast.For, ast.comprehension)) and any(
-                isinstance(t, ast.Name) and t.id == name for t in ast.walk(node.target)
-            ):
-                return True
-        return False
+        """A for loop or comprehension in scope (or in a function inside it) binds name."""
+        return (id(scope), name) in self._loop_names
 
     def _indexed_origins(
         self, value: ast.AST, index: tuple, depth: int, seen: set
@@ -444,30 +603,38 @@ class Program:
             return []
         out = []
         for fn in self.callees(call):
-            for node in ast.walk(fn):
-                if (
-                    isinstance(node, ast.Return)
-                    and node.value is not None
-                    and self.function_of(node) is fn
-                ):
-                    out += self.origins(node.value, depth + 1, seen)
+            for node in self.returns(fn):
+                out += self.origins(node.value, depth + 1, seen)  # type: ignore[arg-type]
         return out
+
+    def returns(self, fn: ast.AST) -> list[ast.Return]:
+        """fn's own `return value` statements (not those of functions inside it)."""
+        return self._returns_of.get(id(fn), [])
 
     def callees(self, call: ast.Call) -> list[ast.FunctionDef]:
         """Functions of the program a call may run (by name; a method by attribute name)."""
+        key = ("callees", id(call))
+        got = self._memo.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
         name = self.last(call)
         fns = self.functions.get(name, [])
-        if isinstance(call.func, ast.Name):
-            return [
+        if not fns:
+            out: list[ast.FunctionDef] = []
+        elif isinstance(call.func, ast.Name):
+            out = [
                 f
                 for f in fns
                 if self.class_of(f) is None or self.function_of(f) is not None
             ]
-        return [
-            f
-            for f in fns
-            if self.class_of(f) is not None or self._module_ref(call.func.value)
-        ]  # type: ignore[attr-defined]
+        else:
+            out = [
+                f
+                for f in fns
+                if self.class_of(f) is not None or self._module_ref(call.func.value)
+            ]  # type: ignore[attr-defined]
+        self._memo[key] = out
+        return out
 
     # -- training --------------------------------------------------------------------------------
     def backwards(self) -> list[ast.Call]:
@@ -486,18 +653,15 @@ class Program:
             return self._trains[key]
         self._trains[key] = False  # recursion
         found = False
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                if self.last(node) == "backward" and isinstance(
-                    node.func, ast.Attribute
-                ):
-                    found = True
-                    break
-                if depth < 6 and any(
-                    self.trains(g, depth + 1) for g in self.callees(node) if g is not fn
-                ):
-                    found = True
-                    break
+        for node in self.calls_in(fn):
+            if self.last(node) == "backward" and isinstance(node.func, ast.Attribute):
+                found = True
+                break
+            if depth < 6 and any(
+                self.trains(g, depth + 1) for g in self.callees(node) if g is not fn
+            ):
+                found = True
+                break
         self._trains[key] = found
         return found
 

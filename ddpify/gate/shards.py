@@ -55,7 +55,7 @@ def sharded(p: Program, call: ast.Call) -> bool:
         ]
         for t in texts:
             if (
-                DISTRIBUTED_SAMPLERS.search(ast.unparse(t))
+                DISTRIBUTED_SAMPLERS.search(p.unparse(t))
                 or part in samplers
                 and mentions(t, ranks)
             ):
@@ -83,11 +83,7 @@ def sources(
             fns = p.callees(node)
             if fns:  # cycle(loader), a generator over its argument: what it is handed
                 for fn in fns:
-                    if any(
-                        isinstance(n, (ast.Yield, ast.YieldFrom))
-                        and p.function_of(n) is fn
-                        for n in ast.walk(fn)
-                    ):
+                    if p.yields(fn):
                         out += [
                             s for a in node.args for s in sources(p, a, depth + 1, seen)
                         ]
@@ -137,10 +133,9 @@ def training_loops(p: Program) -> list[tuple[ast.AST, ast.AST]]:
                 if anc is fn:
                     break
             region = fn if fn is not None else p.tree
-            for sub in ast.walk(region):
+            for sub in p.calls_in(region):
                 if (
-                    isinstance(sub, ast.Call)
-                    and isinstance(sub.func, ast.Name)
+                    isinstance(sub.func, ast.Name)
                     and sub.func.id == "next"
                     and sub.args
                 ):

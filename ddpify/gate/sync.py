@@ -60,42 +60,87 @@ def optimizer_roots(p: Program, call: ast.Call, depth: int = 0) -> list[ast.AST]
     roots: list[ast.AST] = []
     seen: set[int] = set()
     work: list[ast.AST] = list(call.args) + [k.value for k in call.keywords]
-    found = False
     while work and len(seen) < 64:
         node = work.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        for sub in ast.walk(node):
-            if (
-                isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Attribute)
-                and sub.func.attr in PARAM_METHODS
-            ):
-                roots.append(sub.func.value)
-                found = True
-            elif isinstance(sub, ast.Call) and depth < 2 and p.callees(sub):
-                # a helper that returns parameters: trainable(model), self.params()
-                for fn in p.callees(sub):
-                    for r in ast.walk(fn):
-                        if (
-                            isinstance(r, ast.Return)
-                            and r.value is not None
-                            and p.function_of(r) is fn
-                        ):
-                            work.append(r.value)
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-                for o in p.origins(sub):
-                    if o.node is not sub and isinstance(o.node, ast.AST):
-                        work.append(o.node)
-    return roots if found else None
+        found, more = _reads(p, node, depth)
+        roots += found
+        work += more
+    return roots if roots else None
+
+
+def _reaching_parameters(p: Program) -> set[int]:
+    """The expressions (by id) from which following _reads, without optimizer_roots' limit,
+    meets a .parameters() call: only a call handed one of them may take parameters."""
+    succ: dict[int, list[ast.AST]] = {}
+    found: list[int] = []
+    work: list[ast.AST] = [
+        a for c in p.calls for a in list(c.args) + [k.value for k in c.keywords]
+    ]
+    while work:
+        node = work.pop()
+        if id(node) in succ:
+            continue
+        roots, more = _reads(p, node, 0)
+        succ[id(node)] = more
+        if roots:
+            found.append(id(node))
+        work += more
+    pred: dict[int, list[int]] = {}
+    for a, ms in succ.items():
+        for b in ms:
+            pred.setdefault(id(b), []).append(a)
+    reach = set(found)
+    while found:
+        for a in pred.get(found.pop(), ()):
+            if a not in reach:
+                reach.add(a)
+                found.append(a)
+    return reach
+
+
+def _reads(p: Program, node: ast.AST, depth: int) -> tuple[list, list]:
+    """What one expression of an optimizer's arguments gives: the modules of its
+    .parameters() calls, and the expressions to follow from it (what its names hold, what
+    the helpers it calls return), in the order a walk of it meets them; made once a node."""
+    key = ("reads", id(node), depth < 2)
+    got = p._memo.get(key)
+    if got is not None:
+        return got  # type: ignore[return-value]
+    roots: list[ast.AST] = []
+    more: list[ast.AST] = []
+    for sub in p.walk(node):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in PARAM_METHODS
+        ):
+            roots.append(sub.func.value)
+        elif isinstance(sub, ast.Call) and depth < 2 and p.callees(sub):
+            # a helper that returns parameters: trainable(model), self.params()
+            for fn in p.callees(sub):
+                more += [r.value for r in p.returns(fn)]  # type: ignore[misc]
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            for o in p.origins(sub):
+                if o.node is not sub and isinstance(o.node, ast.AST):
+                    more.append(o.node)
+    p._memo[key] = (roots, more)
+    return roots, more
 
 
 def optimizers(p: Program) -> dict[int, tuple[ast.Call, list[ast.AST]]]:
     """Calls that build an optimizer (they take module parameters and something steps what they
     build), by id: (call, parameter roots)."""
     out: dict[int, tuple[ast.Call, list[ast.AST]]] = {}
+    if not any(p.calls_named(m) for m in PARAM_METHODS):
+        return out  # nothing takes a module's parameters
+    reach = _reaching_parameters(p)
     for call in p.calls:
+        args = list(call.args) + [k.value for k in call.keywords]
+        if not any(id(a) in reach for a in args):
+            continue  # no .parameters() call however far its arguments are followed
         name = p.call_name(call)
         if "lr_scheduler" in name or p.last(call) in PARAM_METHODS or is_ddp(p, call):
             continue
@@ -206,19 +251,14 @@ def check(p: Program, notes: set[str]) -> list[Violation]:
         if isinstance(par, ast.Assign) and len(par.targets) == 1:
             target = ast.unparse(par.targets[0])
             attr = target.split(".", 1)[1] if target.startswith("self.") else None
+            tail = target.rsplit(".", 1)[-1]
             # self.ddp_net is also read as trainer.ddp_net outside the class
-            uses = [
-                n
-                for n in ast.walk(p.tree)
-                if isinstance(n, (ast.Name, ast.Attribute))
-                and isinstance(getattr(n, "ctx", None), ast.Load)
-                and (
-                    ast.unparse(n) == target
-                    or attr is not None
-                    and isinstance(n, ast.Attribute)
-                    and n.attr == attr
-                )
-            ]
+            uses = (
+                p.reads(target)
+                or (p.attribute_reads(attr) if attr is not None else [])
+                # the text of an attribute ends with its name: unparse only those
+                or [n for n in p.attribute_reads(tail) if p.unparse(n) == target]
+            )
             if not uses:
                 out.append(
                     Violation(

@@ -30,8 +30,10 @@ class DecisionTransform(Transform):
         the ifs of that path are shared, so every rank reaches each one equally often."""
         a = ctx.a
         training_loops = self._training_loops(ctx)
-        same = RankInvariance(a)
         decided: set[int] = set()
+        # an if rank 0 decides runs its branches alike everywhere: what they count stays the
+        # same on every rank (so `decided` is handed over, and grows)
+        same = RankInvariance(a, decided, training_loops, getattr(ctx, "sharded", []))
         for exit_ in [
             *a.findall(a.module, m.Break()),
             *a.findall(a.module, m.Return()),

@@ -176,9 +176,10 @@ def ddp_check_sync(optimizer, args, kwargs):
 DECIDES = '''\
 
 
-# ddpify: kept for the whole run, so no gloo thread frees it (that needs the GIL: an
-# abort at exit).
-DECISION = {torch}.zeros(1, dtype={torch}.long, device=LOCAL_DEVICE)
+# ddpify: a CPU tensor, sent over gloo, so a shared decision never waits for the GPU;
+# kept for the whole run, so no gloo thread frees it (that needs the GIL: an abort at
+# exit).
+DECISION = {torch}.zeros(1, dtype={torch}.long)
 
 
 def rank0_decides(flag):
@@ -376,7 +377,8 @@ RANK0_SEED = '''\
 
 def rank0_seed():
     """Rank 0's fresh seed from the OS, on every rank: generators seeded alike."""
-    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2], device=LOCAL_DEVICE)
+    # a CPU tensor over gloo: no wait for the GPU
+    seed = {torch}.tensor([int.from_bytes({os}.urandom(8), "little") >> 2])
     {dist}.broadcast(seed, src=0)
     return int(seed.item())
 '''
@@ -427,11 +429,7 @@ class LaunchTransform(Transform):
         )  # the concerns' own (wrapping.py: ddp_in_place)
         if "rank0_value" in ctx.helpers:
             text += RANK0_VALUE
-        # a leading statement keeps the block's first comment out of the module header
-        block = (
-            list(cst.parse_module("pass\n" + text.format(**names)).body)[1:]
-            + ctx.setup_extra
-        )
+        block = _statements(text.format(**names)) + ctx.setup_extra
         if ctx.preamble:
             block[0] = block[0].with_changes(
                 leading_lines=[cst.EmptyLine(), *block[0].leading_lines]
@@ -621,6 +619,22 @@ class LaunchTransform(Transform):
 def _wrap_sites(ctx: Context) -> list[cst.BaseStatement]:
     """The statements the models are made distributed with."""
     return [w.site for w in ctx.plans.wrap.wraps] if ctx.plans.wrap is not None else []
+
+
+# The set-up block's text is one of a few per option set: parsed once per text (a parse of it
+# is most of this planner's time); each conversion gets statements of its own (edits and lists
+# of statements go by identity), sharing the unchanging nodes inside.
+_BLOCKS: dict[str, list[cst.BaseStatement]] = {}
+
+
+def _statements(text: str) -> list[cst.BaseStatement]:
+    got = _BLOCKS.get(text)
+    if got is None:
+        if len(_BLOCKS) >= 256:
+            _BLOCKS.clear()
+        # a leading statement keeps the block's first comment out of the module header
+        got = _BLOCKS[text] = list(cst.parse_module("pass\n" + text).body)[1:]
+    return [s.with_changes() for s in got]
 
 
 def prelude_end(ctx: Context) -> cst.BaseStatement | None:
