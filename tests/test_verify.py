@@ -404,6 +404,7 @@ def test_single_process_script_runs_converted_and_the_original_is_untouched(tmp_
         convert=True,
         converter=converter,
         epochs=1,
+        plain_run=False,  # a hand-made conversion for torchrun only: the subject is another check
     )
     assert calls == [str(single)]
     assert single.read_text() == before
@@ -463,6 +464,7 @@ def test_converted_script_that_never_saves_fails_saved(tmp_path):
         convert=True,
         converter=converter,
         epochs=1,
+        plain_run=False,  # a hand-made conversion for torchrun only: the subject is another check
     )
     assert outcome.exit_code == 1, text
     failed = [c for c in outcome.checks if c.status == C.FAIL]
