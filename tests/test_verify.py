@@ -125,6 +125,7 @@ def test_control_passes_through_the_cli(tmp_path):
         "ranks": "PASS",
         "devices": "PASS",
         "params-in-sync": "PASS",
+        "model-state": "PASS",
         "even-batches": "PASS",
         "data-sharding": "PASS",
         "epoch-shuffle": "PASS",
@@ -132,6 +133,7 @@ def test_control_passes_through_the_cli(tmp_path):
         "rank0-output": "PASS",
         "metrics": "N/A",
         "saved": "PASS",
+        "gpu-paths": "INFO",  # control.py's CUDA branch, not taken on the CPU
         "loss": "PASS",
         "throughput": "INFO",
         "reached": "INFO",
