@@ -137,6 +137,7 @@ def test_control_passes_through_the_cli(tmp_path):
         "loss": "PASS",
         "throughput": "INFO",
         "reached": "INFO",
+        "collectives": "PASS",
         "no-hang": "PASS",
     }
     figures = {c["name"]: c["figure"] for c in doc["checks"]}

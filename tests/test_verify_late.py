@@ -298,3 +298,95 @@ def test_control_guarded_barrier_keeps_the_inference_script(tmp_path, monkeypatc
         "1 other script importing a changed module, as plain python: `infer.py --dry-run` ran"
         in figure
     )
+
+
+# ---------------------------------------------------------------------------- a collective on rank 0
+
+EVAL_BUG = "            acc = evaluate(ddp_model, DataLoader(val, batch_size=8))\n"
+EVAL_FIX = "            acc = evaluate(model, DataLoader(val, batch_size=8))\n"
+
+
+@pytest.mark.runs
+def test_an_evaluation_through_ddp_on_rank_0_fails_though_gloo_lets_it_through(
+    tmp_path, monkeypatch
+):
+    """Rank 0 evaluates through the DDP model at the end of each epoch: its first forward
+    broadcasts the BatchNorm buffers, which no other rank joins. gloo's broadcast source does not
+    wait, so nothing hangs here; the counts of each collective differ by rank."""
+    monkeypatch.chdir(tmp_path)
+    outcome, text = _verify(
+        tmp_path, LATE / "eval_single.py", (LATE / "eval_rank0_ddp.py").read_text()
+    )
+    assert outcome.exit_code == 1, text
+    assert _failed(outcome) == {"collectives"}, text
+    cause = _check(outcome, "collectives").cause
+    assert cause.startswith(
+        "the DDP forward (buffer broadcast) at eval_single.py:16 ran 2 times on rank 0, never on rank 1, "
+        "inside `if rank == 0:`"
+    ), cause
+
+
+@pytest.mark.runs
+def test_control_evaluates_the_plain_module_on_rank_0(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    conv = (LATE / "eval_rank0_ddp.py").read_text()
+    assert EVAL_BUG in conv
+    outcome, text = _verify(
+        tmp_path, LATE / "eval_single.py", conv.replace(EVAL_BUG, EVAL_FIX)
+    )
+    assert outcome.exit_code == 0, text
+    assert _check(outcome, "collectives").figure.startswith(
+        "every rank entered the same"
+    ), text
+
+
+# ---------------------------------------------------------------------------- DDP applied in place
+
+EMA_FIX = """            with torch.no_grad():
+                for e, p in zip(ema.parameters(), model.parameters()):
+                    e.lerp_(p, 0.1)
+"""
+EMA_BUG = """            with torch.no_grad():
+                if rank == 0:
+                    for e, p in zip(ema.parameters(), model.parameters()):
+                        e.lerp_(p, 0.1)
+"""
+
+
+def _replicated(tmp_path, text: str):
+    script = tmp_path / "replicate_inplace.py"
+    script.write_text(text)
+    lines: list[str] = []
+    outcome = run_verify(str(script), ["--out", str(tmp_path)], nproc=2, backend="gloo", timeout=TIMEOUT,
+                         echo=lines.append, baseline=False, convert=False)  # fmt: skip
+    return outcome, "\n".join(lines)
+
+
+@pytest.mark.runs
+def test_a_model_replicated_in_place_is_the_model(tmp_path, monkeypatch):
+    """replicate(model): one object, class DDPNet, plain state_dict keys; found as the model
+    (parameters in sync, its state and its EMA compared, its checkpoint loads)."""
+    monkeypatch.chdir(tmp_path)
+    text = (CASES / "replicate_inplace.py").read_text()
+    assert EMA_FIX in text
+    outcome, out = _replicated(tmp_path, text)
+    assert outcome.exit_code == 0, out
+    figure = _check(outcome, "model-state").figure
+    assert "`model`, `ema`, at the end and at 1 checkpoint" in figure, figure
+    assert (
+        _check(outcome, "saved").figure == "2 state dicts load into the unwrapped model"
+    )
+
+
+@pytest.mark.runs
+def test_an_ema_of_a_replicated_model_updated_on_rank_0_only_fails(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    text = (CASES / "replicate_inplace.py").read_text().replace(EMA_FIX, EMA_BUG)
+    outcome, out = _replicated(tmp_path, text)
+    assert outcome.exit_code == 1, out
+    assert _failed(outcome) == {"model-state"}, out
+    assert _check(outcome, "model-state").figure.startswith(
+        "`ema` differs across ranks at the checkpoint saved after step 4"
+    ), out

@@ -252,8 +252,14 @@ def install(probe: S.Probe) -> None:
         safe("collective", probe.on_collective, "DistributedDataParallel()")
         orig_ddp_init(self, module, *args, **kwargs)
         called = self if user is module else user
+
+        def forward_collective(m, a, ddp=self):
+            # the forward communicates when it broadcasts the buffers (from rank 0)
+            if ddp._check_sync_bufs_pre_fwd():
+                probe.on_collective("the DDP forward (buffer broadcast)")
+
         called.register_forward_pre_hook(
-            lambda m, a: safe("collective", probe.on_collective, "the DDP forward")
+            lambda m, a: safe("collective", forward_collective, m, a)
         )
         if len(probe.ddp_modules) == 1:
             safe("ddp hooks", watch, called, user)
@@ -278,9 +284,17 @@ def install(probe: S.Probe) -> None:
     dist.init_process_group = init_process_group
     dist.distributed_c10d.init_process_group = init_process_group
 
+    def whole_group(args, kwargs) -> bool:
+        # a subgroup's collective is not every rank's: not counted
+        group = kwargs.get("group")
+        if group is None:
+            group = next((x for x in args if type(x).__name__ == "ProcessGroup"), None)
+        return group is None or group is dist.group.WORLD
+
     def noting(name, real):
         def collective(*args, **kwargs):
-            safe("collective", probe.on_collective, name)
+            if safe("group", whole_group, args, kwargs):
+                safe("collective", probe.on_collective, name)
             return real(*args, **kwargs)
 
         collective.__wrapped__ = real

@@ -466,6 +466,16 @@ class Probe:
         _, _, where, _ = self.callers(3)
         line = f"{self.coll_n}\t{what}\t{where or '?'}"[:480].ljust(511) + "\n"
         os.pwrite(self.coll_fd, line.encode(), 0)
+        # how many times each collective of the script ran here: every rank must match
+        sites = self.record.setdefault("collective_sites", {})
+        key = f"{what}\t{where or '?'}"
+        if key in sites or len(sites) < 64:
+            if key not in sites:  # the calls that led there, to find a test on the rank
+                self.record.setdefault("collective_stacks", {})[key] = [
+                    f"{f.f_code.co_filename}:{f.f_lineno}"
+                    for f in self.user_frames()[::-1][:6]
+                ]
+            sites[key] = sites.get(key, 0) + 1
 
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch

@@ -20,7 +20,12 @@ from ddpify.verify.checks.data import (
     check_sharding,
 )
 from ddpify.verify.checks.files import check_saved, check_writes, written_alike
-from ddpify.verify.checks.hang import check_hang, parse_stack, waiting_in
+from ddpify.verify.checks.hang import (
+    check_collectives,
+    check_hang,
+    parse_stack,
+    waiting_in,
+)
 from ddpify.verify.checks.output import check_metrics, check_rank0_output
 from ddpify.verify.checks.processes import check_devices, check_imports, check_ranks
 from ddpify.verify.checks.source import Sources
@@ -55,6 +60,7 @@ CHECKS = [
     ("loss", check_loss, False),
     ("throughput", check_throughput, False),
     ("reached", check_reached, False),
+    ("collectives", check_collectives, False),
     ("no-hang", check_hang, True),
 ]
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 import re
 
-from ddpify.verify.checks.common import FAIL, PASS, Check, Context, steps_of
+from ddpify.verify.checks.common import (
+    FAIL,
+    NA,
+    PASS,
+    Check,
+    Context,
+    finished,
+    steps_of,
+)
 from ddpify.verify.runner import RunResult
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -234,3 +242,65 @@ def check_hang(ctx: Context) -> Check:
             "no-hang", FAIL, figure, cause, details, data={"stalled": hang["ranks"]}
         )
     return Check("no-hang", PASS, f"no rank stalled for {ctx.timeout:g} s")
+
+
+# ------------------------------------------------------------------------ collectives
+
+
+def check_collectives(ctx: Context) -> Check:
+    """Every rank entered each collective of the script as many times (the whole group's
+    collectives: torch.distributed's, a backward that all-reduces, a DDP forward that broadcasts
+    buffers). gloo lets some mismatches through (a broadcast's source does not wait for the
+    others): on NCCL the same run hangs."""
+    run = ctx.candidate
+    if ctx.nproc < 2:
+        return Check("collectives", NA, "one process")
+    if not finished(run):
+        return Check("collectives", NA, "not every rank finished its steps")
+    sites = {
+        r: (run.records.get(r) or {}).get("collective_sites") or {}
+        for r in range(ctx.nproc)
+    }
+    total = sum(sites[0].values())
+    keys = set().union(*(set(v) for v in sites.values()))
+    diffs = []
+    for key in keys:
+        counts = {r: sites[r].get(key, 0) for r in range(ctx.nproc)}
+        if len(set(counts.values())) > 1:
+            diffs.append((max(counts.values()) - min(counts.values()), key, counts))
+    if not diffs:
+        return Check(
+            "collectives", PASS, f"every rank entered the same {total} collectives"
+        )
+    # a collective some rank never entered names the cause best; then the largest difference
+    _, key, counts = max(diffs, key=lambda d: (min(d[2].values()) == 0, d[0], d[1]))
+    what, _, where = key.partition("\t")
+    stack: list[str] = []
+    for r in range(ctx.nproc):
+        stack = ((run.records.get(r) or {}).get("collective_stacks") or {}).get(
+            key
+        ) or []
+        if stack:
+            break
+    guard = ""
+    for frame in stack or [where]:
+        file, _, line = frame.rpartition(":")
+        found = (
+            ctx.sources.enclosing_if(file, int(line), rank_only=True)
+            if line.isdigit()
+            else None
+        )
+        if found is not None:
+            guard = f", inside `if {found[1]}:` ({ctx.sources.where(file, found[0])})"
+            break
+    listed = ", ".join(
+        f"{'never' if n == 0 else 'once' if n == 1 else f'{n} times'} on rank {r}"
+        for r, n in sorted(counts.items())
+    )
+    figure = f"{what} at {ctx.where(where)}: {listed}"
+    cause = (
+        f"{what} at {ctx.where(where)} ran {listed}{guard}: a collective not every rank enters. gloo let the ranks "
+        "through here (a broadcast's source does not wait for the others), but under NCCL the others never join it "
+        "and the job hangs at the timeout; run it on every rank (evaluate the plain module, `.module`, on one rank)"
+    )
+    return Check("collectives", FAIL, figure, cause, data={"counts": counts})
