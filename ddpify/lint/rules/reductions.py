@@ -171,15 +171,17 @@ def _ddp_parameters(ctx, expr: cst.BaseExpression) -> str | None:
     holder = expr.func.value
     name = dotted(holder) or code(holder)
     plain = name[: -len(".module")] if name.endswith(".module") else name
+    scope = ctx.a.function_of(holder)
     for w in f.ddp_wraps:
         if not f.trained(w):
             continue
-        if (
-            f.wrapper(holder) is w
-            or w.target in (name, plain)
-            or (w.inner and w.inner == name)
+        if f.wrapper(holder) is w or (
+            name.endswith(".module") and f.wrapper(holder.value) is w
         ):
             return f"`{w.target or w.inner or name}`"
+        # the module the wrap holds, by its name where the wrap is made
+        if w.inner and w.inner == plain and ctx.a.function_of(w.stmt) is scope:
+            return f"`{w.target or w.inner}`"
     return None
 
 
