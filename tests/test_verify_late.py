@@ -25,14 +25,14 @@ LATE = CASES / "late"
 TIMEOUT = 120.0
 
 
-def _verify(tmp_path, script: Path, converted: str, **kw):
+def _verify(tmp_path, script: Path, converted: str, timeout: float = TIMEOUT, **kw):
     from ddpify import Result
 
     def converter(source, options, path):
         return Result(source=converted, changed=True, status="converted")
 
     lines: list[str] = []
-    outcome = run_verify(str(script), ["--out", str(tmp_path)], nproc=2, backend="gloo", timeout=TIMEOUT,
+    outcome = run_verify(str(script), ["--out", str(tmp_path)], nproc=2, backend="gloo", timeout=timeout,
                          echo=lines.append, converter=converter, **kw)  # fmt: skip
     return outcome, "\n".join(lines)
 
@@ -307,23 +307,26 @@ EVAL_FIX = "            acc = evaluate(model, DataLoader(val, batch_size=8))\n"
 
 
 @pytest.mark.runs
-def test_an_evaluation_through_ddp_on_rank_0_fails_though_gloo_lets_it_through(
+def test_an_evaluation_through_ddp_on_rank_0_hangs_at_the_end_of_the_epoch(
     tmp_path, monkeypatch
 ):
-    """Rank 0 evaluates through the DDP model at the end of each epoch: its first forward
-    broadcasts the BatchNorm buffers, which no other rank joins. gloo's broadcast source does not
-    wait, so nothing hangs here; the counts of each collective differ by rank."""
+    """Rank 0 evaluates through the DDP model at the end of each epoch (24 batches a rank, past
+    the 20 steps verify once stopped at): its first forward broadcasts the BatchNorm buffers
+    while rank 1 waits in the barrier after the rank-0 block."""
     monkeypatch.chdir(tmp_path)
     outcome, text = _verify(
-        tmp_path, LATE / "eval_single.py", (LATE / "eval_rank0_ddp.py").read_text()
+        tmp_path,
+        LATE / "eval_single.py",
+        (LATE / "eval_rank0_ddp.py").read_text(),
+        timeout=30.0,
     )
     assert outcome.exit_code == 1, text
-    assert _failed(outcome) == {"collectives"}, text
-    cause = _check(outcome, "collectives").cause
-    assert cause.startswith(
-        "the DDP forward (buffer broadcast) at eval_single.py:16 ran 2 times on rank 0, never on rank 1, "
-        "inside `if rank == 0:`"
-    ), cause
+    assert "no-hang" in _failed(outcome), text
+    cause = _check(outcome, "no-hang").cause
+    assert "rank 0 the DDP forward (buffer broadcast) at eval_single.py:16" in cause, (
+        cause
+    )
+    assert "rank 1 barrier at eval_single.py, converted line" in cause, cause
 
 
 @pytest.mark.runs
@@ -390,3 +393,78 @@ def test_an_ema_of_a_replicated_model_updated_on_rank_0_only_fails(
     assert _check(outcome, "model-state").figure.startswith(
         "`ema` differs across ranks at the checkpoint saved after step 4"
     ), out
+
+
+# ---------------------------------------------------------------------------- the collectives check
+
+
+def _records(tmp_path, seqs: dict[int, list], sites: list) -> object:
+    from ddpify.verify.checks import Context
+    from ddpify.verify.runner import RunResult
+
+    run = RunResult("candidate", 2, tmp_path)
+    run.records = {
+        r: {
+            "status": "finished",
+            "steps": 4,
+            "collective_seq": seq,
+            "collective_sites": sites,
+        }
+        for r, seq in seqs.items()
+    }
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "if rank == 0:\n"
+        "    prepare()\n"
+        "    dist.barrier()\n"
+        "else:\n"
+        "    dist.barrier()\n"
+        "if rank == 0:\n"
+        "    evaluate(ddp_model)\n"
+        "dist.barrier()\n"
+    )
+    return Context(run, None, 2, 4, str(script))
+
+
+def test_complementary_barriers_at_two_lines_are_one_collective(tmp_path):
+    """Rank 0 prepares the data and meets the others at a barrier in its branch, they wait in
+    theirs: one barrier each, at different lines, in the same turn."""
+    from ddpify.verify.checks.hang import check_collectives
+
+    sites = [
+        [f"barrier\t{tmp_path}/train.py:4"],
+        [f"barrier\t{tmp_path}/train.py:6"],
+        [f"backward\t{tmp_path}/train.py:9"],
+    ]
+    ctx = _records(
+        tmp_path,
+        {
+            0: [["barrier", 0], ["all_reduce", 2]],
+            1: [["barrier", 1], ["all_reduce", 2]],
+        },
+        sites,
+    )
+    check = check_collectives(ctx)
+    assert check.status == "PASS", check
+    assert (
+        check.figure == "every rank entered the same 2 collectives, in the same order"
+    )
+
+
+def test_a_broadcast_where_the_others_are_in_a_barrier_fails(tmp_path):
+    from ddpify.verify.checks.hang import check_collectives
+
+    sites = [
+        [f"the DDP forward (buffer broadcast)\t{tmp_path}/train.py:8"],
+        [f"barrier\t{tmp_path}/train.py:9"],
+    ]
+    ctx = _records(
+        tmp_path, {0: [["broadcast", 0], ["barrier", 1]], 1: [["barrier", 1]]}, sites
+    )
+    check = check_collectives(ctx)
+    assert check.status == "FAIL", check
+    assert check.figure == (
+        "collective #1: rank 0 a broadcast (the DDP forward (buffer broadcast) at train.py:8, inside "
+        "`if rank == 0:` (train.py:7)); rank 1 a barrier (barrier at train.py:9)"
+    ), check.figure

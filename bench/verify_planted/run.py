@@ -78,7 +78,7 @@ BARRIER_BUG = "    dist.barrier()  # rank 0 saved the checkpoint: wait for it\n"
 BARRIER_FIX = "    if dist.is_initialized():\n        dist.barrier()  # rank 0 saved the checkpoint: wait for it\n"
 
 
-def _verify(original: Path, converted: str, out: Path) -> tuple:
+def _verify(original: Path, converted: str, out: Path, timeout: float = 120.0) -> tuple:
     from ddpify import Result
     from ddpify.verify import run_verify
 
@@ -86,7 +86,7 @@ def _verify(original: Path, converted: str, out: Path) -> tuple:
         return Result(source=converted, changed=True, status="converted")
 
     lines: list[str] = []
-    outcome = run_verify(str(original), ["--out", str(out)], nproc=2, backend="gloo", timeout=120.0,
+    outcome = run_verify(str(original), ["--out", str(out)], nproc=2, backend="gloo", timeout=timeout,
                          echo=lines.append, converter=converter)  # fmt: skip
     return outcome, "\n".join(lines)
 
@@ -157,7 +157,9 @@ def main() -> None:
         t0 = time.time()
         with tempfile.TemporaryDirectory() as tmp:
             os.chdir(tmp)
-            bad, _ = _verify(LATE / original, text, Path(tmp))
+            bad, _ = _verify(
+                LATE / original, text, Path(tmp), 30.0 if expect == "no-hang" else 120.0
+            )
             good, _ = _verify(LATE / original, text.replace(bug, fix), Path(tmp))
             os.chdir(ROOT)
         rows.append(_row(name, what, expect, bad, good, time.time() - t0))

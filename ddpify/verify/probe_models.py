@@ -20,6 +20,7 @@ MAX_DEPTH = 3  # attribute / container levels walked below a name the script hol
 MAX_ITEMS = 64  # items looked at in one container or object
 MAX_NUMEL = 16_000_000  # values dumped per moment; above, an evenly strided sample of each tensor
 MAX_CHECKPOINTS = 4  # checkpoints whose model state is compared across ranks
+PER_RANK_KEYS = ("running_mean", "running_var", "num_batches_tracked")
 # a dict of tensors is a model's state (an EMA kept as a state dict) when its keys read like one
 _STATE_KEY = re.compile(r"(^|\.)(weight|bias|running_mean|running_var)$")
 # objects never walked into: data, optimisers, generators, code
@@ -81,6 +82,7 @@ class Finder:
         self.found: list[tuple[str, object]] = []
         self.seen: set[int] = set()
         self.names: set[str] = set()
+        self.scope = ""  # the function whose locals are walked: names a duplicate name
 
     def visit(self, name: str, obj, depth: int = 0) -> None:
         import torch
@@ -118,8 +120,12 @@ class Finder:
                     self.visit(f"{name}.{k}", v, depth + 1)
 
     def add(self, name: str, obj) -> None:
-        if name in self.names:  # the same name for another object (a helper's local)
-            name = f"{name}#{len(self.found)}"
+        if (
+            name in self.names and self.scope
+        ):  # another object of that name: a helper's local
+            name = f"{self.scope}:{name}"
+        if name in self.names:
+            return  # named alike on every rank or not at all: comparing it could pair the wrong ones
         self.names.add(name)
         self.found.append((name, obj))
 
@@ -139,12 +145,15 @@ def find_roots(user_frames: list, main_globals: dict | None, known: list) -> lis
     outermost frame first), the main module's globals, then what the probe met before."""
     finder = Finder()
     for frame in user_frames:
+        finder.scope = frame.f_code.co_name
         for name, value in list(frame.f_locals.items()):
             if not name.startswith("__"):
                 finder.visit(name, value)
+    finder.scope = "<module>"
     for name, value in list((main_globals or {}).items()):
         if not name.startswith("__"):
             finder.visit(name, value)
+    finder.scope = ""
     for name, value in known:
         finder.visit(name, value)
     return finder.roots()
@@ -190,9 +199,10 @@ def state_entries(
                 out.append((f"{root}.{n}", kind, p))
             for n, b in obj.named_buffers(remove_duplicate=True):
                 out.append((f"{root}.{n}", "buffer:" + kinds.get(id(b), ""), b))
-        else:
+        else:  # a dict of weights: a norm layer's running statistics are per rank there too
             for k, v in list(obj.items()):
-                out.append((f"{root}[{k!r}]", "state", v))
+                stats = k.endswith(PER_RANK_KEYS)
+                out.append((f"{root}[{k!r}]", "buffer:stats" if stats else "state", v))
     return out
 
 

@@ -44,6 +44,13 @@ MAX_FINGERPRINTS = 8  # batches per epoch of an IterableDataset
 MAX_STEP_PRINTS = 64  # training forwards/backwards of the DDP model whose inputs and local gradients are kept
 MAX_PRINT_SITES = 200
 MAX_PROBE_ERRORS = 20
+MAX_COLLECTIVES = 4096  # collectives whose kind and line are kept in order, per rank
+# what a collective the probe notes is on the wire, where its name says something else
+COLLECTIVE_KINDS = {
+    "backward": "all_reduce",
+    "the DDP forward (buffer broadcast)": "broadcast",
+    "DistributedDataParallel()": "broadcast",
+}
 HEARTBEAT_S = 0.25
 PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 real_open = builtins.open  # before the hooks wrap it: the probe's own files
@@ -117,6 +124,7 @@ class Probe:
         # all-reduces): its count, what it was and the script's line, overwritten in place, so a
         # rank that hangs or dies mid-collective still tells where it was
         self.coll_n = 0
+        self.site_index: dict[str, int] = {}
         self.last_eval: dict | None = None
         self.coll_fd = os.open(
             self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
@@ -466,16 +474,23 @@ class Probe:
         _, _, where, _ = self.callers(3)
         line = f"{self.coll_n}\t{what}\t{where or '?'}"[:480].ljust(511) + "\n"
         os.pwrite(self.coll_fd, line.encode(), 0)
-        # how many times each collective of the script ran here: every rank must match
-        sites = self.record.setdefault("collective_sites", {})
-        key = f"{what}\t{where or '?'}"
-        if key in sites or len(sites) < 64:
-            if key not in sites:  # the calls that led there, to find a test on the rank
-                self.record.setdefault("collective_stacks", {})[key] = [
-                    f"{f.f_code.co_filename}:{f.f_lineno}"
-                    for f in self.user_frames()[::-1][:6]
-                ]
-            sites[key] = sites.get(key, 0) + 1
+        # the kinds of collectives in the order this rank entered them: NCCL pairs the ranks'
+        # collectives in turn, so every rank's sequence must be the same
+        seq = self.record.setdefault("collective_seq", [])
+        if len(seq) < MAX_COLLECTIVES:
+            sites = self.record.setdefault("collective_sites", [])
+            key = f"{what}\t{where or '?'}"
+            if key not in self.site_index:
+                self.site_index[key] = len(sites)
+                # the calls that led there, to find a test on the rank around one of them
+                sites.append(
+                    [key]
+                    + [
+                        f"{f.f_code.co_filename}:{f.f_lineno}"
+                        for f in self.user_frames()[::-1][:6]
+                    ]
+                )
+            seq.append([COLLECTIVE_KINDS.get(what, what), self.site_index[key]])
 
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch

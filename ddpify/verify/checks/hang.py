@@ -248,59 +248,57 @@ def check_hang(ctx: Context) -> Check:
 
 
 def check_collectives(ctx: Context) -> Check:
-    """Every rank entered each collective of the script as many times (the whole group's
-    collectives: torch.distributed's, a backward that all-reduces, a DDP forward that broadcasts
-    buffers). gloo lets some mismatches through (a broadcast's source does not wait for the
-    others): on NCCL the same run hangs."""
+    """Every rank entered the same collectives in the same order (the whole group's:
+    torch.distributed's, a backward that all-reduces, a DDP forward that broadcasts buffers).
+    NCCL pairs the ranks' collectives in turn: a broadcast on one rank where another is in a
+    barrier hangs there or mixes up their data, where gloo sometimes lets the ranks through."""
     run = ctx.candidate
     if ctx.nproc < 2:
         return Check("collectives", NA, "one process")
     if not finished(run):
         return Check("collectives", NA, "not every rank finished its steps")
-    sites = {
-        r: (run.records.get(r) or {}).get("collective_sites") or {}
-        for r in range(ctx.nproc)
-    }
-    total = sum(sites[0].values())
-    keys = set().union(*(set(v) for v in sites.values()))
-    diffs = []
-    for key in keys:
-        counts = {r: sites[r].get(key, 0) for r in range(ctx.nproc)}
-        if len(set(counts.values())) > 1:
-            diffs.append((max(counts.values()) - min(counts.values()), key, counts))
-    if not diffs:
+    recs = {r: run.records.get(r) or {} for r in range(ctx.nproc)}
+    seqs = {r: rec.get("collective_seq") or [] for r, rec in recs.items()}
+    full = all(len(s) < 4096 for s in seqs.values())
+    n = min(len(s) for s in seqs.values())
+    at = next(
+        (i for i in range(n) if len({seqs[r][i][0] for r in seqs}) > 1),
+        None if not full or len({len(s) for s in seqs.values()}) == 1 else n,
+    )
+    if at is None:
         return Check(
-            "collectives", PASS, f"every rank entered the same {total} collectives"
+            "collectives",
+            PASS,
+            f"every rank entered the same {len(seqs[0])} collectives, in the same order",
         )
-    # a collective some rank never entered names the cause best; then the largest difference
-    _, key, counts = max(diffs, key=lambda d: (min(d[2].values()) == 0, d[0], d[1]))
-    what, _, where = key.partition("\t")
-    stack: list[str] = []
-    for r in range(ctx.nproc):
-        stack = ((run.records.get(r) or {}).get("collective_stacks") or {}).get(
-            key
-        ) or []
-        if stack:
-            break
-    guard = ""
-    for frame in stack or [where]:
-        file, _, line = frame.rpartition(":")
-        found = (
-            ctx.sources.enclosing_if(file, int(line), rank_only=True)
-            if line.isdigit()
-            else None
-        )
-        if found is not None:
-            guard = f", inside `if {found[1]}:` ({ctx.sources.where(file, found[0])})"
-            break
-    listed = ", ".join(
-        f"{'never' if n == 0 else 'once' if n == 1 else f'{n} times'} on rank {r}"
-        for r, n in sorted(counts.items())
-    )
-    figure = f"{what} at {ctx.where(where)}: {listed}"
+
+    def one(r: int) -> str:
+        if at >= len(seqs[r]):
+            return f"rank {r} none (it entered {len(seqs[r])})"
+        kind, index = seqs[r][at]
+        site = (recs[r].get("collective_sites") or [])[index]
+        what, _, where = site[0].partition("\t")
+        guard = ""
+        for frame in site[1:] or [where]:
+            file, _, line = frame.rpartition(":")
+            found = (
+                ctx.sources.enclosing_if(file, int(line), rank_only=True)
+                if line.isdigit()
+                else None
+            )
+            if found is not None:
+                guard = (
+                    f", inside `if {found[1]}:` ({ctx.sources.where(file, found[0])})"
+                )
+                break
+        return f"rank {r} a {kind} ({what} at {ctx.where(where)}{guard})"
+
+    listed = "; ".join(one(r) for r in range(ctx.nproc))
+    figure = f"collective #{at + 1}: {listed}"
     cause = (
-        f"{what} at {ctx.where(where)} ran {listed}{guard}: a collective not every rank enters. gloo let the ranks "
-        "through here (a broadcast's source does not wait for the others), but under NCCL the others never join it "
-        "and the job hangs at the timeout; run it on every rank (evaluate the plain module, `.module`, on one rank)"
+        f"the ranks enter different collectives at their collective #{at + 1}: {listed}. NCCL pairs the ranks' "
+        "collectives in turn, so this run hangs there (or mixes up their data) on GPUs, where gloo may let it "
+        "through; every rank must enter the same collectives in the same order (evaluate the plain module, "
+        "`.module`, on one rank)"
     )
-    return Check("collectives", FAIL, figure, cause, data={"counts": counts})
+    return Check("collectives", FAIL, figure, cause)

@@ -32,21 +32,32 @@ def _per_rank(kind: str) -> bool:
     return kind in ("buffer:stats", "buffer:broadcast")
 
 
+def _slices(dump: dict) -> dict[str, tuple[str, list, object]]:
+    """{name: (kind, shape, values)} of one rank's dump."""
+    out, off = {}, 0
+    for name, kind, shape, count in dump["index"]:
+        out[name] = (kind, shape, dump["flat"][off : off + count])
+        off += count
+    return out
+
+
 def _compare(dumps: dict[int, dict]) -> dict:
-    """Per tensor, the largest difference of any rank to rank 0: {name: (diff, scale, kind, rank)}."""
-    base = dumps[0]
+    """Per tensor every rank holds, the largest difference of any rank to rank 0:
+    {name: (diff, scale, kind, rank)}. What some rank alone holds (a dict rank 0 builds to save
+    a checkpoint, an EMA kept on rank 0 only) is no difference between replicas."""
+    base = _slices(dumps[0])
     worst: dict[str, tuple[float, float, str, int]] = {}
     for r, d in dumps.items():
         if r == 0:
             continue
-        if [tuple(e[:3]) for e in d["index"]] != [tuple(e[:3]) for e in base["index"]]:
-            return {"mismatch": r}
-        off = 0
-        for name, kind, _shape, count in base["index"]:
-            a = base["flat"][off : off + count]
-            b = d["flat"][off : off + count]
-            off += count
-            if not count:
+        other = _slices(d)
+        for name, (kind, shape, a) in base.items():
+            if name not in other:
+                continue
+            if other[name][1] != shape:
+                return {"mismatch": r}
+            b = other[name][2]
+            if not a.numel():
                 continue
             diff = (a - b).abs().max().item()
             if math.isnan(diff) and bool(((a != a) == (b != b)).all()):
@@ -104,7 +115,7 @@ def check_model_state(ctx: Context) -> Check:
                     math.inf,
                     where,
                     None,
-                    f"rank {r} holds other modules or shapes than rank 0",
+                    f"rank {r} holds a tensor of another shape than rank 0's",
                 )
             )
             continue

@@ -1,6 +1,7 @@
 """A wrong conversion of eval_single.py: the end-of-epoch evaluation went under the rank-0 guard
-with the log line, and it still runs the DDP model, whose forward broadcasts its BatchNorm
-buffers from rank 0: rank 0 waits there for ranks that went on to the next epoch's training."""
+with the log line, and it still runs the DDP model, whose first forward broadcasts its BatchNorm
+buffers from rank 0 while the other ranks wait in the barrier after the guard: the ranks enter
+different collectives."""
 
 import argparse
 import os
@@ -54,6 +55,7 @@ def main():
             acc = evaluate(ddp_model, DataLoader(val, batch_size=8))
             print(f"epoch {epoch} val acc {acc:.3f}")
             torch.save(model.state_dict(), os.path.join(args.out, "model.pt"))
+        dist.barrier()  # the others wait for rank 0's evaluation and checkpoint
     dist.destroy_process_group()
 
 
