@@ -230,8 +230,13 @@ def dump_state(
             parts.append(x)
     flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     save({"index": index, "flat": flat}, path)
+    held = {name for name, _, _, _ in index}
     return {
-        "roots": [n for n, _ in roots],
+        "roots": [  # what holds a tensor (a loss module holds none)
+            n
+            for n, _ in roots
+            if any(h == n or h.startswith((n + ".", n + "[")) for h in held)
+        ],
         "tensors": len(index),
         "numel": total,
         "stride": stride,
