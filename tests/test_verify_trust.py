@@ -345,7 +345,7 @@ def test_every_rank_printing_the_log_fails_and_cites_the_users_line(tmp_path):
         )
 
     outcome, text = _verify(
-        CASES / "helper_prints.py", convert=True, converter=converter
+        CASES / "helper_prints.py", convert=True, converter=converter, plain_run=False
     )
     assert outcome.exit_code == 1, text
     assert [c.name for c in outcome.checks if c.status == FAIL] == ["rank0-output"], (
@@ -383,7 +383,7 @@ def test_output_sent_to_devnull_is_no_output(tmp_path):
         )
 
     outcome, text = _verify(
-        CASES / "helper_prints.py", convert=True, converter=converter
+        CASES / "helper_prints.py", convert=True, converter=converter, plain_run=False
     )
     assert _check(outcome, "rank0-output").status == PASS, text
 
@@ -445,8 +445,14 @@ def test_to_end_runs_the_whole_script_and_says_so(tmp_path):
     )
     assert outcome.exit_code == 0, text
     assert "ran to the script's end at step 8" in _check(outcome, "ranks").figure
-    assert _check(outcome, "reached").figure == "the script ran to its end"
-    assert "PASS: the script ran to its end on every rank (8 steps)" in text
+    assert _check(outcome, "reached").figure.startswith(
+        "the script ran to its end; ran: 2 whole training epochs (4 batches each), torch.save at control.py:48 "
+        "2 times"
+    )
+    assert (
+        "PASS: the script ran to its end on every rank (8 steps); ran: 2 whole training epochs"
+        in text
+    )
     assert outcome.document["to_end"] is True and outcome.document["steps"] is None
 
 

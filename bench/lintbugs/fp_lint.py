@@ -65,8 +65,11 @@ def extract(repo: str, commit: str, into: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE / "fp_findings.txt"))
+    ap.add_argument("--repo", default=None, help="only the scripts of this repository")
     args = ap.parse_args()
     scripts = tomllib.loads((HERE / "fp_corpus.toml").read_text())["script"]
+    if args.repo:
+        scripts = [s for s in scripts if s["repo"] == args.repo]
     lines, errors, notes = [], 0, 0
     with tempfile.TemporaryDirectory() as tmp:
         roots: dict[tuple[str, str], Path] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXPECT = re.compile(r"#\s*expect:\s*([a-z-]+)")
+ROUND2_FROM = 57
 
 
 def entry(path: Path) -> dict:
@@ -16,20 +17,27 @@ def entry(path: Path) -> dict:
     source = re.search(r"Source:\s*(\S+)", doc).group(1)
     kind = re.search(r"Kind:\s*([a-z-]+)", doc).group(1)
     family = re.search(r"Family:\s*([a-z-]+)", doc).group(1)
+    cpu = re.search(r"Shows on CPU:\s*(yes|no)", doc)
     lines = [i for i, ln in enumerate(text.splitlines(), 1) if EXPECT.search(ln)]
     marked = {
         EXPECT.search(ln).group(1) for ln in text.splitlines() if EXPECT.search(ln)
     }
     assert marked == {family}, f"{path.name}: `# expect:` {marked} but Family: {family}"
     assert len(lines) == 1, f"{path.name}: one `# expect:` line"
-    return {
-        "id": path.stem.split("_", 1)[0],
+    bug_id = path.stem.split("_", 1)[0]
+    out = {
+        "id": bug_id,
         "file": f"bugs/{path.name}",
         "source": source,
         "family": family,
         "kind": kind,
         "line": lines[0],
+        # the second collection (b57 on), gathered after the first's held-back third was measured
+        "round": 2 if int(bug_id[1:]) >= ROUND2_FROM else 1,
     }
+    if cpu:  # whether a run on 2 CPU ranks shows the bug (a hang, a crash, ranks that differ, files, output)
+        out["cpu"] = cpu.group(1) == "yes"
+    return out
 
 
 def main() -> None:
@@ -42,7 +50,9 @@ def main() -> None:
         out += (
             ["[[bug]]"]
             + [
-                f"{k} = {v!r}".replace("'", '"') if isinstance(v, str) else f"{k} = {v}"
+                f"{k} = {v!r}".replace("'", '"')
+                if isinstance(v, str)
+                else f"{k} = {str(v).lower() if isinstance(v, bool) else v}"
                 for k, v in r.items()
             ]
             + [""]

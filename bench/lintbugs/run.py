@@ -1,7 +1,12 @@
 """Lint (and with --verify, run under `ddpify verify`) every reported bug of bugs.toml and every
 clean control, and write results.md.
 
-    python bench/lintbugs/run.py [--split dev|heldback|all] [--verify] [--out results.md]
+    python bench/lintbugs/run.py [--split dev|heldback|heldback2|verify-set|all] [--verify] [--out results.md]
+
+Splits: `heldback` is the first collection's held-back third (b01-b56, measured once, before the
+second collection); `heldback2` the second collection's (b57 on), drawn before any rule was
+written from it; `dev` every bug outside heldback2; `verify-set` the 20 second-collection bugs
+drawn for verify (verify_set.txt).
 
 lint counts a bug as found when a finding of a code of its family (FAMILY_CODES) is reported,
 anywhere in the script; `at line` says whether one is on the line the header marks. verify counts
@@ -36,13 +41,17 @@ FAMILY_CODES = {
     "uneven-batches": {"DDP212"},
     "unused-params": {"DDP260"},
     "checkpoint-keys": {"DDP250", "DDP252"},
-    "checkpoint-device": {"DDP230"},
+    "checkpoint-device": {"DDP230", "DDP234"},
     "file-race": {"DDP220", "DDP222", "DDP223"},
     "writer-local-rank": {"DDP221"},
     "rank-device": {"DDP230", "DDP231", "DDP232", "DDP233", "DDP282", "DDP283"},
-    "replica-drift": {"DDP240", "DDP241", "DDP242"},
+    "replica-drift": {"DDP240", "DDP241", "DDP242", "DDP245"},
     "data-sharding": {"DDP200", "DDP203", "DDP204", "DDP205"},
-    "metric-one-shard": {"DDP225", "DDP226"},
+    "metric-one-shard": {"DDP225", "DDP226", "DDP227"},
+    "mixed-precision": {"DDP270", "DDP271"},
+    "collective-shape": {"DDP213"},
+    "double-reduce": {"DDP244"},
+    "rank-randomness": set(),
 }
 # verify: (checks that may name the family, a pattern the failing check's cause must match)
 FAMILY_CHECKS = {
@@ -74,7 +83,7 @@ FAMILY_CHECKS = {
     "writer-local-rank": ({"rank0-writes"}, r"written by|wrote|both|same path"),
     "rank-device": ({"devices", "ranks"}, r"cuda|GPU|process group|initialis"),
     "replica-drift": (
-        {"params-in-sync", "ranks"},
+        {"params-in-sync", "model-state", "ranks", "no-hang"},
         r"differ|diverge|not in sync|all-reduce|drift",
     ),
     "data-sharding": (
@@ -85,20 +94,35 @@ FAMILY_CHECKS = {
         {"metrics", "rank0-output"},
         r"one shard|shard|rank 0's own|not reduced|duplicat|count",
     ),
+    "mixed-precision": ({"loss"}, r"NaN|inf|diverge"),
+    "collective-shape": (
+        {"no-hang", "ranks"},
+        r"size|shape|[Mm]ismatch|ran ahead|waits|different collectives",
+    ),
+    "double-reduce": ({"params-in-sync"}, r"differ"),
+    "rank-randomness": ({"data-sharding"}, r"same"),
 }
+
+
+def ids(name: str) -> set[str]:
+    return {
+        ln.strip()
+        for ln in (HERE / name).read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
 
 
 def load(split: str) -> tuple[list[dict], list[Path]]:
     bugs = tomllib.loads((HERE / "bugs.toml").read_text())["bug"]
-    held = {
-        ln.strip()
-        for ln in (HERE / "heldback.txt").read_text().splitlines()
-        if ln.strip() and not ln.startswith("#")
-    }
+    bugs.sort(key=lambda b: int(b["id"][1:]))
     if split == "dev":
-        bugs = [b for b in bugs if b["id"] not in held]
+        bugs = [b for b in bugs if b["id"] not in ids("heldback2.txt")]
     elif split == "heldback":
-        bugs = [b for b in bugs if b["id"] in held]
+        bugs = [b for b in bugs if b["id"] in ids("heldback.txt")]
+    elif split == "heldback2":
+        bugs = [b for b in bugs if b["id"] in ids("heldback2.txt")]
+    elif split == "verify-set":
+        bugs = [b for b in bugs if b["id"] in ids("verify_set.txt")]
     return bugs, sorted((HERE / "clean").glob("*.py"))
 
 
@@ -167,7 +191,11 @@ def verify_names(doc: dict, family: str) -> tuple[bool, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--split", choices=("dev", "heldback", "all"), default="dev")
+    ap.add_argument(
+        "--split",
+        choices=("dev", "heldback", "heldback2", "verify-set", "all"),
+        default="dev",
+    )
     ap.add_argument("--verify", action="store_true")
     ap.add_argument(
         "--timeout",

@@ -160,6 +160,16 @@ class DerivedMixin:
             for x in a.findall(c, m.Name() | m.Attribute() | m.Call())
         }
         if length:  # where a value sits or how it is shown is not how many there are
+            # a comprehension has as many items as its loops and filters give, whatever the
+            # values it computes: `[(i * world + rank) % n for i in range(k)]` has k
+            for comp_for in a.findall(node, m.CompFor()):
+                comp = a.parent.get(comp_for)
+                elt = getattr(comp, "elt", None)
+                if elt is not None:
+                    inside_even |= {
+                        id(x)
+                        for x in a.findall(elt, m.Name() | m.Attribute() | m.Call())
+                    }
             for arg in a.findall(node, m.Arg()):
                 call = a.parent.get(arg)
                 placement = (

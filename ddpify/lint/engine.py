@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import stat
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -114,6 +115,7 @@ def lint_source(
 ) -> LintResult:
     """Lint one script. Raises ConversionError (with line and column) when it does not parse."""
     options = options or Options()
+    text = text.removeprefix("\ufeff")  # a byte-order mark, which Python skips too
     if not text.strip():
         return LintResult(path, "empty")
     if not any(w in text for w in WORDS):
@@ -165,19 +167,27 @@ def lint_project(
     from ddpify.merge import merge, where
 
     options = options or Options()
+    if read is None:
+
+        def read(p: str) -> str:
+            if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the open
+                raise OSError(f"{p}: not a regular file")
+            # utf-8-sig: a file that starts with a byte-order mark reads as Python reads it
+            with open(p, encoding="utf-8-sig") as f:
+                return f.read()
+
     _, files = local_modules(entry, read)
     files = _within_budget(files)
     merged = merge(files)
     per_file: list[list[Finding]] = [[] for _ in files]
     status = "not-distributed"
-    if any(w in merged.text for w in WORDS):
+    text = merged.text.replace("\ufeff", "")  # byte-order marks at the files' starts
+    if any(w in text for w in WORDS):
         enabled = gc.isenabled()
         gc.disable()
         try:
-            module = parse(merged.text)
-            status, findings = run_rules(
-                Analysis(module, merged.text), merged.text, options
-            )
+            module = parse(text)
+            status, findings = run_rules(Analysis(module, text), text, options)
         finally:
             if enabled:
                 gc.enable()

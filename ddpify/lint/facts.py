@@ -117,6 +117,8 @@ class Facts(WrappersMixin, CollectivesMixin, DerivedMixin):
                 for b in names.get(head, ())
             ):
                 return None  # through an imported module: not the script's function
+            if all(a.class_of(fn) is None for fn in a.functions[last]):
+                return None  # `model.train()` calls a method, never a module-level `train()`
         return last
 
     def order(self, node: cst.CSTNode) -> int:

@@ -19,6 +19,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "drawn per rank): the rank with more waits in a collective the others never join",
         ("DDP212",),
     ),
+    "collective-shape": (
+        "a tensor gathered across ranks whose size is the rank's own (a mask, a length read from the "
+        "batch): the shapes differ and the collective hangs or fails",
+        ("DDP213",),
+    ),
     "unused-params": (
         "parameters that get no gradient in a step under find_unused_parameters=False: the second step "
         'raises "Expected to have finished reduction"',
@@ -30,8 +35,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("DDP250", "DDP251", "DDP252"),
     ),
     "checkpoint-device": (
-        "a checkpoint loaded onto the device it was saved from (GPU 0) by every rank",
-        ("DDP230",),
+        "a checkpoint loaded onto the device it was saved from (GPU 0) by every rank: a hard-coded "
+        "map_location, or none",
+        ("DDP230", "DDP234"),
     ),
     "file-race": (
         "a file, download or log written by every rank at once, or read by the other ranks before rank 0 "
@@ -48,9 +54,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("DDP230", "DDP231", "DDP232", "DDP233", "DDP282", "DDP283", "DDP284"),
     ),
     "replica-drift": (
-        "the replicas train different models: never wrapped, changed after the wrap, or a training "
-        "forward that bypasses the wrapper (`.module`, an alias, a submodule)",
-        ("DDP240", "DDP241", "DDP242"),
+        "the replicas train different models: never wrapped, changed after the wrap (on every rank, or "
+        "on some ranks only), or a training forward that bypasses the wrapper (`.module`, an alias, a "
+        "submodule)",
+        ("DDP240", "DDP241", "DDP242", "DDP245"),
     ),
     "data-sharding": (
         "the data is not split as intended: no DistributedSampler, shuffle beside a sampler, no "
@@ -60,7 +67,12 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "metric-one-shard": (
         "a figure computed on one rank's shard and reported as the whole (not all-reduced), or "
         "counted with DistributedSampler's padding duplicates",
-        ("DDP225", "DDP226"),
+        ("DDP225", "DDP226", "DDP227"),
+    ),
+    "double-reduce": (
+        "a value reduced across ranks twice: gradients DDP has averaged already, all-reduced again by "
+        "hand (or their norm, summed once a rank)",
+        ("DDP244",),
     ),
     "mixed-precision": ("the GradScaler used out of order", ("DDP270", "DDP271")),
     "performance": ("what works but costs speed or memory", ("DDP280", "DDP281")),

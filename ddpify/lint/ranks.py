@@ -408,6 +408,8 @@ class Ranks:
             if param is not None:
                 options = self._param_values(fn, param)
             else:
+                if fn is not None and a._is_local(fn, d) and self._synced(fn, d):
+                    return ALL_UNK  # made the same on every rank by a broadcast of it
                 values = (
                     a._local_values(fn, d)
                     if fn is not None and a._is_local(fn, d)
@@ -423,6 +425,23 @@ class Ranks:
         if depends(got) or (options and all(x is not UNK for x in got)):
             return got
         return self._by_name(d.rsplit(".", 1)[-1], "." in d)
+
+    def _synced(self, fn, name: str) -> bool:
+        """The function broadcasts the name from one rank (`broadcast(tensor=flag, src=0)`,
+        `broadcast_object_list(flag, ...)`): what it holds afterwards is every rank's."""
+        a = self.a
+        for c in a.findall(fn, m.Call()):
+            if not a.is_call(
+                c,
+                "torch.distributed.broadcast",
+                "torch.distributed.broadcast_object_list",
+            ):
+                continue
+            pos, kw = call_args(c)
+            given = pos[0] if pos else kw.get("tensor") or kw.get("object_list")
+            if given is not None and dotted(given.value) == name:
+                return True
+        return False
 
     def _by_name(self, last: str, attribute: bool = False) -> tuple:
         if attribute and last in API_ATTRS:

@@ -30,6 +30,7 @@ from ddpify.verify.checks import (
 )
 from ddpify.verify.plan import (
     AUTO_TIMEOUT_FIRST,
+    Length,
     Plan,
     auto_timeout,
     gpu_ids,
@@ -47,7 +48,6 @@ from ddpify.verify.runner import RunResult, launch
 from ddpify.verify.workspace import remove_new, snapshot, written_files
 
 SCHEMA = 1  # of the --json document; raised when a key changes meaning
-NO_LIMIT = 1 << 62  # --to-end: steps the probe never reaches
 
 
 @dataclass
@@ -105,7 +105,7 @@ def run_verify(
     script_args: list[str] | tuple[str, ...] = (),
     *,
     nproc: int | None = None,
-    steps: int = 20,
+    steps: int | None = None,
     backend: str = "auto",
     timeout: float | None = None,
     nnodes: int = 1,
@@ -124,19 +124,27 @@ def run_verify(
     share_gpus: bool | None = None,
     to_end: bool = False,
     html_path: str | None = None,
+    max_batches: int | None = None,
+    max_time: float | None = None,
+    plain_run: bool | None = None,
+    other_scripts: bool = True,
 ) -> VerifyOutcome:
     """compare_plain (with options.optimize): also run the plain conversion (no --optimize) as
     N processes, and check that the optimised one trains the same (the optimize-parity check).
     share_gpus: None lets the ranks share the GPUs when there are fewer than processes.
-    to_end: run the script without a step limit, to its own end.
+    steps, epochs, to_end: K steps, E whole epochs, or the script's end; none of them: two passes
+    over each rank's shard, each DataLoader pass capped at max_batches and the run at max_time.
+    plain_run: also run a converted script as a plain `python` process, a world of one (None: when
+    it was converted). other_scripts: run the project's other entry scripts that import a changed
+    module with --help (or their dry-run flag).
     html_path: also write the report as one HTML page (ddpify/verify/html.py)."""
     from ddpify import Options
 
     script_path = Path(script).resolve()
     token = uuid.uuid4().hex
     run_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
-    if to_end:
-        steps, epochs = NO_LIMIT, None
+    length = Length.choose(steps, epochs, to_end, max_batches, max_time)
+    steps, epochs = length.steps, length.epochs
     doc: dict = {
         "schema": SCHEMA,
         "script": str(script),
@@ -144,6 +152,9 @@ def run_verify(
         "steps": None if to_end else steps,
         "epochs": epochs,
         "to_end": to_end,
+        "default_length": length.auto,
+        "max_batches": length.max_batches,
+        "max_time": length.max_time,
         "nnodes": nnodes,
         "timeout": timeout if timeout is not None else "auto",
         "run_token": token,
@@ -236,15 +247,8 @@ def run_verify(
         what = "run as it is (--no-convert)"
     else:
         what = f"run as it is ({prep.status})"
-    length = (
-        "to its end (--to-end)"
-        if to_end
-        else f"{epochs} epoch{'s' if epochs > 1 else ''}"
-        if epochs
-        else f"K={steps}"
-    )
     echo(
-        f"ddpify verify {report.short_path(str(script_path))}: {what}, {plan.describe(nnodes)}, {length}"
+        f"ddpify verify {report.short_path(str(script_path))}: {what}, {plan.describe(nnodes)}, {length.describe()}"
     )
     if plan.shared:
         note(
@@ -258,18 +262,8 @@ def run_verify(
     base_run: RunResult | None = None
     if baseline:
         base_run, early = _run_baseline(
-            script_path,
-            args,
-            steps,
-            epochs,
-            prep,
-            plan,
-            run_dir,
-            token,
-            current_timeout,
-            note,
-            echo,
-        )
+            script_path, args, steps, epochs, prep, plan, run_dir, token, current_timeout, note, echo, length.env(),
+        )  # fmt: skip
         runs.append(base_run)
         doc["baseline"] = report.run_summary(base_run)
         if early is not None:
@@ -280,6 +274,19 @@ def run_verify(
             current_timeout[0] = auto_timeout(base_run)
     doc["timeout_s"] = current_timeout[0]
 
+    extra = {"DDPIFY_VERIFY_USER_ROOT": prep.user_root, **length.env()}
+    if prep.roots:
+        copy_root, user_root = next(iter(prep.roots.items()))
+        extra.update(
+            DDPIFY_VERIFY_USER_ROOT=copy_root, DDPIFY_VERIFY_ORIGINAL_ROOT=user_root
+        )
+    single = None
+    if plain_run if plain_run is not None else prep.converted:
+        single = _run_single(
+            script_path, args, steps, epochs, prep, plan, run_dir, token, current_timeout, note, extra,
+        )  # fmt: skip
+        runs.append(single)
+        doc["single"] = report.run_summary(single, sources.rewrite)
     how = (
         f"{nnodes} torchrun agents (c10d rendezvous on 127.0.0.1), {plan.nproc} processes each"
         if nnodes > 1
@@ -291,12 +298,6 @@ def run_verify(
     node_gpus = (
         gpu_ids() if nnodes > 1 and not plan.hide_gpus and not plan.shared else None
     )
-    extra = {"DDPIFY_VERIFY_USER_ROOT": prep.user_root}
-    if prep.roots:
-        copy_root, user_root = next(iter(prep.roots.items()))
-        extra.update(
-            DDPIFY_VERIFY_USER_ROOT=copy_root, DDPIFY_VERIFY_ORIGINAL_ROOT=user_root
-        )
     cand = launch(
         "candidate", prep.exec_path, prep.main_file, args, plan.nproc, steps, current_timeout[0], run_dir / "candidate", token,
         plan.hide_gpus, nnodes=nnodes, epochs=epochs, progress=_progress_printer(note, "candidate", lambda: current_timeout[0]),
@@ -308,10 +309,17 @@ def run_verify(
     note(
         f"  candidate: done in {cand.wall_s:.1f} s, step {'/'.join(map(str, reached))} reached"
     )
+    others = []
+    if other_scripts and prep.roots:
+        from ddpify.verify.others import run_other_scripts
+
+        others = run_other_scripts(prep, note)
+        doc["other_scripts"] = others
 
     ctx = Context(
         cand, base_run, world, steps, prep.exec_path, timeout=current_timeout[0], min_scaling=min_scaling, nnodes=nnodes,
-        epochs=epochs, sources=sources, shared_gpus=plan.shared, to_end=to_end,
+        epochs=epochs, sources=sources, shared_gpus=plan.shared, to_end=to_end, length=length, single=single,
+        others=others, on_cpu=plan.hide_gpus or not plan.gpus, converted=prep.converted, args=args,
     )  # fmt: skip
     checks = run_checks(ctx)
     if plain_path is not None and not cand.hang:
@@ -354,7 +362,8 @@ def run_verify(
 
 
 def _run_baseline(script_path: Path, args: list[str], steps: int, epochs: int | None, prep: Prepared, plan: Plan,
-                  run_dir: Path, token: str, current_timeout: list[float], note, echo) -> tuple[RunResult, int | None]:  # fmt: skip
+                  run_dir: Path, token: str, current_timeout: list[float], note, echo,
+                  length_env: dict[str, str]) -> tuple[RunResult, int | None]:  # fmt: skip
     """The original as one process; then what it wrote is removed. (its run, an exit status when
     verify cannot go on)."""
     note(
@@ -378,7 +387,7 @@ def _run_baseline(script_path: Path, args: list[str], steps: int, epochs: int | 
         base_run = launch(
             "baseline", str(script_path), str(script_path), args, 1, steps, current_timeout[0], run_dir / "baseline",
             token, plan.hide_gpus, epochs=epochs, progress=_progress_printer(note, "baseline", lambda: current_timeout[0]),
-            extra_env={"DDPIFY_VERIFY_USER_ROOT": next(iter(prep.roots.values()), prep.user_root)},
+            extra_env={"DDPIFY_VERIFY_USER_ROOT": next(iter(prep.roots.values()), prep.user_root), **length_env},
         )  # fmt: skip
     finally:
         if env_threads:
@@ -420,6 +429,38 @@ def _run_baseline(script_path: Path, args: list[str], steps: int, epochs: int | 
     return base_run, None
 
 
+def _run_single(script_path: Path, args: list[str], steps: int, epochs: int | None, prep: Prepared, plan: Plan,
+                run_dir: Path, token: str, current_timeout: list[float], note, extra: dict[str, str]) -> RunResult:  # fmt: skip
+    """The converted script as a plain `python` process, no launcher, a world of one, as its README
+    promises it still runs; then what it wrote is removed, as the baseline's."""
+    note(
+        f"  one process: the converted script as plain python (hang after {current_timeout[0]:g} s without progress) ..."
+    )
+    roots = sorted(
+        {
+            Path.cwd().resolve(),
+            script_path.parent,
+            *(Path(r) for r in prep.roots.values()),
+        }
+    )
+    before = snapshot(roots)
+    run = None
+    try:
+        run = launch(
+            "single", prep.exec_path, prep.main_file, args, 1, steps, current_timeout[0], run_dir / "single", token,
+            plan.hide_gpus, epochs=epochs, progress=_progress_printer(note, "one process", lambda: current_timeout[0]),
+            extra_env=extra,
+        )  # fmt: skip
+    finally:
+        writes = (run.records.get(0) or {}).get("writes", []) if run else []
+        remove_new(before, roots, writes)
+    rec = run.records.get(0) or {}
+    note(
+        f"  one process: {rec.get('status') or 'no record'} after {_plural(rec.get('steps') or 0, 'step')} in {run.wall_s:.1f} s"
+    )
+    return run
+
+
 def use_colour(stream, environ=os.environ) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set to anything (https://no-color.org)."""
     if environ.get("NO_COLOR"):
@@ -442,9 +483,8 @@ def use_colour(stream, environ=os.environ) -> bool:
 @click.option(
     "--steps",
     type=click.IntRange(1),
-    default=20,
-    show_default=True,
-    help="Optimizer steps before both runs stop.",
+    default=None,
+    help="Stop both runs after K optimizer steps. Default: two passes over each rank's shard (see --max-batches).",
 )
 @click.option(
     "--backend",
@@ -462,6 +502,29 @@ def use_colour(stream, environ=os.environ) -> bool:
     "--to-end",
     is_flag=True,
     help="Run the whole script, to its own end (evaluation, final save, teardown): no step limit. For small scripts.",
+)
+@click.option(
+    "--max-batches",
+    type=click.IntRange(1),
+    default=None,
+    help="Cap each DataLoader pass at this many batches (default run: 16).",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(1),
+    default=None,
+    help="Seconds a run trains before every rank stops at the same step (default run: 240).",
+)
+@click.option(
+    "--one-process/--no-one-process",
+    default=None,
+    help="Also run the converted script as plain python, a world of one [default: when verify converted it].",
+)
+@click.option(
+    "--other-scripts/--no-other-scripts",
+    default=True,
+    show_default=True,
+    help="Run the project's other entry scripts that import a changed module, with --help or their dry-run flag.",
 )
 @click.option(
     "--nnodes",
@@ -556,6 +619,10 @@ def verify_command(
     backend,
     epochs,
     to_end,
+    max_batches,
+    max_time,
+    one_process,
+    other_scripts,
     nnodes,
     share_gpus,
     timeout,
@@ -630,6 +697,10 @@ def verify_command(
         raise click.UsageError(
             "--to-end runs the whole script: it cannot go with --epochs"
         )
+    if steps and (epochs or to_end):
+        raise click.UsageError(
+            "--steps stops at step K: it cannot go with --epochs or --to-end"
+        )
     to_stdout = json_path == "-"
     outcome = run_verify(
         script,
@@ -663,5 +734,9 @@ def verify_command(
         share_gpus=share_gpus,
         to_end=to_end,
         html_path=html_path,
+        max_batches=max_batches,
+        max_time=max_time,
+        plain_run=one_process,
+        other_scripts=other_scripts,
     )
     sys.exit(outcome.exit_code)

@@ -122,3 +122,59 @@ def needs_gpu_hint(error: str, plan: Plan) -> str | None:
     why = "--backend gloo hides the GPUs" if plan.gpus else "there is no GPU here"
     return (f"the original needs a GPU ({why}): run with --no-baseline to verify the converted script alone, "
             "on its CPU path")  # fmt: skip
+
+
+# The default run: every rank through its whole shard twice, so that what a script does at the end
+# of an epoch (evaluation, checkpoint, logging) runs twice; each DataLoader pass capped at
+# AUTO_MAX_BATCHES batches and the run at AUTO_MAX_TIME seconds, AUTO_STEPS steps for a script
+# without DataLoader epochs.
+AUTO_EPOCHS = 2
+AUTO_MAX_BATCHES = 16
+AUTO_STEPS = 100
+AUTO_MAX_TIME = 240.0
+NO_LIMIT = 1 << 62  # --to-end: steps the probe never reaches
+
+
+@dataclass
+class Length:
+    """How long the runs go: K steps (--steps), E whole epochs (--epochs), the script's end
+    (--to-end), or by default two passes over each rank's shard, capped."""
+
+    steps: int
+    epochs: int | None = None
+    to_end: bool = False
+    auto: bool = False
+    max_batches: int | None = None  # batches a DataLoader pass yields at most
+    max_time: float | None = (
+        None  # seconds a run trains before every rank stops at one step
+    )
+
+    @classmethod
+    def choose(cls, steps: int | None, epochs: int | None, to_end: bool, max_batches: int | None = None,
+               max_time: float | None = None) -> Length:  # fmt: skip
+        if to_end:
+            return cls(NO_LIMIT, None, True, False, max_batches, max_time)
+        if steps is None and epochs is None:
+            return cls(AUTO_STEPS, AUTO_EPOCHS, False, True, max_batches or AUTO_MAX_BATCHES,
+                       AUTO_MAX_TIME if max_time is None else max_time)  # fmt: skip
+        return cls(steps or NO_LIMIT, epochs, False, False, max_batches, max_time)
+
+    def env(self) -> dict[str, str]:
+        out = {}
+        if self.auto:
+            out["DDPIFY_VERIFY_AUTO"] = "1"
+        if self.max_batches:
+            out["DDPIFY_VERIFY_MAX_BATCHES"] = str(self.max_batches)
+        if self.max_time:
+            out["DDPIFY_VERIFY_MAX_TIME"] = str(self.max_time)
+        return out
+
+    def describe(self) -> str:
+        if self.to_end:
+            return "to its end (--to-end)"
+        if self.auto:
+            return (f"{self.epochs} passes over each rank's shard (at most {self.max_batches} batches a pass, "
+                    f"{self.max_time:g} s, {self.steps} steps without DataLoader epochs)")  # fmt: skip
+        if self.epochs:
+            return f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+        return f"K={self.steps}"

@@ -41,6 +41,7 @@ else:  # started by path: load the parts from this folder, then take the folder 
         "probe_hooks",
         "probe_state",
         "probe_values",
+        "probe_models",
     ):  # free the short names for the script's modules
         sys.modules["_ddpify_" + _part] = sys.modules.pop(_part)
 

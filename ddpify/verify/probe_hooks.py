@@ -9,15 +9,31 @@ code is recorded and never raised into the script. Only StopVerify (a BaseExcept
 from __future__ import annotations
 
 import builtins
+import dis
 import io
 import sys
 
 if __package__:
+    from ddpify.verify import probe_models as M
     from ddpify.verify import probe_state as S
     from ddpify.verify import probe_values as V
 else:  # started by path in a rank: probe.py loads its parts by their file names
+    import probe_models as M  # type: ignore[no-redef]
     import probe_state as S  # type: ignore[no-redef]
     import probe_values as V  # type: ignore[no-redef]
+
+# a `for` loop, and `yield from` (3.11+: SEND; before: YIELD_FROM)
+_LOOPING = {dis.opmap[n] for n in ("FOR_ITER", "SEND", "YIELD_FROM") if n in dis.opmap}
+
+
+def _in_for_loop(frame) -> bool:
+    """The frame asks for the next item as a `for` loop does (directly, or through enumerate,
+    zip, tqdm's `yield from`): the end of the data is then what the script expects, not a
+    StopIteration that a bare next() would raise into it."""
+    try:
+        return frame.f_code.co_code[frame.f_lasti] in _LOOPING
+    except (AttributeError, IndexError, TypeError):
+        return False
 
 
 # torch.distributed's collectives every rank must join (their entries are noted, see Probe.on_collective)
@@ -76,7 +92,11 @@ def install(probe: S.Probe) -> None:
     import torch.distributed as dist
     import torch.utils.data.dataloader as dl
     from torch.nn.parallel import DistributedDataParallel
-    from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
+    from torch.optim.optimizer import (
+        Optimizer,
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
     from torch.utils.data.distributed import DistributedSampler
 
     safe = probe.safe
@@ -87,6 +107,10 @@ def install(probe: S.Probe) -> None:
         )  # StopVerify passes through
 
     register_optimizer_step_post_hook(step_hook)
+    # before a step: the model state of a checkpoint rank 0 just saved, on every rank
+    register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: safe("model state", probe.models.before_step)
+    )
 
     orig_opt_init = Optimizer.__init__
 
@@ -101,6 +125,8 @@ def install(probe: S.Probe) -> None:
     def backward(tensors, *args, **kwargs):
         if safe("stop", probe.should_stop_before_backward):
             raise S.StopVerify
+        if not probe.optimizers:
+            safe("model state", probe.models.before_step)
         safe("backward", probe.on_backward, tensors)
         if probe.ddp_modules:
             safe("collective", probe.on_collective, "backward")
@@ -148,7 +174,24 @@ def install(probe: S.Probe) -> None:
 
     orig_next = dl._BaseDataLoaderIter.__next__
 
+    def capped(it) -> bool:
+        rec = it.__dict__.get("_ddpify_epoch")
+        if (
+            rec is None
+            or rec["complete"]
+            or rec["drawn"] < S.MAX_BATCHES
+            or not _in_for_loop(
+                sys._getframe(3)
+            )  # capped <- safe <- next_batch <- its caller
+        ):
+            return False
+        rec["capped"] = True
+        probe.on_epoch_end(it)
+        return True
+
     def next_batch(self):
+        if S.MAX_BATCHES and safe("data cap", capped, self):
+            raise StopIteration
         try:
             data = orig_next(self)
         except StopIteration:
@@ -158,6 +201,14 @@ def install(probe: S.Probe) -> None:
         return data
 
     dl._BaseDataLoaderIter.__next__ = next_batch
+    probe.iter_len = dl._BaseDataLoaderIter.__len__
+    if S.MAX_BATCHES:  # the data cap: len() agrees with the batches a pass now yields
+        for cls in (dl.DataLoader, dl._BaseDataLoaderIter):
+
+            def capped_len(self, _orig=cls.__len__):
+                return min(_orig(self), S.MAX_BATCHES)
+
+            cls.__len__ = capped_len
 
     orig_set_epoch = DistributedSampler.set_epoch
 
@@ -172,6 +223,7 @@ def install(probe: S.Probe) -> None:
     orig_ddp_init = DistributedDataParallel.__init__
 
     def note_ddp(module, args, kwargs):
+        probe.models.note_ddp(module, kwargs.get("broadcast_buffers", True))
         devices = sorted({str(p.device) for p in module.parameters()})
         probe.record["ddp"].append(
             {
@@ -192,15 +244,25 @@ def install(probe: S.Probe) -> None:
             p.register_hook(lambda g: safe("local gradient", probe.on_local_grad, g))
 
     def ddp_init(self, module, *args, **kwargs):
+        # replicate() builds its DDP over a ParameterList at the first forward: the model is the
+        # module it was applied to, whose forward the script calls
+        user = safe("replicate", M.replicated_module, module) or module
         # Recorded before DDP's own collectives run, so a rank that dies inside them still tells where its model was.
-        safe("ddp", note_ddp, module, args, kwargs)
+        safe("ddp", note_ddp, user, args, kwargs)
         safe("collective", probe.on_collective, "DistributedDataParallel()")
         orig_ddp_init(self, module, *args, **kwargs)
-        self.register_forward_pre_hook(
-            lambda m, a: safe("collective", probe.on_collective, "the DDP forward")
+        called = self if user is module else user
+
+        def forward_collective(m, a, ddp=self):
+            # the forward communicates when it broadcasts the buffers (from rank 0)
+            if ddp._check_sync_bufs_pre_fwd():
+                probe.on_collective("the DDP forward (buffer broadcast)")
+
+        called.register_forward_pre_hook(
+            lambda m, a: safe("collective", forward_collective, m, a)
         )
         if len(probe.ddp_modules) == 1:
-            safe("ddp hooks", watch, self, module)
+            safe("ddp hooks", watch, called, user)
 
     DistributedDataParallel.__init__ = ddp_init
 
@@ -222,9 +284,17 @@ def install(probe: S.Probe) -> None:
     dist.init_process_group = init_process_group
     dist.distributed_c10d.init_process_group = init_process_group
 
+    def whole_group(args, kwargs) -> bool:
+        # a subgroup's collective is not every rank's: not counted
+        group = kwargs.get("group")
+        if group is None:
+            group = next((x for x in args if type(x).__name__ == "ProcessGroup"), None)
+        return group is None or group is dist.group.WORLD
+
     def noting(name, real):
         def collective(*args, **kwargs):
-            safe("collective", probe.on_collective, name)
+            if safe("group", whole_group, args, kwargs):
+                safe("collective", probe.on_collective, name)
             return real(*args, **kwargs)
 
         collective.__wrapped__ = real
@@ -248,6 +318,7 @@ def install(probe: S.Probe) -> None:
         torch.cuda.set_device = set_device
 
     orig_save = torch.save
+    probe.real_save = orig_save
 
     def inspect(entry, obj):
         entry["state_dicts"] = V.inspect_saved(obj, probe.ddp_modules)
@@ -258,6 +329,7 @@ def install(probe: S.Probe) -> None:
             safe(
                 "saved state dicts", inspect, entry, obj
             )  # never break the script's save
+            safe("checkpoint", probe.models.on_save, obj, entry)
         was, probe.in_probe = (
             probe.in_probe,
             True,
@@ -280,6 +352,18 @@ def install(probe: S.Probe) -> None:
 
     builtins.open = opener(builtins.open)
     io.open = opener(io.open)
+
+    orig_import = builtins.__import__
+
+    def import_(name, globals=None, locals=None, fromlist=(), level=0):
+        try:
+            return orig_import(name, globals, locals, fromlist, level)
+        except ImportError as exc:
+            # an import of the script's own that fails here (a CUDA-only package on the CPU)
+            safe("import", probe.note_failed_import, name, exc, globals)
+            raise
+
+    builtins.__import__ = import_
 
 
 def tee_output(probe: S.Probe) -> None:

@@ -15,16 +15,23 @@ import sys
 import time
 
 if __package__:
+    from ddpify.verify import probe_models as M
     from ddpify.verify import probe_values as V
 else:  # started by path in a rank: probe.py loads its parts by their file names
+    import probe_models as M  # type: ignore[no-redef]
     import probe_values as V  # type: ignore[no-redef]
 
 RUN_DIR = os.environ.get("DDPIFY_VERIFY_DIR", "")
 MAX_STEPS = int(os.environ.get("DDPIFY_VERIFY_STEPS", "20"))
 # --epochs N: run N whole training epochs (and what the script does at their end) instead of K steps.
 EPOCHS = int(os.environ.get("DDPIFY_VERIFY_EPOCHS", "0") or 0)
-if EPOCHS:
+# The default run: two epochs (their end-of-epoch work twice), with K only a ceiling for a script
+# without DataLoader epochs; each loader's pass capped at MAX_BATCHES, the run at MAX_TIME seconds.
+AUTO = os.environ.get("DDPIFY_VERIFY_AUTO") == "1"
+if EPOCHS and not AUTO:
     MAX_STEPS = 1 << 62
+MAX_BATCHES = int(os.environ.get("DDPIFY_VERIFY_MAX_BATCHES", "0") or 0)
+MAX_TIME = float(os.environ.get("DDPIFY_VERIFY_MAX_TIME", "0") or 0)
 # The file the user named: __file__, sys.argv[0] and sys.path[0] follow it even when the
 # converted copy (EXEC_PATH) is what runs.
 MAIN_FILE = os.environ.get("DDPIFY_VERIFY_MAIN_FILE", "")
@@ -37,6 +44,13 @@ MAX_FINGERPRINTS = 8  # batches per epoch of an IterableDataset
 MAX_STEP_PRINTS = 64  # training forwards/backwards of the DDP model whose inputs and local gradients are kept
 MAX_PRINT_SITES = 200
 MAX_PROBE_ERRORS = 20
+MAX_COLLECTIVES = 4096  # collectives whose kind and line are kept in order, per rank
+# what a collective the probe notes is on the wire, where its name says something else
+COLLECTIVE_KINDS = {
+    "backward": "all_reduce",
+    "the DDP forward (buffer broadcast)": "broadcast",
+    "DistributedDataParallel()": "broadcast",
+}
 HEARTBEAT_S = 0.25
 PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 real_open = builtins.open  # before the hooks wrap it: the probe's own files
@@ -110,10 +124,20 @@ class Probe:
         # all-reduces): its count, what it was and the script's line, overwritten in place, so a
         # rank that hangs or dies mid-collective still tells where it was
         self.coll_n = 0
+        self.site_index: dict[str, int] = {}
         self.last_eval: dict | None = None
         self.coll_fd = os.open(
             self.prefix + ".coll", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
         )
+        self.t0 = time.monotonic()
+        self.stop_at: int | None = (
+            None  # the step every rank stops at when the time is up
+        )
+        self.record.update(stopped_by=None, states=[], failed_imports=[])
+        self.real_open = real_open
+        self.real_save = None  # torch.save before the hooks wrap it
+        self.models = M.StateWatch(self)
+        self.iter_len = len  # a DataLoader iterator's own length (the hooks cap the one the script sees)
         self.heartbeat()
 
     # ---------------------------------------------------------------- bookkeeping
@@ -173,6 +197,16 @@ class Probe:
             os.replace(tmp, self.prefix + ".json")
         finally:
             self.in_probe = False
+
+    def user_frames(self) -> list:
+        """The frames of the script's own code on the stack now, the outermost first."""
+        out = []
+        f = sys._getframe(1)
+        while f is not None:
+            if self.is_user_frame(f.f_code.co_filename):
+                out.append(f)
+            f = f.f_back
+        return out[::-1]
 
     def is_user_frame(self, filename: str) -> bool:
         if filename in self.user_files:
@@ -259,6 +293,26 @@ class Probe:
         self.record["writes"].append(entry)
         return entry
 
+    def note_failed_import(self, name: str, exc: BaseException, globals_) -> None:
+        """An import in the script's own code that failed here; if the script goes on, it took
+        another path than where the module is installed (a CUDA-only package on the CPU)."""
+        file = (globals_ or {}).get("__file__") if isinstance(globals_, dict) else None
+        found = self.record["failed_imports"]
+        if (
+            not isinstance(file, str)
+            or not self.is_user_frame(file)
+            or len(found) >= 20
+        ):
+            return
+        f = sys._getframe(
+            2
+        )  # note_failed_import <- safe <- the import hook <- the importer
+        while f is not None and f.f_code.co_filename != file:
+            f = f.f_back
+        where = f"{file}:{f.f_lineno}" if f is not None else file
+        if not any(x["where"] == where for x in found):
+            found.append({"module": name, "where": where, "error": str(exc)[:160]})
+
     def note_output(self, stream: str, text: str) -> None:
         """Where the script printed (print, sys.stdout.write, a logging handler): one entry per line of code."""
         if self.in_probe or not text.strip() or _discarded(stream):
@@ -321,15 +375,51 @@ class Probe:
         if step != self.step:
             self.step = step
             self.mark_step()
+            if step == 1:  # what the script holds, while its frames are there to walk
+                self.safe("models", self.models.discover)
             if self.step >= MAX_STEPS:
-                raise StopVerify
+                self.stop("steps")
+            if self.time_up():
+                self.stop("time")
+
+    def stop(self, why: str) -> None:
+        self.record["stopped_by"] = why
+        self.safe("models", self.models.discover)
+        raise StopVerify
+
+    def time_up(self) -> bool:
+        """Past MAX_TIME: rank 0 names a step two ahead (no rank can be further while DDP keeps
+        them in step) in a file, and every rank stops there; the probe runs no collective."""
+        if not MAX_TIME:
+            return False
+        path = os.path.join(RUN_DIR, "stop-at")
+        if self.stop_at is None and os.path.exists(path):
+            try:
+                with real_open(path) as f:
+                    self.stop_at = int(f.read())
+            except (OSError, ValueError):
+                pass
+        if (
+            self.stop_at is None
+            and self.rank == 0
+            and time.monotonic() - self.t0 > MAX_TIME
+        ):
+            self.stop_at = self.step + (2 if self.world_size > 1 else 0)
+            with real_open(path + ".tmp", "w") as f:
+                f.write(str(self.stop_at))
+            os.replace(path + ".tmp", path)
+        return self.stop_at is not None and self.step >= self.stop_at
 
     def should_stop_before_backward(self) -> bool:
         # --epochs: N whole epochs done, and whatever the script did after them up to this next backward.
         # A hand-stepped script: K backward passes and their updates are done; stop before the next.
-        return bool(EPOCHS and self.train_epochs_done >= EPOCHS) or (
-            not self.optimizers and self.backward >= MAX_STEPS
-        )
+        if EPOCHS and self.train_epochs_done >= EPOCHS:
+            self.stop("epochs")
+        if not self.optimizers and self.backward >= MAX_STEPS:
+            self.stop("steps")
+        if not self.optimizers and self.time_up():
+            self.stop("time")
+        return False
 
     def on_backward(self, tensors) -> None:
         import torch
@@ -352,6 +442,8 @@ class Probe:
         if not self.optimizers:
             self.step = self.backward
             self.mark_step()
+            if self.step == 1:
+                self.safe("models", self.models.discover)
         else:
             self.heartbeat(force=False)
 
@@ -382,6 +474,23 @@ class Probe:
         _, _, where, _ = self.callers(3)
         line = f"{self.coll_n}\t{what}\t{where or '?'}"[:480].ljust(511) + "\n"
         os.pwrite(self.coll_fd, line.encode(), 0)
+        # the kinds of collectives in the order this rank entered them: NCCL pairs the ranks'
+        # collectives in turn, so every rank's sequence must be the same
+        seq = self.record.setdefault("collective_seq", [])
+        if len(seq) < MAX_COLLECTIVES:
+            sites = self.record.setdefault("collective_sites", [])
+            key = f"{what}\t{where or '?'}"
+            if key not in self.site_index:
+                self.site_index[key] = len(sites)
+                # the calls that led there, to find a test on the rank around one of them
+                sites.append(
+                    [key]
+                    + [
+                        f"{f.f_code.co_filename}:{f.f_lineno}"
+                        for f in self.user_frames()[::-1][:6]
+                    ]
+                )
+            seq.append([COLLECTIVE_KINDS.get(what, what), self.site_index[key]])
 
     def on_ddp_forward(self, module, args, kwargs) -> None:
         import torch
@@ -414,6 +523,7 @@ class Probe:
             rec["complete"] = True
             if rec["bw_first"] is not None and rec["bw_last"] > rec["bw_first"]:
                 self.train_epochs_done += 1
+                self.safe("models", self.models.discover)
             elif (
                 rec.get("sampler") == "DistributedSampler"
                 and (rec.get("num_replicas") or 1) > 1
@@ -434,7 +544,7 @@ class Probe:
         except Exception:
             length = None
         try:
-            num_batches = len(it)
+            num_batches = self.iter_len(it)
         except Exception:
             num_batches = None
         distributed = type(inner).__name__ == "DistributedSampler"
@@ -539,6 +649,7 @@ class Probe:
         # A crashed rank's parameters are never compared, and its device may be unusable.
         if status in ("stopped", "finished"):
             self.safe("dump_params", self.dump_params)
+            self.safe("model state", self.models.at_end)
         self.safe(
             "devices",
             lambda: self.record.update(devices=V.device_info(self.tracked_params())),

@@ -18,9 +18,11 @@ LIBRARY_WRITERS = (
     "torch._export", "torch.hub", "triton", "wandb", "mlflow", "comet_ml", "neptune", "clearml", "aim",
     "swanlab", "huggingface_hub", "filelock", "torch.utils._triton",
 )  # fmt: skip
-# tempfile's names: a prefix ("tmp" by default) and 8 random characters of its alphabet.
+# tempfile's names: a prefix ("tmp" by default) and 8 random characters of its alphabet; past
+# another prefix, a mix of letters and digits (about 1 name in 12 holds no digit: not required
+# after "tmp").
 TEMP_NAME = re.compile(
-    r"(?:tmp|.*[-_.](?=[0-9_]{0,7}[a-z]))(?=[a-z_]{0,7}\d)[a-z0-9_]{8}"
+    r"tmp[a-z0-9_]{8}|.*[-_.](?=[0-9_]{0,7}[a-z])(?=[a-z_]{0,7}\d)[a-z0-9_]{8}"
 )
 
 

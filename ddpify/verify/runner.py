@@ -37,7 +37,7 @@ _DIST_ENV = (
 
 @dataclass
 class RunResult:
-    role: str  # "baseline" or "candidate"
+    role: str  # "baseline", "candidate", "single" (plain python) or "plain" (--optimize's reference)
     nproc: int
     run_dir: Path
     returncode: int | None = None
@@ -133,10 +133,12 @@ def launch(
     env = run_env(run_dir, steps, main_file, token, hide_gpus, epochs)
     env.update(extra_env or {})
     result = RunResult(role=role, nproc=nproc, run_dir=run_dir, nnodes=nnodes)
-    if role == "baseline":
-        # One process, with the environment torchrun would give a group of one.
-        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    if role in ("baseline", "single"):
+        if role == "baseline":
+            # One process, with the environment torchrun would give a group of one.
+            env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        # "single": a plain `python script.py`, none of torchrun's variables
         cmds = [[sys.executable, PROBE, exec_path, *script_args]]
         cwds = [None]
     elif nnodes == 1:

@@ -28,12 +28,14 @@ def check(ctx) -> None:
         return
     for step in a.steps:
         calls = f.step_calls(step)
-        if any(f.wrapper(c.func) is not None for c in calls):
-            continue  # the step runs the wrapper's forward
+        # the wrappers whose forward the step runs (a step may train two models, each wrapped)
+        through = {id(w) for c in calls if (w := f.wrapper(c.func)) is not None}
         for c in calls:
             w, how = _plain_forward(ctx, c)
-            if w is None:
+            if w is None or id(w) in through:
                 continue
+            if through and (_detached(a, c) or f.no_grad(c)):
+                continue  # a GAN's D step runs G for its samples only: G is not trained there
             ctx.report(
                 c,
                 "DDP242",
@@ -175,3 +177,9 @@ def _bound(a, fn, name):
                         if isinstance(el.value, cst.Name) and el.value.value == name:
                             out.append(val.value)
     return out
+
+
+def _detached(a, call: cst.Call) -> bool:
+    """`G(z).detach()`: the output leaves the graph, so the call's parameters train nothing here."""
+    par = a.parent.get(call)
+    return isinstance(par, cst.Attribute) and par.attr.value in ("detach", "detach_")

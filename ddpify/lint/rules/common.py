@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 import ddpify.match as m
-from ddpify.analysis.tree import dotted
+from ddpify.analysis.tree import code, dotted
 
 LOCAL_SAMPLERS = (
     "torch.utils.data.RandomSampler",
@@ -56,6 +56,8 @@ def sampler_kind(ctx, expr: cst.BaseExpression) -> str:
                 # BatchSampler(DistributedSampler(...), ...): the inner sampler decides
                 inner = v.args[0].value if v.args and "BatchSampler" in name else None
                 kinds.add(sampler_kind(ctx, inner) if inner is not None else "local")
+            elif _own_unsharded_sampler(ctx, v):
+                kinds.add("local")
             else:
                 kinds.add("unknown")
         else:
@@ -67,6 +69,27 @@ def sampler_kind(ctx, expr: cst.BaseExpression) -> str:
     if "local" in kinds:
         return "local"
     return "none"
+
+
+SHARDING_TEXT = re.compile(r"rank|world|replica|shard|distributed|split", re.I)
+
+
+def _own_unsharded_sampler(ctx, call: cst.Call) -> bool:
+    """A sampler class of the script (it subclasses Sampler) whose code never reads a rank, a
+    world size or a shard, built with no argument that does: every rank draws from all of it."""
+    a = ctx.a
+    cls = a.classes.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+    if cls is None or not subclasses(ctx, cls, SAMPLERS):
+        return False
+    if SHARDING_TEXT.search(code(cls)):
+        return False
+    return not any(
+        SHARDING_TEXT.search(code(x.value)) or ctx.facts.ranks.reads_rank(x.value)
+        for x in call.args
+    )
+
+
+SAMPLERS = ("torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler")
 
 
 def dataset_class(ctx, expr: cst.BaseExpression) -> cst.ClassDef | None:

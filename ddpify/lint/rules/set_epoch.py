@@ -56,10 +56,19 @@ def _epoch_loop(ctx, ld) -> cst.CSTNode | None:
     """The loop around the loop that iterates the loader: in its function, or around a call of
     that function (a train_one_epoch() called each epoch)."""
     a = ctx.a
-    if not ld.target:
+    names = [(ld.target, a.function_of(ld.call))] if ld.target else []
+    # `return DataLoader(...)` from a factory method: the names its callers bind it to
+    names += [
+        (name, caller_fn)
+        for name, caller_fn in a.returned_as(ld.call)
+        if name and caller_fn is not None
+    ]
+    if not names:
         return None
     sites = [
-        site for site, _ in a.loader_iteration_sites(ld.target, a.function_of(ld.call))
+        site
+        for target, origin in names
+        for site, _ in a.loader_iteration_sites(target, origin)
     ]
     # `with tqdm(loader) as pbar: for batch in pbar:` iterates the loader too
     for w in a.withs:
@@ -67,7 +76,9 @@ def _epoch_loop(ctx, ld) -> cst.CSTNode | None:
             if (
                 item.asname is not None
                 and isinstance(item.item, cst.Call)
-                and any(dotted(x.value) == ld.target for x in item.item.args)
+                and any(
+                    dotted(x.value) in {n for n, _ in names} for x in item.item.args
+                )
             ):
                 alias = dotted(item.asname.name)
                 sites += [

@@ -116,14 +116,68 @@ def _uneven(ctx, it: cst.BaseExpression, depth: int = 0) -> str | None:
         why = f.rank_derived_len(dataset) if dataset is not None else None
         return f"its data set: {why}" if why else None
     if isinstance(it, cst.Call) and f.own_call(it):
+        if _structural(ctx, it):
+            return None
         for x in it.args:
             why = _uneven(ctx, x.value, depth + 1)
             if why:
                 return f"{f.own_call(it)}() is handed {why}"
         return None
+    if isinstance(it, cst.Subscript) and _padded_stride(ctx, it):
+        return None
     if isinstance(it, (cst.Name, cst.Attribute, cst.Subscript)):
         return f.rank_derived_len(it)
     return None
+
+
+# what a module has as many of on every rank: its architecture
+STRUCTURE = {
+    "parameters", "named_parameters", "buffers", "named_buffers", "state_dict", "modules",
+    "named_modules", "children", "named_children",
+}  # fmt: skip
+
+
+def _structural(ctx, call: cst.Call) -> bool:
+    """A function of the script whose every return lists a module's parameters, buffers or
+    submodules: as many on every rank, whatever module it is handed."""
+    a = ctx.a
+    fns = a.functions.get(ctx.facts.own_call(call) or "", [])[:2]
+    returns = [
+        r.value
+        for fn in fns
+        for r in a.findall(fn, m.Return())
+        if r.value is not None and a.function_of(r) is fn
+    ]
+    return bool(returns) and all(
+        any(
+            isinstance(c.func, cst.Attribute) and c.func.attr.value in STRUCTURE
+            for c in a.findall(v, m.Call())
+        )
+        for v in returns
+    )
+
+
+def _padded_stride(ctx, sub: cst.Subscript) -> bool:
+    """`chunks[rank::world]` where chunks comes from `.chunk(n)` with n a multiple of world
+    (`n = (... // world + 1) * world`): every rank gets n / world of them."""
+    f = ctx.facts
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
+        return False
+    step = dotted(sub.slice[0].slice.step) if sub.slice[0].slice.step else None
+    if not step:
+        return False
+    for v in f.sources(sub.value):
+        if not (isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)):
+            continue
+        if v.func.attr.value not in ("chunk", "split") or not v.args:
+            continue
+        for n in f.sources(v.args[0].value):
+            if isinstance(n, cst.BinaryOperation) and isinstance(
+                n.operator, cst.Multiply
+            ):
+                if step in (dotted(n.left), dotted(n.right)):
+                    return True
+    return False
 
 
 def _loader_call(ctx, it: cst.BaseExpression) -> cst.Call | None:

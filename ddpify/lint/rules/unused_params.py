@@ -48,6 +48,8 @@ def check(ctx) -> None:
                 why = [
                     f"`{code(a.statement(thrown[0])).strip()}` throws away outputs of the training forward, so the parameters behind them get no gradient"
                 ]
+        if not why and w.target and bind is not None:
+            why = _outputs_never_in_loss(ctx, w, bind)
         if why:
             ctx.report(
                 w.call,
@@ -102,4 +104,83 @@ def _not_a_module(a, reason: str) -> bool:
             }
         )
         for v in values
+    )
+
+
+def _outputs_never_in_loss(ctx, w, bind) -> list[str]:
+    """`logits, aux = model(x)` before a backward, `aux` never read afterwards, where the
+    class's forward returns that output straight from a submodule of its own (`return
+    self.head(h), self.aux_head(h)`) that nothing else in forward calls: that submodule's
+    parameters get no gradient."""
+    a = ctx.a
+    heads = _returned_heads(a, bind)
+    if not heads:
+        return []
+    for step in a.steps:
+        fn = a.function_of(step.stmt)
+        body = list(step.block.body)  # type: ignore[attr-defined]
+        for s in body[: body.index(step.stmt)]:
+            for c in a.findall(s, m.Call()):
+                par = a.parent.get(c)
+                if dotted(c.func) != w.target or not isinstance(par, cst.Assign):
+                    continue
+                target = par.targets[0].target
+                if not isinstance(target, (cst.Tuple, cst.List)):
+                    continue
+                for i, el in enumerate(target.elements):
+                    head = heads.get(i)
+                    if head is None or not isinstance(el.value, cst.Name):
+                        continue
+                    name = el.value.value
+                    if name.strip("_") and _read_after(a, fn or a.module, name, par):
+                        continue
+                    return [
+                        f"`{name}` (output {i + 1} of {w.target}'s forward, `{head}`) never reaches the loss, so {head.split('(')[0]}'s parameters get no gradient"
+                    ]
+    return []
+
+
+def _returned_heads(a, bind) -> dict[int, str]:
+    """{position: `self.x(...)`} for the tuple forward returns, where self.x is called nowhere
+    else in forward."""
+    cls = next(
+        (
+            a.classes[n]
+            for c in a.findall(bind, m.Call())
+            if (n := (dotted(c.func) or "").rsplit(".", 1)[-1]) in a.classes
+        ),
+        None,
+    )
+    if cls is None:
+        return {}
+    forward = next(
+        (
+            f
+            for f in cls.body.body
+            if isinstance(f, cst.FunctionDef) and f.name.value == "forward"
+        ),
+        None,
+    )
+    if forward is None:
+        return {}
+    out: dict[int, str] = {}
+    text = code(forward)
+    for ret in a.findall(forward, m.Return()):
+        if not isinstance(ret.value, cst.Tuple):
+            continue
+        for i, el in enumerate(ret.value.elements):
+            v = el.value
+            if isinstance(v, cst.Call) and (dotted(v.func) or "").startswith("self."):
+                attr = dotted(v.func)
+                if len(re.findall(re.escape(attr) + r"\b", text)) == 1:
+                    out[i] = code(v).strip()
+    return out
+
+
+def _read_after(a, scope, name: str, stmt) -> bool:
+    """The name is read in scope after stmt."""
+    end = a._subtree_end(stmt)
+    return any(
+        n.value == name and a._order.get(id(n), -1) > end
+        for n in a.findall(scope, m.Name())
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from ddpify.verify.checks.source import Sources
@@ -49,6 +50,23 @@ class Context:
         0  # ranks shared this many GPUs (--share-gpus); 0: a GPU (or the CPU) each
     )
     to_end: bool = False  # --to-end: the script ran without a step limit
+    length: object = None  # plan.Length: how long the runs went (None: K steps)
+    single: RunResult | None = (
+        None  # the converted script as plain python, a world of one
+    )
+    others: list = field(
+        default_factory=list
+    )  # the project's other entry scripts, run plainly
+    on_cpu: bool = (
+        False  # the ranks saw no GPU: a GPU run executes what this one skipped
+    )
+    converted: bool = False  # the ranks ran verify's conversion of the user's script
+    args: list = field(default_factory=list)  # the script's own arguments
+
+    @property
+    def auto(self) -> bool:
+        """The default run: two passes over each rank's shard, capped."""
+        return bool(getattr(self.length, "auto", False))
 
     def where(self, where: str | None) -> str:
         """A "path:line" the probe recorded, as the user's file and line."""
@@ -56,6 +74,26 @@ class Context:
             return "?"
         path, line = split_where(where)
         return self.sources.where(path, line)
+
+
+_FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def user_line(ctx: Context, text: str) -> str | None:
+    """The innermost location of the user's code in a traceback or stack dump, as the user's
+    file and line."""
+    found = None
+    src = ctx.sources
+    roots = [
+        os.path.realpath(r) for r in (src.user_root, *[c for c, _ in src.roots]) if r
+    ]
+    for m in _FILE_LINE.finditer(text or ""):
+        path = os.path.realpath(m["file"])
+        if "site-packages" in path or "/ddpify/verify/" in path:
+            continue
+        if src.is_copy(path) or any(path.startswith(r + os.sep) for r in roots):
+            found = src.where(path, int(m["line"]))
+    return found
 
 
 def split_where(where: str) -> tuple[str, int]:

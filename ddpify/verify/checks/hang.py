@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 import re
 
-from ddpify.verify.checks.common import FAIL, PASS, Check, Context, steps_of
+from ddpify.verify.checks.common import (
+    FAIL,
+    NA,
+    PASS,
+    Check,
+    Context,
+    finished,
+    steps_of,
+)
 from ddpify.verify.runner import RunResult
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -234,3 +242,63 @@ def check_hang(ctx: Context) -> Check:
             "no-hang", FAIL, figure, cause, details, data={"stalled": hang["ranks"]}
         )
     return Check("no-hang", PASS, f"no rank stalled for {ctx.timeout:g} s")
+
+
+# ------------------------------------------------------------------------ collectives
+
+
+def check_collectives(ctx: Context) -> Check:
+    """Every rank entered the same collectives in the same order (the whole group's:
+    torch.distributed's, a backward that all-reduces, a DDP forward that broadcasts buffers).
+    NCCL pairs the ranks' collectives in turn: a broadcast on one rank where another is in a
+    barrier hangs there or mixes up their data, where gloo sometimes lets the ranks through."""
+    run = ctx.candidate
+    if ctx.nproc < 2:
+        return Check("collectives", NA, "one process")
+    if not finished(run):
+        return Check("collectives", NA, "not every rank finished its steps")
+    recs = {r: run.records.get(r) or {} for r in range(ctx.nproc)}
+    seqs = {r: rec.get("collective_seq") or [] for r, rec in recs.items()}
+    full = all(len(s) < 4096 for s in seqs.values())
+    n = min(len(s) for s in seqs.values())
+    at = next(
+        (i for i in range(n) if len({seqs[r][i][0] for r in seqs}) > 1),
+        None if not full or len({len(s) for s in seqs.values()}) == 1 else n,
+    )
+    if at is None:
+        return Check(
+            "collectives",
+            PASS,
+            f"every rank entered the same {len(seqs[0])} collectives, in the same order",
+        )
+
+    def one(r: int) -> str:
+        if at >= len(seqs[r]):
+            return f"rank {r} none (it entered {len(seqs[r])})"
+        kind, index = seqs[r][at]
+        site = (recs[r].get("collective_sites") or [])[index]
+        what, _, where = site[0].partition("\t")
+        guard = ""
+        for frame in site[1:] or [where]:
+            file, _, line = frame.rpartition(":")
+            found = (
+                ctx.sources.enclosing_if(file, int(line), rank_only=True)
+                if line.isdigit()
+                else None
+            )
+            if found is not None:
+                guard = (
+                    f", inside `if {found[1]}:` ({ctx.sources.where(file, found[0])})"
+                )
+                break
+        return f"rank {r} a {kind} ({what} at {ctx.where(where)}{guard})"
+
+    listed = "; ".join(one(r) for r in range(ctx.nproc))
+    figure = f"collective #{at + 1}: {listed}"
+    cause = (
+        f"the ranks enter different collectives at their collective #{at + 1}: {listed}. NCCL pairs the ranks' "
+        "collectives in turn, so this run hangs there (or mixes up their data) on GPUs, where gloo may let it "
+        "through; every rank must enter the same collectives in the same order (evaluate the plain module, "
+        "`.module`, on one rank)"
+    )
+    return Check("collectives", FAIL, figure, cause)

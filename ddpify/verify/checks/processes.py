@@ -19,6 +19,7 @@ from ddpify.verify.checks.common import (
     steps_of,
     tail,
     training_epochs,
+    user_line,
 )
 from ddpify.verify.checks.hang import collective_cause, parse_stack, waiting_in
 from ddpify.verify.runner import RunResult
@@ -53,7 +54,11 @@ def deaths(ctx: Context, run: RunResult) -> dict[int, tuple[float, str]]:
                 f"DDP found parameters without a gradient: {listed}",
             )
         elif status == "crashed":
-            out[r] = (rec.get("t_end", math.inf), error_line(rec))
+            at = user_line(ctx, rec.get("traceback") or "")
+            out[r] = (
+                rec.get("t_end", math.inf),
+                error_line(rec) + (f" at {at}" if at else ""),
+            )
         elif status == "exited":
             out[r] = (rec.get("t_end", math.inf), f"exited with {rec.get('error')}")
         elif r in run.fatal or (

@@ -1,0 +1,23 @@
+"""The model and its save/load helpers, shared by train.py and infer.py."""
+
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def save(model, path):
+    torch.save(model.state_dict(), path)
+
+
+def load(path):
+    model = Net()
+    model.load_state_dict(torch.load(path, map_location="cpu"))
+    return model
