@@ -74,11 +74,10 @@ def test_unchanged_modules_and_refusals_are_byte_identical(project):
     inputs, outputs = _files(project / "input"), _files(project / "expected")
     if is_refused(project):
         assert inputs == outputs
-    # the entry always changes; at least one module changes with it (the loop, prints or helpers live there)
+    # the entry always changes (a module it imports may need nothing: a step timer's class)
     entry = str(project_entry(project).relative_to(project / "input"))
     if not is_refused(project):
         assert inputs[entry] != outputs[entry]
-        assert any(inputs[n] != outputs[n] for n in inputs if n != entry)
 
 
 @pytest.mark.runs
