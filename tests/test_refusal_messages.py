@@ -120,12 +120,49 @@ def test_there_are_refusals_to_check():
 
 @pytest.mark.parametrize("d", REFUSALS, ids=[d.name for d in REFUSALS])
 def test_a_refusal_names_a_line_and_objects_its_file_has(d):
-    files = _files(d)
-    names = set().union(*(_bound(t) for t in files.values()))
     lines = [
         ln for ln in (d / "expected.txt").read_text().splitlines() if "[blocking]" in ln
     ]
     assert lines
+    _check(d.name, _files(d), lines)
+
+
+# scripts of the generator (bench/shapes): a seed no rule was written from, converted only
+GEN_SEED, GEN_N = 7301, 40
+
+
+def test_a_generated_scripts_refusals_name_lines_and_objects_it_has(tmp_path):
+    import sys
+
+    from ddpify import Options
+    from ddpify.project import convert_projects
+
+    sys.path.insert(0, str(ROOT / "bench" / "shapes"))
+    try:
+        from gen import draw
+    finally:
+        sys.path.pop(0)
+    checked = 0
+    for i in range(GEN_N):
+        prog = draw(GEN_SEED, i)
+        root = tmp_path / str(i)
+        prog.write(root)
+        (result,) = convert_projects([(str(root / prog.entry_file), Options())])
+        lines = [
+            f.format(str(Path(r.path).resolve().relative_to(root.resolve())))
+            for r in result.files
+            for f in r.findings
+        ]
+        lines = [ln for ln in lines if "[blocking]" in ln]
+        if lines:
+            checked += 1
+            _check(f"seed {GEN_SEED} case {i}", dict(prog.files), lines)
+    assert checked >= 1, "no refusal among the generated scripts: draw more"
+
+
+def _check(what: str, files: dict[str, str], lines: list[str]) -> None:
+    names = set().union(*(_bound(t) for t in files.values()))
+    d = type("Where", (), {"name": what})
     for ln in lines:
         m = LINE.match(ln)
         assert m, f"not a finding line: {ln}"

@@ -217,7 +217,9 @@ def test_saved_files_load_like_the_originals(fixture, tmp_path, forkrun):
 @pytest.mark.parametrize("project", PROJ, ids=[d.name for d in PROJ])
 def test_saved_files_of_projects_load_like_the_originals(project, tmp_path, forkrun):
     entry = str(project_entry(project).relative_to(project / "input"))
-    if (project / "launch.txt").exists():  # how the project is started (a console script)
+    if (
+        project / "launch.txt"
+    ).exists():  # how the project is started (a console script)
         entry = (project / "launch.txt").read_text().strip()
     before, after = _run_both(
         forkrun, tmp_path, project / "input", project / "expected", entry, []

@@ -426,11 +426,11 @@ def convert(
         )
     if text == (HERE / f"{model}_single.py").read_text():
         return None, "ddpify left the script unchanged", manual, entry
-    if "DistributedDataParallel" not in text:
+    if "ddp_in_place(" not in text and "DistributedDataParallel(" not in text:
         # Would run as N independent trainings: fast and meaningless; save the GPU time.
         return (
             None,
-            "ddpify's output wraps no model in DistributedDataParallel (see its findings)",
+            "ddpify's output makes no model distributed (see its findings)",
             manual,
             entry,
         )

@@ -345,16 +345,30 @@ class BatchesMixin:
             c
             for n in region
             for c in self.findall(n, m.Call())
-            if self.is_model_ref(c.func)
+            if self.is_model_ref(c.func) or self._model_method(c)
         ]
         if not forwards:
             return None
-        assigned: dict[str, list[cst.Assign]] = {}
+        # the step in a function the loop calls once a pass: its parameters are the call's
+        # arguments, read in the loop
+        fn = self.function_of(step.stmt)
+        site = None
+        if fn is not None and not self._within_node(step.stmt, loop):
+            site = self._call_in(loop, fn)
+            if site is None:
+                return None
+        assigned: dict[str, list[cst.Assign]] = {}  # in the loop
         for asg in self.findall(loop.body, m.Assign()):
             for t in asg.targets:
                 for el in _flatten_targets(t.target):
                     if dotted(el):
                         assigned.setdefault(dotted(el), []).append(asg)
+        in_fn: dict[str, list[cst.Assign]] = {}  # in the step's function
+        for asg in self.findall(fn.body, m.Assign()) if site is not None else ():
+            for t in asg.targets:
+                for el in _flatten_targets(t.target):
+                    if dotted(el):
+                        in_fn.setdefault(dotted(el), []).append(asg)
         if any(self.findall(n, m.Subscript()) for n in region):
             return None  # rows or keys picked from the batch or the output: not whole tensors
         work = [a.value for c in forwards for a in c.args]
@@ -377,22 +391,35 @@ class BatchesMixin:
                         if v not in forwards and dotted(v) not in outputs
                     ]
         reads: list[cst.Name] = []
-        seen: set[str] = set()
-        while work:
-            e = work.pop()
+        seen: set[tuple[str, bool]] = set()
+        inner = site is not None  # the forward's arguments are the function's names
+        todo = [(e, inner) for e in work]
+        while todo:
+            e, inner = todo.pop()
             if (
                 isinstance(e, cst.Call)
                 and isinstance(e.func, cst.Attribute)
                 and e.func.attr.value in self._MOVES
             ):
-                work.append(e.func.value)
+                todo.append((e.func.value, inner))
                 continue
             if not isinstance(e, cst.Name):
                 return None  # a slice, a call, an index: not a whole tensor each step
-            if e.value in seen:
+            if (e.value, inner) in seen:
                 continue
-            seen.add(e.value)
-            asgs = assigned.get(e.value)
+            seen.add((e.value, inner))
+            asgs = (in_fn if inner else assigned).get(e.value)
+            if inner and e.value in _params(
+                fn
+            ):  # also where `x = x.to(device)` follows
+                arg = self.argument_for(site, fn, e.value)
+                if arg is None:
+                    return None
+                todo.append((arg, False))
+                if asgs is None:
+                    continue
+            elif asgs is None and inner:
+                return None  # a global the function reads: not the loop's
             if asgs is None:
                 if (
                     e.value in self.functions
@@ -405,16 +432,15 @@ class BatchesMixin:
             for asg in asgs:  # `x = X`, then `if cuda: x = x.cuda()`
                 target = asg.targets[0].target
                 if len(asg.targets) == 1 and isinstance(target, cst.Name):
-                    work.append(asg.value)
+                    todo.append((asg.value, inner))
                 elif (
                     len(asg.targets) == 1
                     and isinstance(target, cst.Tuple)
                     and isinstance(asg.value, cst.Tuple)
                     and len(target.elements) == len(asg.value.elements)
                 ):
-                    work += [
-                        el.value for el in asg.value.elements
-                    ]  # x, y = X, Y: both are the batch
+                    # x, y = X, Y: both are the batch
+                    todo += [(el.value, inner) for el in asg.value.elements]
                 else:
                     return None
         if not reads:
@@ -439,6 +465,42 @@ class BatchesMixin:
                 )
             ]
         return BatchSource("full", inside[0], loop, reads=inside) if inside else None
+
+    # calls on the model that are no forward pass
+    _NOT_FORWARD = {
+        "parameters",
+        "named_parameters",
+        "to",
+        "cuda",
+        "cpu",
+        "train",
+        "eval",
+    }
+    _NOT_FORWARD |= {
+        "zero_grad",
+        "state_dict",
+        "load_state_dict",
+        "modules",
+        "children",
+    }
+
+    def _model_method(self, c: cst.Call) -> bool:
+        """`model.loss(x, y)`: a method of the model that runs its forward on the batch."""
+        return (
+            isinstance(c.func, cst.Attribute)
+            and c.func.attr.value not in self._NOT_FORWARD
+            and self.is_model_ref(c.func.value)
+        )
+
+    def _within_node(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        while node is not None and node is not outer:
+            node = self.parent.get(node)
+        return node is outer
+
+    def _call_in(self, loop: cst.CSTNode, fn: cst.FunctionDef) -> cst.Call | None:
+        """The one call of fn in the loop's body."""
+        calls = [c for c in self.callers(fn) if self._within_node(c, loop)]
+        return calls[0] if len(calls) == 1 else None
 
     def _data_loop(self, step) -> tuple[cst.CSTNode | None, cst.CSTNode]:
         """The loop that feeds the step, and the node in it where the step's forward starts:
@@ -980,3 +1042,7 @@ class BatchesMixin:
             if out:
                 return out
         return out
+
+
+def _params(fn: cst.FunctionDef) -> set[str]:
+    return {p.name.value for p in fn.params.params}

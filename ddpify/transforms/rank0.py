@@ -899,7 +899,12 @@ class _DoubleQuotes(cst.CSTTransformer):
         v = updated.value
         prefix = v[: len(v) - len(v.lstrip("rbuRBU"))]
         body = v[len(prefix) :]
-        if body[:1] == "'" and body[:3] != "'''" and '"' not in body and "\\" not in body:
+        if (
+            body[:1] == "'"
+            and body[:3] != "'''"
+            and '"' not in body
+            and "\\" not in body
+        ):
             return updated.with_changes(value=f'{prefix}"{body[1:-1]}"')
         return updated
 

@@ -331,8 +331,11 @@ class WrappingTransform(Concern):
                     )
                 )
                 return [], said
+            # the entries are the model's methods and parts: a part of it made distributed
+            # alone runs its hooks through the model's own calls of it
+            mine = () if module.startswith(model + ".") else entries
             wraps.append(
-                Wrap(module, site, model, entries, tuple(options), sync_bn, over=over)
+                Wrap(module, site, model, mine, tuple(options), sync_bn, over=over)
             )
             said.append(self._done(ctx, wraps[-1], moved))
         return wraps, said
@@ -650,6 +653,8 @@ class WrappingTransform(Concern):
     def _done(ctx: Context, w: Wrap, moved: bool):
         if w.over:  # every module a comprehension takes the parameters of
             w = replace(w, model=f"{w.module}` in `{w.over}")
+        elif w.module.startswith(w.model + "."):  # a part with an optimizer of its own
+            w = replace(w, model=f"{w.module}`, a part of `{w.model}")
         more = ""
         if w.entries:
             shown = ", ".join(f".{e}()" for e in w.entries)
@@ -685,7 +690,9 @@ class WrappingTransform(Concern):
             args = [w.module]
             if w.entries:
                 quoted = [f'"{e}"' for e in w.entries]
-                args.append(f"({quoted[0]},)" if len(quoted) == 1 else f"({', '.join(quoted)})")
+                args.append(
+                    f"({quoted[0]},)" if len(quoted) == 1 else f"({', '.join(quoted)})"
+                )
             args += [f"{k}={v}" for k, v in (*w.options, *options.get(w.model, ()))]
             at = ctx.edits.after if w.after else ctx.edits.before
             call = f"ddp_in_place({', '.join(args)})\n"
