@@ -395,6 +395,25 @@ def test_an_ema_of_a_replicated_model_updated_on_rank_0_only_fails(
     ), out
 
 
+@pytest.mark.runs
+def test_a_script_that_pickles_its_whole_model_is_not_broken_by_the_probe(
+    tmp_path, monkeypatch
+):
+    """torch.save(model, path) of a model made distributed in place: the probe watches its
+    forward through global hooks, so the model holds nothing of the probe that cannot pickle."""
+    monkeypatch.chdir(tmp_path)
+    fixture = CASES.parent.parent / "fixtures" / "240_train_fn_saves_whole_model"
+    text = (fixture / "expected.py").read_text()
+    assert "torch.save(model," in text and "ddp_in_place(model" in text
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    lines: list[str] = []
+    outcome = run_verify(str(script), ["--out", str(tmp_path)], nproc=2, backend="gloo", timeout=TIMEOUT,
+                         echo=lines.append, baseline=False, convert=False)  # fmt: skip
+    assert outcome.exit_code == 0, "\n".join(lines)
+    assert _check(outcome, "ranks").status == "PASS"
+
+
 # ---------------------------------------------------------------------------- the collectives check
 
 

@@ -234,11 +234,19 @@ def install(probe: S.Probe) -> None:
         probe.ddp_modules.append(module)
         probe.milestone()
 
+    def on_module(module, hook):
+        """hook(args) before each forward of `module`: a global hook, so the module holds
+        nothing of the probe (a script that pickles its whole model still can)."""
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(
+            lambda m, a: hook(a) if m is module else None
+        )
+
     def watch(ddp, module):
         # the first DDP model: its inputs and the local gradients of a few parameters
-        ddp.register_forward_pre_hook(
-            lambda m, a, k: safe("ddp forward", probe.on_ddp_forward, m, a, k),
-            with_kwargs=True,
+        on_module(
+            ddp, lambda a: safe("ddp forward", probe.on_ddp_forward, ddp, a, {})
         )
         for p in [p for p in module.parameters() if p.requires_grad][:4]:
             p.register_hook(lambda g: safe("local gradient", probe.on_local_grad, g))
@@ -258,8 +266,8 @@ def install(probe: S.Probe) -> None:
             if ddp._check_sync_bufs_pre_fwd():
                 probe.on_collective("the DDP forward (buffer broadcast)")
 
-        called.register_forward_pre_hook(
-            lambda m, a: safe("collective", forward_collective, m, a)
+        on_module(
+            called, lambda a: safe("collective", forward_collective, called, a)
         )
         if len(probe.ddp_modules) == 1:
             safe("ddp hooks", watch, called, user)
