@@ -109,6 +109,50 @@ def needs_apex(path: Path) -> bool:
     return False
 
 
+RUNS_RECORD = ROOT / "tests" / "runs_record.txt"
+
+
+def fixture_hash(d: Path) -> str:
+    """What a fixture's runs depend on: every file of it (input, expected output, options)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for p in sorted(
+        x for x in d.rglob("*") if x.is_file() and "__pycache__" not in x.parts
+    ):
+        h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _recorded() -> set[str]:
+    if not RUNS_RECORD.exists():
+        return set()
+    return {ln.strip() for ln in RUNS_RECORD.read_text().splitlines() if ln.strip()}
+
+
+RECORDED = _recorded()
+
+
+def in_ci_share(d: Path, share: int) -> bool:
+    """Whether the default run (CI's) runs this fixture's runs: every fixture that changed since
+    the last run of all of them (tests/runs_record.txt holds the `name hash` of each that passed
+    it), and one in `share` of the rest, chosen by name (a fixed choice, never a flaky one).
+    `DDPIFY_ALL_RUNS=1` runs every one (docs/testing.md)."""
+    return ci_share(d.name, fixture_hash(d), share)
+
+
+def ci_share(key: str, digest: str, share: int) -> bool:
+    import os
+    import zlib
+
+    if os.environ.get("DDPIFY_ALL_RUNS") == "1" or f"{key} {digest}" not in RECORDED:
+        return True
+    return zlib.crc32(key.encode()) % share == 0
+
+
+NOT_IN_SHARE = "unchanged since the last run of every fixture, and not in CI's share (DDPIFY_ALL_RUNS=1 runs it)"
+
+
 def needs_cuda(d: Path) -> bool:
     return (d / "input.py").read_text().startswith("# requires: cuda")
 
@@ -164,3 +208,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# the longest tests first, so that the parallel workers end together instead of one of them
+# running the verify tests alone at the end
+LONG_FIRST = (
+    "test_verify.py", "test_verify_late.py", "test_shapes.py", "test_multinode.py",
+    "test_projects.py", "test_optimize.py", "test_readme.py", "test_launch.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda it: it.path.name not in LONG_FIRST)

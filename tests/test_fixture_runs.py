@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import re
 import uuid
-import zlib
 from pathlib import Path
 
 import pytest
 from conftest import (
     FIXTURES,
+    NOT_IN_SHARE,
+    in_ci_share,
     fixture_args,
     fixture_options,
     free_port,
@@ -80,12 +81,10 @@ def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
     own_setup = (
         "ddp_setup()" not in out or 'LOCAL_DEVICE = torch.device("cpu")' in out
     )  # legacy, CPU program
-    if not own_setup and zlib.crc32(fixture_dir.name.encode()) % 3:
+    if not own_setup and not in_ci_share(fixture_dir, 4):
         # the generated set-up's one-process path is the same text in every output: one fixture
-        # in three runs it (a fixed choice by name), every output with a set-up of its own does
-        pytest.skip(
-            "plain-python run sampled: one in three fixtures with the common set-up"
-        )
+        # in four runs it, every output with a set-up of its own does
+        pytest.skip(NOT_IN_SHARE)
     run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path)
     check_trained(run.returncode, run.stdout, run.stderr)
 
@@ -137,6 +136,8 @@ def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun, monkeypatch):
     """Two ranks under verify's probe, to the script's end: verify's checks must all pass (ranks
     in sync, params in sync, data sharded, one writer, saved state dicts, no hang), not only "it runs"."""
     skip_apex(fixture_dir)
+    if fixture_dir.name not in REAL_TORCHRUN and not in_ci_share(fixture_dir, 6):
+        pytest.skip(NOT_IN_SHARE)
     from ddpify.verify.runner import PROBE, RunResult, _collect, launch
 
     run_dir = tmp_path / "verify"

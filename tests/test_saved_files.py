@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import (
     FIXTURES,
+    NOT_IN_SHARE,
     PROJECTS,
     fixture_args,
     fixture_options,
     free_port,
+    in_ci_share,
     is_refused,
     needs_apex,
     needs_cuda,
@@ -199,6 +201,8 @@ def _compare(before: dict, after: dict) -> None:
 
 @pytest.mark.parametrize("fixture", SINGLE, ids=[d.name for d in SINGLE])
 def test_saved_files_load_like_the_originals(fixture, tmp_path, forkrun):
+    if not in_ci_share(fixture, 6):
+        pytest.skip(NOT_IN_SHARE)
     src = tmp_path / "src"
     for role, name in (("original", "input.py"), ("converted", "expected.py")):
         (src / role).mkdir(parents=True)
@@ -216,6 +220,8 @@ def test_saved_files_load_like_the_originals(fixture, tmp_path, forkrun):
 
 @pytest.mark.parametrize("project", PROJ, ids=[d.name for d in PROJ])
 def test_saved_files_of_projects_load_like_the_originals(project, tmp_path, forkrun):
+    if not in_ci_share(project, 2):
+        pytest.skip(NOT_IN_SHARE)
     entry = str(project_entry(project).relative_to(project / "input"))
     if (
         project / "launch.txt"

@@ -258,7 +258,7 @@ def test_oracle_flags_a_saved_wrapper(tmp_path):
 
 
 # -- a sample through the whole pipeline (runs) ------------------------------------------------
-SAMPLE_SEED, SAMPLE_N = 2024, 20
+SAMPLE_SEED, SAMPLE_N = 2024, 6
 
 
 @pytest.mark.runs

@@ -934,7 +934,12 @@ def _bound_before(a, name: str, stmt: cst.CSTNode) -> bool:
         a.function_of(asg) is fn
         and a._order.get(id(asg), 0) < at
         and any(
-            dotted(t) == name for tt in getattr(asg, "targets", ()) for t in [tt.target]
+            # `step, epoch = 0, 0` binds it too
+            isinstance(n, cst.Name) and n.value == name
+            for tt in getattr(asg, "targets", ())
+            for n in (
+                [tt.target] + [e.value for e in getattr(tt.target, "elements", ())]
+            )
         )
         for asg in a.assigns
         if isinstance(asg, cst.Assign)

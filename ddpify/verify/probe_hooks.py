@@ -239,15 +239,11 @@ def install(probe: S.Probe) -> None:
         nothing of the probe (a script that pickles its whole model still can)."""
         from torch.nn.modules.module import register_module_forward_pre_hook
 
-        register_module_forward_pre_hook(
-            lambda m, a: hook(a) if m is module else None
-        )
+        register_module_forward_pre_hook(lambda m, a: hook(a) if m is module else None)
 
     def watch(ddp, module):
         # the first DDP model: its inputs and the local gradients of a few parameters
-        on_module(
-            ddp, lambda a: safe("ddp forward", probe.on_ddp_forward, ddp, a, {})
-        )
+        on_module(ddp, lambda a: safe("ddp forward", probe.on_ddp_forward, ddp, a, {}))
         for p in [p for p in module.parameters() if p.requires_grad][:4]:
             p.register_hook(lambda g: safe("local gradient", probe.on_local_grad, g))
 
@@ -266,9 +262,7 @@ def install(probe: S.Probe) -> None:
             if ddp._check_sync_bufs_pre_fwd():
                 probe.on_collective("the DDP forward (buffer broadcast)")
 
-        on_module(
-            called, lambda a: safe("collective", forward_collective, called, a)
-        )
+        on_module(called, lambda a: safe("collective", forward_collective, called, a))
         if len(probe.ddp_modules) == 1:
             safe("ddp hooks", watch, called, user)
 
