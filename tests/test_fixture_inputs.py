@@ -115,7 +115,7 @@ def run_script(forkrun, path: Path, workdir: Path):
 def test_fixture_runs_on_cpu(path: Path, forkrun, tmp_path: Path):
     from conftest import NOT_IN_SHARE, in_ci_share
 
-    if not in_ci_share(path.parent, 6):
+    if not in_ci_share(path.parent, 8):
         pytest.skip(NOT_IN_SHARE)
     first = path.read_text(encoding="utf-8").splitlines()[0].strip()
     if first.startswith(

@@ -136,7 +136,7 @@ def test_runs_as_two_ranks(fixture_dir, tmp_path, forkrun, monkeypatch):
     """Two ranks under verify's probe, to the script's end: verify's checks must all pass (ranks
     in sync, params in sync, data sharded, one writer, saved state dicts, no hang), not only "it runs"."""
     skip_apex(fixture_dir)
-    if fixture_dir.name not in REAL_TORCHRUN and not in_ci_share(fixture_dir, 6):
+    if fixture_dir.name not in REAL_TORCHRUN and not in_ci_share(fixture_dir, 8):
         pytest.skip(NOT_IN_SHARE)
     from ddpify.verify.runner import PROBE, RunResult, _collect, launch
 

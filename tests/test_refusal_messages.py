@@ -128,7 +128,7 @@ def test_a_refusal_names_a_line_and_objects_its_file_has(d):
 
 
 # scripts of the generator (bench/shapes): a seed no rule was written from, converted only
-GEN_SEED, GEN_N = 7301, 40
+GEN_SEED, GEN_N = 7301, 12
 
 
 def test_a_generated_scripts_refusals_name_lines_and_objects_it_has(tmp_path):

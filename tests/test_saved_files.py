@@ -201,7 +201,7 @@ def _compare(before: dict, after: dict) -> None:
 
 @pytest.mark.parametrize("fixture", SINGLE, ids=[d.name for d in SINGLE])
 def test_saved_files_load_like_the_originals(fixture, tmp_path, forkrun):
-    if not in_ci_share(fixture, 6):
+    if not in_ci_share(fixture, 8):
         pytest.skip(NOT_IN_SHARE)
     src = tmp_path / "src"
     for role, name in (("original", "input.py"), ("converted", "expected.py")):
