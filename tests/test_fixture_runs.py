@@ -81,9 +81,9 @@ def test_runs_as_plain_python(fixture_dir, tmp_path, forkrun):
     own_setup = (
         "ddp_setup()" not in out or 'LOCAL_DEVICE = torch.device("cpu")' in out
     )  # legacy, CPU program
-    if not own_setup and not in_ci_share(fixture_dir, 4):
+    if not own_setup and not in_ci_share(fixture_dir, 8):
         # the generated set-up's one-process path is the same text in every output: one fixture
-        # in four runs it, every output with a set-up of its own does
+        # in eight runs it in CI, every output with a set-up of its own does
         pytest.skip(NOT_IN_SHARE)
     run = forkrun.run(fixture_dir / "expected.py", fixture_args(fixture_dir), tmp_path)
     check_trained(run.returncode, run.stdout, run.stderr)
