@@ -113,13 +113,13 @@ RUNS_RECORD = ROOT / "tests" / "runs_record.txt"
 
 
 def fixture_hash(d: Path) -> str:
-    """What a fixture's runs depend on: every file of it (input, expected output, options)."""
+    """What a fixture's runs depend on: its sources and options (input, expected output,
+    options, arguments), not a file a run may leave behind (a checkpoint)."""
     import hashlib
 
+    text = (".py", ".txt", ".json", ".toml", ".cfg", ".ini", ".yaml", ".yml")
     h = hashlib.sha1()
-    for p in sorted(
-        x for x in d.rglob("*") if x.is_file() and "__pycache__" not in x.parts
-    ):
+    for p in sorted(x for x in d.rglob("*") if x.is_file() and x.suffix in text):
         h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
